@@ -1,0 +1,15 @@
+#pragma once
+// s3r::Error: the one exception type of the library. Messages name the file, option, layer or
+// tensor at fault, the expected and the actual value, and a hint where one helps. The library
+// never calls exit()/abort(); tools catch at main, print one line and return non-zero.
+#include <stdexcept>
+#include <string>
+
+namespace s3r {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+}  // namespace s3r

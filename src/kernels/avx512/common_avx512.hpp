@@ -1,0 +1,106 @@
+#pragma once
+// AVX-512 building blocks shared by the kernels in this folder (compiled only with
+// -mavx512f -mavx512bw -mavx512vl ...; never include this from other translation units).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "s3r/core/bf16.hpp"
+#include "s3r/rng/threefry.hpp"
+
+namespace s3r::kernels::avx512 {
+
+// Lanes 0..15.
+inline __m512i lane_iota() {
+  return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+// Mask of the first `n` lanes (n in [0, 16]).
+inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// The 64-bit flat indices base + lane as (hi32, lo32) counter halves, carry included.
+inline void flat_index_halves(uint64_t base, __m512i* hi, __m512i* lo) {
+  const __m512i base_lo = _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(base)));
+  *lo = _mm512_add_epi32(base_lo, lane_iota());
+  const __mmask16 carry = _mm512_cmplt_epu32_mask(*lo, base_lo);
+  const __m512i base_hi = _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(base >> 32)));
+  *hi = _mm512_mask_add_epi32(base_hi, carry, base_hi, _mm512_set1_epi32(1));
+}
+
+// Threefry-2x32-20 on 16 counters (c0 = high halves, c1 = low halves); returns y0 ^ y1, the
+// word of JAX's partitionable layout. Mirrors s3r::threefry2x32 exactly.
+inline __m512i threefry_xor16(Key key, __m512i c0, __m512i c1) {
+  const __m512i ks0 = _mm512_set1_epi32(static_cast<int32_t>(key.k0));
+  const __m512i ks1 = _mm512_set1_epi32(static_cast<int32_t>(key.k1));
+  const __m512i ks2 =
+      _mm512_set1_epi32(static_cast<int32_t>(key.k0 ^ key.k1 ^ threefry_detail::kParity));
+  __m512i x0 = _mm512_add_epi32(c0, ks0);
+  __m512i x1 = _mm512_add_epi32(c1, ks1);
+#define S3R_TF_ROUND(R)              \
+  x0 = _mm512_add_epi32(x0, x1);     \
+  x1 = _mm512_rol_epi32(x1, R);      \
+  x1 = _mm512_xor_si512(x1, x0);
+#define S3R_TF_INJECT(A, B, S)                                                  \
+  x0 = _mm512_add_epi32(x0, A);                                                 \
+  x1 = _mm512_add_epi32(x1, _mm512_add_epi32(B, _mm512_set1_epi32(S)));
+  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
+  S3R_TF_INJECT(ks1, ks2, 1)
+  S3R_TF_ROUND(17) S3R_TF_ROUND(29) S3R_TF_ROUND(16) S3R_TF_ROUND(24)
+  S3R_TF_INJECT(ks2, ks0, 2)
+  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
+  S3R_TF_INJECT(ks0, ks1, 3)
+  S3R_TF_ROUND(17) S3R_TF_ROUND(29) S3R_TF_ROUND(16) S3R_TF_ROUND(24)
+  S3R_TF_INJECT(ks1, ks2, 4)
+  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
+  S3R_TF_INJECT(ks2, ks0, 5)
+#undef S3R_TF_ROUND
+#undef S3R_TF_INJECT
+  return _mm512_xor_si512(x0, x1);
+}
+
+// random_bits32(key, base + lane) for 16 lanes.
+inline __m512i random_bits16(Key key, uint64_t base) {
+  __m512i hi, lo;
+  flat_index_halves(base, &hi, &lo);
+  return threefry_xor16(key, hi, lo);
+}
+
+// uniform23 on 16 words: (bits >> 9) * 2^-23, exact.
+inline __m512 uniform23_16(__m512i bits) {
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(bits, 9)),
+                       _mm512_set1_ps(1.0f / 8388608.0f));
+}
+
+// Loads of 16 (or the first `mask` lanes of) f32 values; inactive lanes read as 0.
+inline __m512 load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+inline __m512 load16(const bf16* p, __mmask16 mask) {
+  const __m256i raw = _mm256_maskz_loadu_epi16(mask, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// Lanes whose value is NaN or +-Inf (exponent all ones); AVX-512F only.
+inline __mmask16 nonfinite_lanes(__m512 v) {
+  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
+  return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), exp_mask), exp_mask);
+}
+
+// clamp(q, -127, 127) to the symmetric int8 code range (ref::clamp_code).
+inline __m512 clamp_code16(__m512 q) {
+  return _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+}
+
+// The int8 codes of the active lanes of an integer-valued q in [-127, 127].
+inline void store_codes16(int8_t* dst, __mmask16 mask, __m512 q) {
+  _mm512_mask_cvtepi32_storeu_epi8(dst, mask, _mm512_cvtps_epi32(q));
+}
+
+inline __m512 round_nearest_even(__m512 v) {
+  return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+inline __m512 round_floor(__m512 v) {
+  return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+}
+
+}  // namespace s3r::kernels::avx512

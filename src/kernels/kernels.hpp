@@ -1,0 +1,71 @@
+#pragma once
+// Internal kernel interface. Every kernel exists twice with the same signature:
+//   kernels::ref::NAME     (src/kernels/ref/)    plain scalar loops: the executable spec and the
+//                                                fallback on CPUs without AVX-512
+//   kernels::avx512::NAME  (src/kernels/avx512/) intrinsics, compiled with their own -m flags
+// Kernels are single-threaded over the range they are given; the drivers in src/rng and
+// src/quant split the work into fixed blocks and thread over them with OpenMP, so results never
+// depend on the thread count. Integer results are bit-exact between the twins.
+#include <cstdint>
+
+#include "s3r/core/bf16.hpp"
+#include "s3r/quant/grad_quant.hpp"
+#include "s3r/rng/philox.hpp"
+#include "s3r/rng/threefry.hpp"
+
+namespace s3r::kernels {
+
+// One backward-quantizer problem (see s3r/quant/grad_quant.hpp for the numerics).
+struct GradProblem {
+  const float* g_f32 = nullptr;  // (T, N): exactly one of g_f32 / g_bf16 is set
+  const bf16* g_bf16 = nullptr;
+  const float* sx = nullptr;  // (T)
+  const float* sw = nullptr;  // (N)
+  int64_t tokens = 0;         // T
+  int64_t channels = 0;       // N
+  int64_t tokens_per_example = 0;  // S
+  GradRounding mode = GradRounding::kS3r;
+  int count = 1;     // quantizations (2 under sr)
+  Key keys[2] = {};  // product keys fold_in(layer_key, p)
+};
+
+// Output of pass 2 for one block of rows [r0, r1) inside one example.
+struct GradBlockOut {
+  int8_t* codes[2] = {nullptr, nullptr};      // (T, N) each; rows r0..r1 are written
+  float* row_sums[2] = {nullptr, nullptr};    // (T) each or null: sum_n (Q - x) of row t
+  float* col_sums[2] = {nullptr, nullptr};    // (N) each or null: sum_{t in block} (Q - x)
+};
+
+#define S3R_DECLARE_KERNELS                                                                     \
+  /* out[j] = random_bits32(key, first + j), j < n */                                           \
+  void threefry_bits(Key key, uint64_t first, uint32_t* out, int64_t n);                        \
+  /* out[j] = philox_bits32(key, first + j), j < n */                                           \
+  void philox_bits(PhiloxKey key, uint64_t first, uint32_t* out, int64_t n);                    \
+  /* Rows [r0, r1) of x (rows, cols): absmax scale and RTNE codes. Returns false (outputs      \
+     unspecified) if a value is not finite. */                                                  \
+  bool quantize_rows_rtne(int8_t* codes, float* scales, const float* x, int64_t r0, int64_t r1, \
+                          int64_t cols);                                                        \
+  /* colmax[c] = max over rows [r0, r1) of |w[r, c]| for c in [c0, c1). Returns false if a     \
+     value is not finite. */                                                                    \
+  bool absmax_cols(float* colmax, const float* w, int64_t r0, int64_t r1, int64_t cols,         \
+                   int64_t c0, int64_t c1);                                                     \
+  /* Rows [r0, r1): codes[r, c] = clamp(rne(w[r, c] / scales[c])). */                          \
+  void quantize_cols_rtne(int8_t* codes, const float* w, const float* scales, int64_t r0,       \
+                          int64_t r1, int64_t cols);                                            \
+  /* Pass 1: max over rows [r0, r1) of |(sx[t] * G[t,n]) * sw[n]|; sets *nonfinite when a G    \
+     value is NaN or Inf. */                                                                    \
+  float grad_absmax(const GradProblem& p, int64_t r0, int64_t r1, bool* nonfinite);             \
+  /* Pass 2: codes (and, where requested, error sums) of rows [r0, r1), one example's block;   \
+     col_sums are overwritten (not accumulated). step > 0. */                                   \
+  void grad_quantize(const GradProblem& p, float step, int64_t r0, int64_t r1,                  \
+                     const GradBlockOut& out);
+
+namespace ref {
+S3R_DECLARE_KERNELS
+}
+namespace avx512 {
+S3R_DECLARE_KERNELS
+}
+#undef S3R_DECLARE_KERNELS
+
+}  // namespace s3r::kernels

@@ -1,0 +1,94 @@
+// Forward quantizer drivers: argument checks, OpenMP over rows / column blocks, error reports.
+#include "s3r/quant/forward_quant.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "kernels/dispatch.hpp"
+#include "kernels/ref/numerics.hpp"
+#include "s3r/core/error.hpp"
+
+namespace s3r {
+
+namespace {
+
+void check_sizes(const char* fn, std::string_view tensor, int64_t rows, int64_t cols,
+                 size_t input, size_t codes, size_t scales, size_t expected_scales) {
+  std::ostringstream msg;
+  if (rows < 0 || cols < 0) {
+    msg << fn << ": tensor '" << tensor << "' has a negative shape (" << rows << ", " << cols << ")";
+  } else if (input != static_cast<size_t>(rows * cols)) {
+    msg << fn << ": tensor '" << tensor << "' has " << input << " elements, expected rows x cols = "
+        << rows << " x " << cols << " = " << rows * cols;
+  } else if (codes != input) {
+    msg << fn << ": codes of '" << tensor << "' hold " << codes << " elements, expected " << input;
+  } else if (scales != expected_scales) {
+    msg << fn << ": scales of '" << tensor << "' hold " << scales << " elements, expected "
+        << expected_scales;
+  } else {
+    return;
+  }
+  throw Error(msg.str());
+}
+
+[[noreturn]] void throw_nonfinite(std::string_view tensor, const float* x, int64_t rows,
+                                  int64_t cols) {
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (!std::isfinite(x[i])) {
+      std::ostringstream msg;
+      msg << "tensor '" << tensor << "' (" << rows << " x " << cols << ") holds a non-finite value "
+          << x[i] << " at [" << i / cols << ", " << i % cols
+          << "]; it cannot be quantized (check the layer's input and the learning rate)";
+      throw Error(msg.str());
+    }
+  }
+  throw Error("tensor '" + std::string(tensor) + "' holds a non-finite value");
+}
+
+constexpr int64_t kColBlock = 256;  // columns per task of the column absmax
+constexpr int64_t kRowBlock = 16;   // rows per task
+
+}  // namespace
+
+void quantize_rows_rtne(std::span<int8_t> codes, std::span<float> scales,
+                        std::span<const float> x, int64_t rows, int64_t cols,
+                        std::string_view tensor_name) {
+  check_sizes("quantize_rows_rtne", tensor_name, rows, cols, x.size(), codes.size(),
+              scales.size(), static_cast<size_t>(rows));
+  const auto kernel = kernels::active_kernels().quantize_rows_rtne;
+  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    ok = kernel(codes.data(), scales.data(), x.data(), blk * kRowBlock,
+                std::min(rows, (blk + 1) * kRowBlock), cols) && ok;
+  }
+  if (!ok) throw_nonfinite(tensor_name, x.data(), rows, cols);
+}
+
+void quantize_cols_rtne(std::span<int8_t> codes, std::span<float> scales,
+                        std::span<const float> w, int64_t rows, int64_t cols,
+                        std::string_view tensor_name) {
+  check_sizes("quantize_cols_rtne", tensor_name, rows, cols, w.size(), codes.size(),
+              scales.size(), static_cast<size_t>(cols));
+  const auto& k = kernels::active_kernels();
+  const int64_t col_blocks = (cols + kColBlock - 1) / kColBlock;
+  bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+  for (int64_t blk = 0; blk < col_blocks; ++blk) {
+    ok = k.absmax_cols(scales.data(), w.data(), 0, rows, cols, blk * kColBlock,
+                       std::min(cols, (blk + 1) * kColBlock)) && ok;
+  }
+  if (!ok) throw_nonfinite(tensor_name, w.data(), rows, cols);
+  for (int64_t c = 0; c < cols; ++c) scales[c] = kernels::ref::absmax_to_scale(scales[c]);
+  const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < row_blocks; ++blk) {
+    k.quantize_cols_rtne(codes.data(), w.data(), scales.data(), blk * kRowBlock,
+                         std::min(rows, (blk + 1) * kRowBlock), cols);
+  }
+}
+
+}  // namespace s3r

@@ -1,0 +1,232 @@
+// Driver of the fused backward quantizer: argument checks, the two passes over G threaded over
+// fixed blocks of tokens, and the reduction of the per-block error sums into the S3R-EC
+// statistics. Blocks never straddle two examples and never depend on the thread count, so every
+// output is bit-identical for any number of threads.
+#include "s3r/quant/grad_quant.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "kernels/dispatch.hpp"
+
+namespace s3r {
+
+std::string_view to_string(GradRounding mode) {
+  switch (mode) {
+    case GradRounding::kRtne: return "rtne";
+    case GradRounding::kSr: return "sr";
+    case GradRounding::kS3r: return "s3r";
+    case GradRounding::kS3rBcast: return "s3r-bcast";
+  }
+  return "?";
+}
+
+GradRounding parse_grad_rounding(std::string_view name) {
+  for (GradRounding m : {GradRounding::kRtne, GradRounding::kSr, GradRounding::kS3r,
+                         GradRounding::kS3rBcast}) {
+    if (name == to_string(m)) return m;
+  }
+  throw Error("unknown gradient rounding mode '" + std::string(name) +
+              "'; expected one of: rtne, sr, s3r, s3r-bcast");
+}
+
+namespace {
+
+constexpr int64_t kRowBlock = 32;  // tokens per task of both passes
+
+// Block k of the example-aligned blocking: rows [r0, r1) of one example.
+struct RowBlocks {
+  int64_t S, per_example, count;
+  RowBlocks(int64_t tokens, int64_t S_) : S(S_), per_example((S_ + kRowBlock - 1) / kRowBlock) {
+    count = tokens / S * per_example;
+  }
+  int64_t begin(int64_t k) const { return k / per_example * S + k % per_example * kRowBlock; }
+  int64_t end(int64_t k) const { return std::min(begin(k) + kRowBlock, (k / per_example + 1) * S); }
+};
+
+template <typename T>
+void validate(std::span<const T> g, int64_t tokens, int64_t channels, std::span<const float> sx,
+              std::span<const float> sw, const GradQuantConfig& config) {
+  std::ostringstream msg;
+  msg << "quantize_gradient: ";
+  const int64_t S = config.tokens_per_example;
+  if (tokens < 1 || channels < 1) {
+    msg << "G must have at least one token and one channel, got T x N = " << tokens << " x "
+        << channels;
+  } else if (g.size() != static_cast<size_t>(tokens * channels)) {
+    msg << "G has " << g.size() << " elements, expected T x N = " << tokens << " x " << channels
+        << " = " << tokens * channels;
+  } else if (sx.size() != static_cast<size_t>(tokens)) {
+    msg << "sx has " << sx.size() << " elements, expected one per token, T = " << tokens;
+  } else if (sw.size() != static_cast<size_t>(channels)) {
+    msg << "sw has " << sw.size() << " elements, expected one per channel, N = " << channels;
+  } else if (S < 1) {
+    msg << "tokens_per_example S must be >= 1, got " << S;
+  } else if (tokens % S != 0) {
+    msg << "T = " << tokens << " tokens is not a multiple of the example length S = " << S
+        << " (T must be B*S)";
+  } else {
+    for (const auto& [name, v] : {std::pair{"sx", sx}, std::pair{"sw", sw}}) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!(std::isfinite(v[i]) && v[i] > 0.0f)) {
+          msg << name << "[" << i << "] = " << v[i]
+              << " is not a positive finite scale (the forward quantizers give scale > 0)";
+          throw Error(msg.str());
+        }
+      }
+    }
+    return;
+  }
+  throw Error(msg.str());
+}
+
+template <typename T>
+[[noreturn]] void throw_nonfinite(std::span<const T> g, int64_t channels) {
+  for (size_t i = 0; i < g.size(); ++i) {
+    float v;
+    if constexpr (std::is_same_v<T, bf16>) {
+      v = to_float(g[i]);
+    } else {
+      v = g[i];
+    }
+    if (!std::isfinite(v)) {
+      std::ostringstream msg;
+      msg << "quantize_gradient: G[" << static_cast<int64_t>(i) / channels << ", "
+          << static_cast<int64_t>(i) % channels << "] = " << v
+          << " is not finite; the step's gradient cannot be quantized";
+      throw NonFiniteGradient(msg.str());
+    }
+  }
+  throw NonFiniteGradient("quantize_gradient: G holds a non-finite value");
+}
+
+template <typename T>
+void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t tokens,
+                            int64_t channels, std::span<const float> sx,
+                            std::span<const float> sw, const GradQuantConfig& config) {
+  validate(g, tokens, channels, sx, sw, config);
+  const int64_t S = config.tokens_per_example;
+  const int64_t B = tokens / S;
+  const int count = quantization_count(config.mode);
+
+  kernels::GradProblem p;
+  if constexpr (std::is_same_v<T, bf16>) {
+    p.g_bf16 = g.data();
+  } else {
+    p.g_f32 = g.data();
+  }
+  p.sx = sx.data();
+  p.sw = sw.data();
+  p.tokens = tokens;
+  p.channels = channels;
+  p.tokens_per_example = S;
+  p.mode = config.mode;
+  p.count = count;
+  p.keys[0] = fold_in(config.layer_key, 0);
+  p.keys[1] = fold_in(config.layer_key, 1);
+
+  out.mode = config.mode;
+  out.tokens = tokens;
+  out.channels = channels;
+  out.tokens_per_example = S;
+  out.count = count;
+  for (int q = 0; q < 2; ++q) {
+    const bool used = q < count;
+    out.codes[q].resize(used ? static_cast<size_t>(tokens * channels) : 0);
+    ErrorStats& st = out.stats[q];
+    const bool stats = used && config.want_stats;
+    st.token_mean.resize(stats ? static_cast<size_t>(tokens) : 0);
+    st.channel_mean.resize(stats ? static_cast<size_t>(B * channels) : 0);
+    st.grand_mean.resize(stats ? static_cast<size_t>(B) : 0);
+  }
+
+  const auto& k = kernels::active_kernels();
+  const RowBlocks blocks(tokens, S);
+
+  // Pass 1: the per-tensor step. max is exact, so the reduction order does not matter.
+  float absmax = 0.0f;
+  bool nonfinite = false;
+#pragma omp parallel for schedule(static) reduction(max : absmax) reduction(|| : nonfinite)
+  for (int64_t b = 0; b < blocks.count; ++b) {
+    bool bad = false;
+    absmax = std::max(absmax, k.grad_absmax(p, blocks.begin(b), blocks.end(b), &bad));
+    nonfinite = nonfinite || bad;
+  }
+  if (nonfinite) throw_nonfinite(g, channels);
+  if (!std::isfinite(absmax)) {
+    std::ostringstream msg;
+    msg << "quantize_gradient: G' = sx * G * sw overflows f32 (T x N = " << tokens << " x "
+        << channels << "); the gradient or the forward scales are out of range";
+    throw Error(msg.str());
+  }
+  const float step = absmax / 127.0f;
+  out.step = step;
+  if (step == 0.0f) {  // G' == 0 (or so small that D underflows): all codes and errors are 0
+    for (int q = 0; q < 2; ++q) {
+      std::fill(out.codes[q].begin(), out.codes[q].end(), int8_t{0});
+      std::fill(out.stats[q].token_mean.begin(), out.stats[q].token_mean.end(), 0.0f);
+      std::fill(out.stats[q].channel_mean.begin(), out.stats[q].channel_mean.end(), 0.0f);
+      std::fill(out.stats[q].grand_mean.begin(), out.stats[q].grand_mean.end(), 0.0f);
+    }
+    return;
+  }
+
+  // Pass 2: codes, and per-row / per-block error sums in units of D (row sums go straight into
+  // token_mean and are scaled below; block column sums into the reusable workspace).
+  const bool stats = config.want_stats;
+  const size_t col_part_size = static_cast<size_t>(blocks.count * channels);
+  if (stats) out.workspace.resize(col_part_size * static_cast<size_t>(count));
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks.count; ++b) {
+    kernels::GradBlockOut bo;
+    for (int q = 0; q < count; ++q) {
+      bo.codes[q] = out.codes[q].data();
+      if (stats) {
+        bo.row_sums[q] = out.stats[q].token_mean.data();
+        bo.col_sums[q] = out.workspace.data() + q * col_part_size + b * channels;
+      }
+    }
+    k.grad_quantize(p, step, blocks.begin(b), blocks.end(b), bo);
+  }
+  if (!stats) return;
+
+  // Reduction in double, in a fixed order: E = D * (Q - x).
+  const double D = step;
+  for (int q = 0; q < count; ++q) {
+    ErrorStats& st = out.stats[q];
+    const float* part = out.workspace.data() + q * col_part_size;
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < B; ++e) {
+      double total = 0.0;
+      for (int64_t t = e * S; t < (e + 1) * S; ++t) {
+        total += st.token_mean[t];
+        st.token_mean[t] = static_cast<float>(D * st.token_mean[t] / static_cast<double>(channels));
+      }
+      st.grand_mean[e] = static_cast<float>(D * total / static_cast<double>(S * channels));
+      for (int64_t n = 0; n < channels; ++n) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < blocks.per_example; ++j) {
+          sum += part[(e * blocks.per_example + j) * channels + n];
+        }
+        st.channel_mean[e * channels + n] = static_cast<float>(D * sum / static_cast<double>(S));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_gradient(QuantizedGrad& out, std::span<const float> g, int64_t tokens,
+                       int64_t channels, std::span<const float> sx, std::span<const float> sw,
+                       const GradQuantConfig& config) {
+  quantize_gradient_impl(out, g, tokens, channels, sx, sw, config);
+}
+
+void quantize_gradient(QuantizedGrad& out, std::span<const bf16> g, int64_t tokens,
+                       int64_t channels, std::span<const float> sx, std::span<const float> sw,
+                       const GradQuantConfig& config) {
+  quantize_gradient_impl(out, g, tokens, channels, sx, sw, config);
+}
+
+}  // namespace s3r
