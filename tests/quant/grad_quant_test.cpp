@@ -1,0 +1,354 @@
+// The fused backward quantizer: reference vs AVX-512 over a sweep of shapes, thread-count
+// invariance, the spec's formulas, statistics against a direct computation, and bad input.
+#include "s3r/quant/grad_quant.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "s3r/core/isa.hpp"
+#include "s3r/quant/thresholds.hpp"
+#include "test_util.hpp"
+
+namespace s3r {
+namespace {
+
+const int64_t kSizes[] = {1, 3, 15, 16, 17, 63, 64, 65, 127, 1000};
+const GradRounding kModes[] = {GradRounding::kRtne, GradRounding::kSr, GradRounding::kS3r,
+                               GradRounding::kS3rBcast};
+
+struct Problem {
+  int64_t T, N, S;
+  std::vector<float> g, sx, sw;
+  std::vector<bf16> g_bf16;
+};
+
+// Heavy-tailed gradient (many entries below half a step, as in real backward passes) and
+// positive forward scales of varied magnitude.
+Problem make_problem(int64_t T, int64_t N, int64_t S, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Problem p{T, N, S, {}, {}, {}, {}};
+  p.g.resize(static_cast<size_t>(T * N));
+  for (auto& v : p.g) v = 1e-3f * normal(gen) * std::exp(1.5f * normal(gen));
+  p.sx.resize(static_cast<size_t>(T));
+  for (auto& v : p.sx) v = 0.01f * std::exp(normal(gen));
+  p.sw.resize(static_cast<size_t>(N));
+  for (auto& v : p.sw) v = 0.002f * std::exp(normal(gen));
+  for (float v : p.g) p.g_bf16.push_back(to_bf16(v));
+  return p;
+}
+
+std::vector<int64_t> example_lengths(int64_t T) {
+  std::vector<int64_t> s = {1, T};
+  for (int64_t d : {3, 5, 16}) {
+    if (T % d == 0 && d != T) s.push_back(d);
+  }
+  return s;
+}
+
+QuantizedGrad run(const Problem& p, GradRounding mode, bool stats, bool use_bf16 = false,
+                  Key key = fold_in(key_from_seed(2024), 7)) {
+  QuantizedGrad out;
+  const GradQuantConfig cfg{mode, p.S, key, stats};
+  if (use_bf16) {
+    quantize_gradient(out, std::span<const bf16>(p.g_bf16), p.T, p.N, p.sx, p.sw, cfg);
+  } else {
+    quantize_gradient(out, std::span<const float>(p.g), p.T, p.N, p.sx, p.sw, cfg);
+  }
+  return out;
+}
+
+std::string where(const Problem& p, GradRounding mode) {
+  return "T=" + std::to_string(p.T) + " N=" + std::to_string(p.N) + " S=" + std::to_string(p.S) +
+         " mode=" + std::string(to_string(mode)) + " isa=" + std::string(isa_name(active_isa()));
+}
+
+void expect_codes_equal(const QuantizedGrad& a, const QuantizedGrad& b, const std::string& ctx) {
+  ASSERT_EQ(a.step, b.step) << ctx;
+  ASSERT_EQ(a.count, b.count) << ctx;
+  for (int q = 0; q < a.count; ++q) {
+    ASSERT_EQ(a.codes[q].size(), b.codes[q].size()) << ctx;
+    for (size_t i = 0; i < a.codes[q].size(); ++i) {
+      ASSERT_EQ(a.codes[q][i], b.codes[q][i])
+          << ctx << " quantization " << q << " element [" << i / a.channels << ", "
+          << i % a.channels << "]";
+    }
+  }
+}
+
+// Tolerances of the statistics, in units of D. Each error term Q - x is the same f32 number in
+// both implementations; the reference sums a row in double, the AVX-512 kernel in 16 f32 lanes of
+// ceil(N/16) terms each (|term| <= 1), so the row sums differ by at most about
+// (N/16 + 4) * 2^-24 * N and the means by (N/16 + 4) * 2^-24; we allow twice that. Column sums
+// are summed in the same order by both (bit-identical), so their tolerance only covers the final
+// double -> f32 rounding.
+double token_mean_tol(const QuantizedGrad& r) {
+  return r.step * (static_cast<double>(r.channels) / 16.0 + 4.0) * 0x1p-23;
+}
+
+void expect_stats_close(const QuantizedGrad& got, const QuantizedGrad& ref, const std::string& ctx,
+                        bool bit_exact) {
+  for (int q = 0; q < ref.count; ++q) {
+    const ErrorStats& a = got.stats[q];
+    const ErrorStats& b = ref.stats[q];
+    ASSERT_EQ(a.token_mean.size(), b.token_mean.size()) << ctx;
+    ASSERT_EQ(a.channel_mean.size(), b.channel_mean.size()) << ctx;
+    ASSERT_EQ(a.grand_mean.size(), b.grand_mean.size()) << ctx;
+    const double tol_c = bit_exact ? 0.0 : token_mean_tol(ref);
+    const double tol_a = bit_exact ? 0.0 : ref.step * 0x1p-23;
+    for (size_t i = 0; i < b.token_mean.size(); ++i) {
+      ASSERT_NEAR(a.token_mean[i], b.token_mean[i], tol_c) << ctx << " c[" << i << "] q=" << q;
+    }
+    for (size_t i = 0; i < b.grand_mean.size(); ++i) {
+      ASSERT_NEAR(a.grand_mean[i], b.grand_mean[i], tol_c) << ctx << " m[" << i << "] q=" << q;
+    }
+    for (size_t i = 0; i < b.channel_mean.size(); ++i) {
+      ASSERT_NEAR(a.channel_mean[i], b.channel_mean[i], tol_a)
+          << ctx << " a[" << i / ref.channels << ", " << i % ref.channels << "] q=" << q;
+    }
+  }
+}
+
+// The sweep of the issue: T, N in kSizes, S dividing T, every mode, statistics on; the reference
+// with one thread is the baseline; every ISA with 1 and 2 threads must give the same codes and D
+// bit for bit, statistics bit for bit within one ISA and to the stated tolerance across ISAs.
+TEST(GradQuant, SweepReferenceAvx512AndThreadCounts) {
+  for (int64_t T : kSizes) {
+    for (int64_t N : kSizes) {
+      for (int64_t S : example_lengths(T)) {
+        const Problem p = make_problem(T, N, S, static_cast<uint32_t>(T * 7919 + N * 31 + S));
+        for (GradRounding mode : kModes) {
+          QuantizedGrad ref;
+          {
+            ScopedIsa isa(Isa::kReference);
+            testing::ScopedThreads threads(1);
+            ref = run(p, mode, true);
+          }
+          ASSERT_GT(ref.step, 0.0f);
+          for (Isa isa : testing::runnable_isas()) {
+            ScopedIsa scoped(isa);
+            QuantizedGrad one_thread;
+            for (int threads : {1, 2}) {
+              testing::ScopedThreads st(threads);
+              const QuantizedGrad got = run(p, mode, true);
+              const std::string ctx = where(p, mode) + " threads=" + std::to_string(threads);
+              expect_codes_equal(got, ref, ctx);
+              expect_stats_close(got, ref, ctx, isa == Isa::kReference);
+              if (threads == 1) {
+                one_thread = got;
+              } else {
+                expect_stats_close(got, one_thread, ctx + " (vs 1 thread)", true);
+              }
+              // Without statistics the codes are the same.
+              expect_codes_equal(run(p, mode, false), ref, ctx + " (no stats)");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GradQuant, Bf16InputMatchesReferenceAndItsF32Widening) {
+  const Problem p = make_problem(64, 65, 16, 99);
+  Problem widened = p;
+  for (size_t i = 0; i < p.g.size(); ++i) widened.g[i] = to_float(p.g_bf16[i]);
+  for (GradRounding mode : kModes) {
+    QuantizedGrad ref;
+    {
+      ScopedIsa isa(Isa::kReference);
+      ref = run(p, mode, true, /*use_bf16=*/true);
+    }
+    for (Isa isa : testing::runnable_isas()) {
+      ScopedIsa scoped(isa);
+      const QuantizedGrad got = run(p, mode, true, true);
+      expect_codes_equal(got, ref, where(p, mode) + " bf16");
+      expect_stats_close(got, ref, where(p, mode) + " bf16", isa == Isa::kReference);
+      expect_codes_equal(run(widened, mode, true), ref, where(p, mode) + " bf16 vs widened f32");
+    }
+  }
+}
+
+// The codes follow SPEC section 2 to the letter: the threshold of each element and its key.
+TEST(GradQuant, CodesFollowTheSpecFormulas) {
+  const Problem p = make_problem(12, 40, 4, 5);
+  const Key layer_key = fold_in(fold_in(key_from_seed(3), 100), 2);  // (seed, step, layer)
+  for (Isa isa : testing::runnable_isas()) {
+    ScopedIsa scoped(isa);
+    for (GradRounding mode : kModes) {
+      const QuantizedGrad out = run(p, mode, false, false, layer_key);
+      float absmax = 0.0f;
+      for (int64_t i = 0; i < p.T * p.N; ++i) {
+        absmax = std::max(absmax, std::fabs((p.sx[i / p.N] * p.g[i]) * p.sw[i % p.N]));
+      }
+      ASSERT_EQ(out.step, absmax / 127.0f);
+      for (int q = 0; q < quantization_count(mode); ++q) {
+        const Key k = fold_in(layer_key, static_cast<uint32_t>(q));
+        for (int64_t t = 0; t < p.T; ++t) {
+          for (int64_t n = 0; n < p.N; ++n) {
+            const int64_t i = t * p.N + n;
+            const float x = ((p.sx[t] * p.g[i]) * p.sw[n]) / out.step;
+            float r = 0.0f;
+            switch (mode) {
+              case GradRounding::kRtne: break;
+              case GradRounding::kSr: r = uniform23(random_bits32(k, static_cast<uint64_t>(i))); break;
+              case GradRounding::kS3r: r = threshold7(k, static_cast<uint64_t>(t)); break;
+              case GradRounding::kS3rBcast: r = threshold7(k, static_cast<uint64_t>(t / p.S)); break;
+            }
+            const float rounded = mode == GradRounding::kRtne ? std::nearbyint(x) : std::floor(x + r);
+            const int expected = static_cast<int>(std::clamp(rounded, -127.0f, 127.0f));
+            ASSERT_EQ(out.codes[q][i], expected)
+                << where(p, mode) << " q=" << q << " [" << t << ", " << n << "] x=" << x << " r=" << r;
+          }
+        }
+      }
+      // The largest |G'| maps to +-127 in rtne.
+      if (mode == GradRounding::kRtne) {
+        const auto [mn, mx] = std::minmax_element(out.codes[0].begin(), out.codes[0].end());
+        EXPECT_TRUE(*mn == -127 || *mx == 127);
+      }
+    }
+  }
+}
+
+// The statistics equal a direct double-precision computation from the codes.
+TEST(GradQuant, StatisticsMatchDirectComputationFromCodes) {
+  for (int64_t S : {1, 7, 21}) {
+    const Problem p = make_problem(42, 129, S, 11);
+    const int64_t B = p.T / S;
+    for (Isa isa : testing::runnable_isas()) {
+      ScopedIsa scoped(isa);
+      for (GradRounding mode : kModes) {
+        const QuantizedGrad out = run(p, mode, true);
+        const double D = out.step;
+        for (int q = 0; q < out.count; ++q) {
+          std::vector<double> c(p.T, 0.0), a(B * p.N, 0.0), m(B, 0.0);
+          for (int64_t t = 0; t < p.T; ++t) {
+            for (int64_t n = 0; n < p.N; ++n) {
+              const double gp = (p.sx[t] * p.g[t * p.N + n]) * p.sw[n];  // G' as the f32 kernel forms it
+              const double e = D * out.codes[q][t * p.N + n] - gp;
+              c[t] += e / p.N;
+              a[(t / S) * p.N + n] += e / S;
+              m[t / S] += e / (S * p.N);
+            }
+          }
+          // Beyond the summation error, each term differs by the f32 rounding of x = G'/D
+          // (<= 2^-24 * 127 in units of D).
+          const double tol = token_mean_tol(out) + D * 127.0 * 0x1p-24;
+          const std::string ctx = where(p, mode) + " q=" + std::to_string(q);
+          for (int64_t t = 0; t < p.T; ++t) ASSERT_NEAR(out.stats[q].token_mean[t], c[t], tol) << ctx << " t=" << t;
+          for (int64_t i = 0; i < B * p.N; ++i) ASSERT_NEAR(out.stats[q].channel_mean[i], a[i], tol) << ctx << " i=" << i;
+          for (int64_t b = 0; b < B; ++b) ASSERT_NEAR(out.stats[q].grand_mean[b], m[b], tol) << ctx << " b=" << b;
+        }
+      }
+    }
+  }
+}
+
+TEST(GradQuant, ThresholdsDependOnTheKeyAndProduct) {
+  const Problem p = make_problem(32, 64, 8, 3);
+  const QuantizedGrad a = run(p, GradRounding::kS3r, false, false, key_from_seed(1));
+  const QuantizedGrad b = run(p, GradRounding::kS3r, false, false, key_from_seed(2));
+  EXPECT_NE(a.codes[0], b.codes[0]);
+  const QuantizedGrad sr = run(p, GradRounding::kSr, false);
+  EXPECT_NE(sr.codes[0], sr.codes[1]) << "dX and dW codes of sr must use independent thresholds";
+  EXPECT_EQ(&sr.codes_for_dw(), &sr.codes[1]);
+  EXPECT_EQ(&a.codes_for_dw(), &a.codes[0]);
+}
+
+TEST(GradQuant, ZeroGradientGivesZeroCodesAndStatistics) {
+  Problem p = make_problem(8, 20, 4, 1);
+  std::fill(p.g.begin(), p.g.end(), 0.0f);
+  for (Isa isa : testing::runnable_isas()) {
+    ScopedIsa scoped(isa);
+    for (GradRounding mode : kModes) {
+      QuantizedGrad out = run(p, mode, true);  // first fill with a non-zero problem's results...
+      out = run(make_problem(8, 20, 4, 2), mode, true);
+      const GradQuantConfig cfg{mode, 4, key_from_seed(0), true};
+      quantize_gradient(out, std::span<const float>(p.g), 8, 20, p.sx, p.sw, cfg);  // ...then reuse
+      EXPECT_EQ(out.step, 0.0f);
+      for (int q = 0; q < out.count; ++q) {
+        for (int8_t v : out.codes[q]) ASSERT_EQ(v, 0);
+        for (float v : out.stats[q].token_mean) ASSERT_EQ(v, 0.0f);
+        for (float v : out.stats[q].channel_mean) ASSERT_EQ(v, 0.0f);
+        for (float v : out.stats[q].grand_mean) ASSERT_EQ(v, 0.0f);
+      }
+    }
+  }
+}
+
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(GradQuant, BadInputIsRejectedWithANamedArgument) {
+  const Problem p = make_problem(6, 10, 3, 1);
+  auto call = [&](std::span<const float> g, int64_t T, int64_t N, std::span<const float> sx,
+                  std::span<const float> sw, int64_t S) {
+    return message_of([&] {
+      QuantizedGrad out;
+      quantize_gradient(out, g, T, N, sx, sw, GradQuantConfig{GradRounding::kS3r, S, {}, true});
+    });
+  };
+  EXPECT_NE(call(p.g, 6, 11, p.sx, p.sw, 3).find("G has 60 elements"), std::string::npos);
+  EXPECT_NE(call(p.g, 6, 10, std::span<const float>(p.sx).first(5), p.sw, 3).find("sx has 5"),
+            std::string::npos);
+  EXPECT_NE(call(p.g, 6, 10, p.sx, std::span<const float>(p.sw).first(9), 3).find("sw has 9"),
+            std::string::npos);
+  EXPECT_NE(call(p.g, 6, 10, p.sx, p.sw, 4).find("not a multiple of the example length S = 4"),
+            std::string::npos);
+  EXPECT_NE(call(p.g, 6, 10, p.sx, p.sw, 0).find("S must be >= 1"), std::string::npos);
+  std::vector<float> bad_sx = p.sx;
+  bad_sx[2] = 0.0f;
+  EXPECT_NE(call(p.g, 6, 10, bad_sx, p.sw, 3).find("sx[2]"), std::string::npos);
+  std::vector<float> huge = p.g;
+  huge[0] = 3e38f;
+  std::vector<float> big_scales(6, 1e30f);
+  EXPECT_NE(call(huge, 6, 10, big_scales, p.sw, 3).find("overflows"), std::string::npos);
+  EXPECT_THROW(parse_grad_rounding("s3r_bcast"), Error);
+  EXPECT_EQ(parse_grad_rounding("s3r-bcast"), GradRounding::kS3rBcast);
+}
+
+TEST(GradQuant, NonFiniteGradientIsReportedWithItsPosition) {
+  for (Isa isa : testing::runnable_isas()) {
+    ScopedIsa scoped(isa);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      Problem p = make_problem(6, 37, 3, 1);
+      p.g[4 * 37 + 33] = bad;
+      p.g_bf16[4 * 37 + 33] = to_bf16(bad);
+      for (bool use_bf16 : {false, true}) {
+        try {
+          run(p, GradRounding::kSr, true, use_bf16);
+          FAIL() << "expected NonFiniteGradient";
+        } catch (const NonFiniteGradient& e) {
+          EXPECT_NE(std::string(e.what()).find("G[4, 33]"), std::string::npos) << e.what();
+        }
+      }
+    }
+  }
+}
+
+// A CPU without AVX-512 runs the reference kernels through the same public API.
+TEST(GradQuant, ForcedScalarFallbackWorks) {
+  ScopedIsa scoped(Isa::kReference);
+  EXPECT_EQ(active_isa(), Isa::kReference);
+  const Problem p = make_problem(16, 33, 4, 8);
+  const QuantizedGrad out = run(p, GradRounding::kS3r, true);
+  EXPECT_GT(out.step, 0.0f);
+  EXPECT_EQ(out.codes[0].size(), 16u * 33u);
+}
+
+}  // namespace
+}  // namespace s3r
