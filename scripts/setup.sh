@@ -5,9 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build tools, tests, benchmarks, threads. Later parts add: libdnnl-dev (GEMMs),
+# Build tools, tests, benchmarks, GEMMs (oneDNN). Later parts add:
 # libsentencepiece-dev (tokenizer), libcli11-dev + nlohmann-json3-dev (tools), gnuplot (plots).
-packages=(g++ cmake make libgtest-dev libbenchmark-dev)
+packages=(g++ cmake make libgtest-dev libbenchmark-dev libdnnl-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,49 @@
+#pragma once
+// Matrix products on oneDNN's matmul primitive (primitives cached per shape, layout and type).
+//
+//   C (M, N) = op(A) (M, K) x op(B) (K, N), row-major storage everywhere.
+//   A is stored (M, K), or (K, M) when a_transposed; B is stored (K, N), or (N, K) when
+//   b_transposed. Transposes are memory strides, never copies. The three products of a linear
+//   layer Y = X W with X (T, K), W (K, N), G (T, N):
+//     forward   Y  = X W     {M=T, N=N, K=K}
+//     dX        dX = G W^T   {M=T, N=K, K=N, b_transposed}
+//     dW        dW = X^T G   {M=K, N=N, K=T, a_transposed}
+//
+// Accumulation: f32 for f32 and bf16 operands, exact int32 for int8 operands. `accumulate`
+// adds the product to C instead of overwriting it (oneDNN's sum post-op).
+// Threads: oneDNN's OpenMP pool (omp_get_max_threads()).
+#include <cstdint>
+
+#include "s3r/core/bf16.hpp"
+
+namespace s3r::gemm {
+
+struct MatmulShape {
+  int64_t M = 0, N = 0, K = 0;
+  bool a_transposed = false;
+  bool b_transposed = false;
+};
+
+void matmul_f32(float* C, const float* A, const float* B, const MatmulShape& shape,
+                bool accumulate = false);
+
+// bf16 x bf16 with f32 accumulation, f32 or bf16 output.
+void matmul_bf16(float* C, const bf16* A, const bf16* B, const MatmulShape& shape,
+                 bool accumulate = false);
+void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape);
+
+// int8 x int8 -> int32, exact.
+void matmul_s8(int32_t* C, const int8_t* A, const int8_t* B, const MatmulShape& shape);
+
+// int8 x int8 with the dequantization fused into the product:
+//   C[m, n] (+)= row_scale[m] * col_scale[n] * sum_k op(A)[m, k] op(B)[k, n]   (f32)
+// row_scale (M) and col_scale (N) may be null (= 1). The int32 sum is exact. The column scale and
+// the accumulation are fused into oneDNN's kernel (binary-multiply and sum post-ops); the row
+// scale is one extra pass over C, since oneDNN 2.6 has no fast kernel for a per-row post-op.
+void matmul_s8_scaled(float* C, const int8_t* A, const int8_t* B, const MatmulShape& shape,
+                      const float* row_scale, const float* col_scale, bool accumulate = false);
+
+// Number of distinct primitives created so far (for tests of the cache).
+int64_t matmul_primitive_count();
+
+}  // namespace s3r::gemm
