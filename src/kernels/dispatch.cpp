@@ -14,6 +14,7 @@ constexpr kernels::KernelTable kRefTable = {
     kernels::ref::threefry_bits,      kernels::ref::philox_bits, kernels::ref::quantize_rows_rtne,
     kernels::ref::absmax_cols,        kernels::ref::quantize_cols_rtne,
     kernels::ref::grad_absmax,        kernels::ref::grad_quantize,
+    kernels::ref::gemv_s8_f32,        kernels::ref::dx_epilogue,
 };
 
 #ifdef S3R_HAVE_AVX512
@@ -21,7 +22,8 @@ constexpr kernels::KernelTable kAvx512Table = {
     kernels::avx512::threefry_bits,   kernels::avx512::philox_bits,
     kernels::avx512::quantize_rows_rtne, kernels::avx512::absmax_cols,
     kernels::avx512::quantize_cols_rtne, kernels::avx512::grad_absmax,
-    kernels::avx512::grad_quantize,
+    kernels::avx512::grad_quantize,      kernels::avx512::gemv_s8_f32,
+    kernels::avx512::dx_epilogue,
 };
 #endif
 

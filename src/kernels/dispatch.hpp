@@ -13,6 +13,8 @@ struct KernelTable {
   decltype(&ref::quantize_cols_rtne) quantize_cols_rtne;
   decltype(&ref::grad_absmax) grad_absmax;
   decltype(&ref::grad_quantize) grad_quantize;
+  decltype(&ref::gemv_s8_f32) gemv_s8_f32;
+  decltype(&ref::dx_epilogue) dx_epilogue;
 };
 
 const KernelTable& kernels_for(Isa isa);

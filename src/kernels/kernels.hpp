@@ -58,7 +58,17 @@ struct GradBlockOut {
   /* Pass 2: codes (and, where requested, error sums) of rows [r0, r1), one example's block;   \
      col_sums are overwritten (not accumulated). step > 0. */                                   \
   void grad_quantize(const GradProblem& p, float step, int64_t r0, int64_t r1,                  \
-                     const GradBlockOut& out);
+                     const GradBlockOut& out);                                                  \
+  /* S3R-EC's matrix-vector products: out[b, k] = sum_n w[k, n] a[b, n] for rows k in [k0, k1);  \
+     w (K, N) int8, a (B, N) f32, out (B, K) f32. */                                            \
+  void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t K,          \
+                   int64_t N, int64_t k0, int64_t k1);                                          \
+  /* dX epilogue of an int8 linear layer, rows [t0, t1): with inv = 1/sx[t],                     \
+       v = float(acc[t, k]) * (D * inv) - (wa[b, k] + delta[t] * rowsum[k]) * inv              \
+     (the correction term only when wa != null; b = t / S), then dx = v or dx += v. */          \
+  void dx_epilogue(float* dx, const int32_t* acc, int64_t t0, int64_t t1, int64_t K, float D,   \
+                   const float* sx, const float* wa, const float* delta, const float* rowsum,   \
+                   int64_t S, bool accumulate);
 
 namespace ref {
 S3R_DECLARE_KERNELS

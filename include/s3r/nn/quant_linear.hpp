@@ -1,0 +1,98 @@
+#pragma once
+// QuantLinear: Y = X W in any LinearMode, with the S3R-EC correction in the backward pass
+// (SPEC sections 1-4). A llm.c-style pair of functions over explicit buffers:
+//
+//   prepare_input(xin, X)        quantize (or convert) X once; several layers that read the same
+//                                X (Q, K, V; gate and up) share one LinearInput
+//   prepare_weight(win, W)       quantize (or convert) W; also rowsum(Wq) for the correction
+//   linear_forward(Y, xin, win)
+//   linear_backward(dX, dW, G, xin, win, config, workspace)
+//
+// Shapes: X (T, K) f32 row-major, W (K, N), Y and G (T, N), dX (T, K), dW (K, N); T = B*S.
+// Int8 modes: Y = sx sw (Xq Wq); G is quantized once by s3r::quantize_gradient (twice under sr);
+//   dX = D/sx * (Q Wq^T) - correction, dW = D/sw * (Xq^T Q) - correction (two-way only).
+// The correction never forms Estr: dX's term is (Wq a_b + (c - m) rowsum(Wq)) / sx, from a
+// (B x N) by (N x K) matrix-vector product and the statistics of the quantizer; dW's term is the
+// rank-(B+1) product (u_b a_b + v_b) / sw with u_b = Xq_b^T 1 and v_b = Xq_b^T (c_b - m_b).
+// Buffers live in the structs and are reused across calls (no per-step allocation once sized).
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "s3r/core/bf16.hpp"
+#include "s3r/nn/linear_mode.hpp"
+#include "s3r/quant/grad_quant.hpp"
+#include "s3r/rng/threefry.hpp"
+
+namespace s3r::nn {
+
+// The forward operand X as the layer's products read it, kept for the backward pass.
+struct LinearInput {
+  LinearMode mode = LinearMode::kS3r;
+  int64_t tokens = 0;            // T
+  int64_t features = 0;          // K
+  std::vector<int8_t> codes;     // (T, K) int8 modes: Xq
+  std::vector<float> scales;     // (T)    int8 modes: sx
+  std::vector<bf16> bf16_values; // (T, K) bf16 mode
+  std::vector<float> f32_values; // (T, K) f32 mode
+};
+
+// The weight as the layer's products read it.
+struct LinearWeight {
+  LinearMode mode = LinearMode::kS3r;
+  int64_t in = 0;                 // K
+  int64_t out = 0;                // N
+  std::vector<int8_t> codes;      // (K, N) int8 modes: Wq
+  std::vector<float> scales;      // (N)    int8 modes: sw
+  std::vector<float> code_row_sums;  // (K) int8 modes: rowsum(Wq)[k] = sum_n Wq[k, n] (exact)
+  std::vector<bf16> bf16_values;  // (K, N) bf16 mode
+  std::vector<float> f32_values;  // (K, N) f32 mode
+};
+
+struct LinearBackwardConfig {
+  Correction correction = Correction::kNone;
+  int64_t tokens_per_example = 0;  // S (T must be a multiple)
+  Key layer_key{};                 // fold_in(fold_in(key(seed), step), layer_index)
+  bool accumulate_dx = false;      // dX += ... (layers sharing one input); else dX = ...
+};
+
+// Wall-clock milliseconds per phase, accumulated while a PhaseTimes is attached (benchmarks).
+struct PhaseTimes {
+  double prepare = 0;        // quantizing / converting activations and weights
+  double gemm = 0;           // matrix products, with their fused dequantization epilogues
+  double quantize_grad = 0;  // quantizing gradients (and their statistics)
+  double correction = 0;     // S3R-EC terms (matrix-vector products, dW's rank-(B+1) product)
+  double elementwise = 0;    // activations and their derivatives
+};
+
+// Scratch of linear_backward, reused across calls and layers of equal shape.
+struct LinearWorkspace {
+  PhaseTimes* times = nullptr;        // when set, linear_backward adds its phase times here
+  QuantizedGrad grad;                 // codes, D and statistics of G
+  std::vector<int32_t> acc;           // (T, K) int32 accumulators of the dX product
+  std::vector<float> col_scale;       // (N) D / sw
+  std::vector<float> wa;              // (B, K) Wq a_b
+  std::vector<float> delta;           // (T) c[t] - m[b]
+  std::vector<float> u;               // (B + 1, K) dW correction left factor
+  std::vector<float> a_scaled;        // (B + 1, N) dW correction right factor
+  std::vector<bf16> g_bf16;           // (T, N) bf16 mode
+};
+
+// `name` names the tensor in error messages (e.g. "blocks.3.ffn.gate.X").
+void prepare_input(LinearInput& out, std::span<const float> x, int64_t tokens, int64_t features,
+                   LinearMode mode, std::string_view name);
+void prepare_weight(LinearWeight& out, std::span<const float> w, int64_t in, int64_t out_features,
+                    LinearMode mode, std::string_view name);
+
+// y: (T, N), overwritten.
+void linear_forward(std::span<float> y, const LinearInput& x, const LinearWeight& w);
+
+// dx: (T, K) or empty (no dX wanted); dw: (K, N), overwritten. g: (T, N).
+// Throws NonFiniteGradient on NaN/Inf in G (int8 modes), s3r::Error on mismatched shapes.
+void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
+                     const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config,
+                     LinearWorkspace& ws);
+
+}  // namespace s3r::nn

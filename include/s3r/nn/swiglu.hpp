@@ -1,0 +1,49 @@
+#pragma once
+// SwiGLU feed-forward block: Y = (silu(X W1) * (X W3)) W2, forward and backward in any LinearMode.
+//
+//   X (T, C), W1 = gate (C, F), W3 = up (C, F), W2 = down (F, C), Y (T, C); silu(z) = z sigmoid(z).
+// X is quantized once for W1 and W3 (one LinearInput); the hidden activation is quantized for W2.
+// Layer keys: gate, up and down use fold_in(block_key, 0 | 1 | 2) as their layer keys.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "s3r/nn/quant_linear.hpp"
+
+namespace s3r::nn {
+
+struct SwigluWeights {
+  std::span<const float> gate;  // W1 (C, F)
+  std::span<const float> up;    // W3 (C, F)
+  std::span<const float> down;  // W2 (F, C)
+};
+
+struct SwigluGrads {
+  std::span<float> gate;  // dW1 (C, F)
+  std::span<float> up;    // dW3 (C, F)
+  std::span<float> down;  // dW2 (F, C)
+};
+
+// Saved forward state and reusable buffers of one block.
+struct SwigluState {
+  LinearMode mode = LinearMode::kS3r;
+  int64_t tokens = 0, width = 0, ffn_width = 0;  // T, C, F
+  LinearInput x_in, hidden_in;
+  LinearWeight gate_w, up_w, down_w;
+  std::vector<float> h1, h3, hidden;    // (T, F): X W1, X W3, silu(h1) * h3
+  std::vector<float> d_hidden, dh1, dh3;  // (T, F)
+  LinearWorkspace ws;
+  PhaseTimes* times = nullptr;  // when set, forward and backward add their phase times here
+};
+
+// y: (T, C). Throws s3r::Error on mismatched sizes or non-finite inputs (naming the tensor).
+void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWeights& w,
+                    int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
+                    SwigluState& state);
+
+// dx: (T, C), overwritten (or empty: not wanted). grads are overwritten.
+void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<const float> dy,
+                     Correction correction, int64_t tokens_per_example, Key block_key,
+                     SwigluState& state);
+
+}  // namespace s3r::nn

@@ -1,0 +1,62 @@
+#include "s3r/nn/linear_mode.hpp"
+
+#include <string>
+
+#include "s3r/core/error.hpp"
+
+namespace s3r::nn {
+
+namespace {
+constexpr LinearMode kModes[] = {LinearMode::kF32, LinearMode::kBf16, LinearMode::kRtne,
+                                 LinearMode::kSr, LinearMode::kS3r, LinearMode::kS3rBcast};
+constexpr Correction kCorrections[] = {Correction::kNone, Correction::kDx, Correction::kTwoWay};
+}  // namespace
+
+std::string_view to_string(LinearMode mode) {
+  switch (mode) {
+    case LinearMode::kF32: return "f32";
+    case LinearMode::kBf16: return "bf16";
+    case LinearMode::kRtne: return "rtne";
+    case LinearMode::kSr: return "sr";
+    case LinearMode::kS3r: return "s3r";
+    case LinearMode::kS3rBcast: return "s3r-bcast";
+  }
+  return "?";
+}
+
+LinearMode parse_linear_mode(std::string_view name) {
+  for (LinearMode m : kModes) {
+    if (name == to_string(m)) return m;
+  }
+  throw Error("unknown mode '" + std::string(name) +
+              "'; expected one of: f32, bf16, rtne, sr, s3r, s3r-bcast");
+}
+
+std::string_view to_string(Correction correction) {
+  switch (correction) {
+    case Correction::kNone: return "none";
+    case Correction::kDx: return "dx";
+    case Correction::kTwoWay: return "two-way";
+  }
+  return "?";
+}
+
+Correction parse_correction(std::string_view name) {
+  for (Correction c : kCorrections) {
+    if (name == to_string(c)) return c;
+  }
+  throw Error("unknown correction '" + std::string(name) + "'; expected one of: none, dx, two-way");
+}
+
+GradRounding grad_rounding(LinearMode mode) {
+  switch (mode) {
+    case LinearMode::kRtne: return GradRounding::kRtne;
+    case LinearMode::kSr: return GradRounding::kSr;
+    case LinearMode::kS3r: return GradRounding::kS3r;
+    case LinearMode::kS3rBcast: return GradRounding::kS3rBcast;
+    default: break;
+  }
+  throw Error("mode '" + std::string(to_string(mode)) + "' has no int8 gradient rounding");
+}
+
+}  // namespace s3r::nn

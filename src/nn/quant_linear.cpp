@@ -1,0 +1,235 @@
+// QuantLinear forward and backward (SPEC sections 1-4); see s3r/nn/quant_linear.hpp.
+#include "s3r/nn/quant_linear.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "kernels/dispatch.hpp"
+#include "nn/phase_clock.hpp"
+#include "s3r/core/error.hpp"
+#include "s3r/gemm/matmul.hpp"
+#include "s3r/quant/forward_quant.hpp"
+
+namespace s3r::nn {
+
+namespace {
+
+constexpr int64_t kRowBlock = 16;  // rows per OpenMP task of the elementwise passes
+
+
+void expect_size(const char* fn, const char* what, size_t got, int64_t expected) {
+  if (got != static_cast<size_t>(expected)) {
+    std::ostringstream msg;
+    msg << fn << ": " << what << " has " << got << " elements, expected " << expected;
+    throw Error(msg.str());
+  }
+}
+
+void to_bf16(std::vector<bf16>& out, std::span<const float> in) {
+  out.resize(in.size());
+  const int64_t n = static_cast<int64_t>(in.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = s3r::to_bf16(in[i]);
+}
+
+void check_modes(const LinearInput& x, const LinearWeight& w, const char* fn) {
+  if (x.mode != w.mode) {
+    throw Error(std::string(fn) + ": input prepared for mode '" + std::string(to_string(x.mode)) +
+                "' but weight for '" + std::string(to_string(w.mode)) + "'");
+  }
+  if (x.features != w.in) {
+    std::ostringstream msg;
+    msg << fn << ": input has K = " << x.features << " features, weight expects " << w.in;
+    throw Error(msg.str());
+  }
+}
+
+}  // namespace
+
+void prepare_input(LinearInput& out, std::span<const float> x, int64_t tokens, int64_t features,
+                   LinearMode mode, std::string_view name) {
+  expect_size("prepare_input", "X", x.size(), tokens * features);
+  out.mode = mode;
+  out.tokens = tokens;
+  out.features = features;
+  switch (mode) {
+    case LinearMode::kF32: out.f32_values.assign(x.begin(), x.end()); break;
+    case LinearMode::kBf16: to_bf16(out.bf16_values, x); break;
+    default:
+      out.codes.resize(x.size());
+      out.scales.resize(static_cast<size_t>(tokens));
+      quantize_rows_rtne(out.codes, out.scales, x, tokens, features, name);
+  }
+}
+
+void prepare_weight(LinearWeight& out, std::span<const float> w, int64_t in, int64_t out_features,
+                    LinearMode mode, std::string_view name) {
+  expect_size("prepare_weight", "W", w.size(), in * out_features);
+  out.mode = mode;
+  out.in = in;
+  out.out = out_features;
+  switch (mode) {
+    case LinearMode::kF32: out.f32_values.assign(w.begin(), w.end()); break;
+    case LinearMode::kBf16: to_bf16(out.bf16_values, w); break;
+    default: {
+      out.codes.resize(w.size());
+      out.scales.resize(static_cast<size_t>(out_features));
+      quantize_cols_rtne(out.codes, out.scales, w, in, out_features, name);
+      out.code_row_sums.resize(static_cast<size_t>(in));
+      const int8_t* codes = out.codes.data();
+#pragma omp parallel for schedule(static)
+      for (int64_t k = 0; k < in; ++k) {
+        int32_t sum = 0;  // |sum| <= 127 * N: exact in int32 and in f32 for N < 2^17
+        for (int64_t n = 0; n < out_features; ++n) sum += codes[k * out_features + n];
+        out.code_row_sums[k] = static_cast<float>(sum);
+      }
+    }
+  }
+}
+
+void linear_forward(std::span<float> y, const LinearInput& x, const LinearWeight& w) {
+  check_modes(x, w, "linear_forward");
+  expect_size("linear_forward", "Y", y.size(), x.tokens * w.out);
+  const gemm::MatmulShape shape{x.tokens, w.out, x.features};
+  switch (x.mode) {
+    case LinearMode::kF32: gemm::matmul_f32(y.data(), x.f32_values.data(), w.f32_values.data(), shape); break;
+    case LinearMode::kBf16:
+      gemm::matmul_bf16(y.data(), x.bf16_values.data(), w.bf16_values.data(), shape);
+      break;
+    default:
+      // Y = sx[t] * sw[n] * sum_k Xq[t, k] Wq[k, n]
+      gemm::matmul_s8_scaled(y.data(), x.codes.data(), w.codes.data(), shape, x.scales.data(),
+                             w.scales.data());
+  }
+}
+
+namespace {
+
+// dX (T, K) and dW (K, N) of the float modes.
+void float_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
+                    const LinearInput& x, const LinearWeight& w, bool accumulate_dx,
+                    LinearWorkspace& ws) {
+  const int64_t T = x.tokens, K = x.features, N = w.out;
+  const gemm::MatmulShape dx_shape{T, K, N, false, true};  // dX = G W^T
+  const gemm::MatmulShape dw_shape{K, N, T, true, false};  // dW = X^T G
+  if (x.mode == LinearMode::kF32) {
+    if (!dx.empty()) gemm::matmul_f32(dx.data(), g.data(), w.f32_values.data(), dx_shape, accumulate_dx);
+    gemm::matmul_f32(dw.data(), x.f32_values.data(), g.data(), dw_shape);
+    return;
+  }
+  to_bf16(ws.g_bf16, g);
+  if (!dx.empty()) {
+    gemm::matmul_bf16(dx.data(), ws.g_bf16.data(), w.bf16_values.data(), dx_shape, accumulate_dx);
+  }
+  gemm::matmul_bf16(dw.data(), x.bf16_values.data(), ws.g_bf16.data(), dw_shape);
+}
+
+}  // namespace
+
+void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
+                     const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config,
+                     LinearWorkspace& ws) {
+  check_modes(x, w, "linear_backward");
+  const int64_t T = x.tokens, K = x.features, N = w.out, S = config.tokens_per_example;
+  expect_size("linear_backward", "G", g.size(), T * N);
+  expect_size("linear_backward", "dW", dw.size(), K * N);
+  if (!dx.empty()) expect_size("linear_backward", "dX", dx.size(), T * K);
+  if (!is_int8(x.mode)) {
+    PhaseClock clock(ws.times);
+    float_backward(dx, dw, g, x, w, config.accumulate_dx, ws);
+    clock.lap(&PhaseTimes::gemm);
+    return;
+  }
+  const bool correct_dx = config.correction != Correction::kNone && !dx.empty();
+  const bool correct_dw = config.correction == Correction::kTwoWay;
+  PhaseClock clock(ws.times);
+
+  // One (sr: two) quantization of G' = sx G sw, with the statistics when a correction wants them.
+  QuantizedGrad& q = ws.grad;
+  quantize_gradient(q, g, T, N, x.scales, w.scales,
+                    GradQuantConfig{grad_rounding(x.mode), S, config.layer_key,
+                                    config.correction != Correction::kNone});
+  clock.lap(&PhaseTimes::quantize_grad);
+  const float D = q.step;
+  const int64_t B = T / S;
+  const auto& k = kernels::active_kernels();
+
+  if (D == 0.0f) {  // every gradient of this layer is exactly 0
+    if (!dx.empty() && !config.accumulate_dx) std::fill(dx.begin(), dx.end(), 0.0f);
+    std::fill(dw.begin(), dw.end(), 0.0f);
+    return;
+  }
+
+  if (!dx.empty()) {
+    // acc = Q Wq^T exactly in int32, then one pass: dX (+)= (D acc - [Wq a_b + (c - m) rowsum]) / sx.
+    ws.acc.resize(static_cast<size_t>(T * K));
+    gemm::matmul_s8(ws.acc.data(), q.codes_for_dx().data(), w.codes.data(), {T, K, N, false, true});
+    clock.lap(&PhaseTimes::gemm);
+    const float* wa = nullptr;
+    if (correct_dx) {
+      const ErrorStats& st = q.stats_for_dx();
+      ws.wa.resize(static_cast<size_t>(B * K));
+      ws.delta.resize(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) ws.delta[t] = st.token_mean[t] - st.grand_mean[t / S];
+      const int64_t blocks = (K + 63) / 64;
+#pragma omp parallel for schedule(static)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        k.gemv_s8_f32(ws.wa.data(), w.codes.data(), st.channel_mean.data(), B, K, N, blk * 64,
+                      std::min(K, (blk + 1) * 64));
+      }
+      wa = ws.wa.data();
+      clock.lap(&PhaseTimes::correction);
+    }
+    const int64_t blocks = (T + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      k.dx_epilogue(dx.data(), ws.acc.data(), blk * kRowBlock, std::min(T, (blk + 1) * kRowBlock), K,
+                    D, x.scales.data(), wa, ws.delta.data(), w.code_row_sums.data(), S,
+                    config.accumulate_dx);
+    }
+    clock.lap(&PhaseTimes::gemm);
+  }
+
+  // dW = (D / sw) * Xq^T Q, the column scale fused into the int8 product.
+  ws.col_scale.resize(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) ws.col_scale[n] = D / w.scales[n];
+  gemm::matmul_s8_scaled(dw.data(), x.codes.data(), q.codes_for_dw().data(), {K, N, T, true, false},
+                         nullptr, ws.col_scale.data());
+  clock.lap(&PhaseTimes::gemm);
+
+  if (correct_dw) {
+    // dW[k, n] -= (1/sw[n]) sum_b (u_b[k] a[b, n] + v_b[k]) as one rank-(B+1) f32 product
+    // U^T A with U = [u_0 .. u_{B-1}; sum_b v_b] (B+1, K) and A = -[a_b / sw ; 1 / sw] (B+1, N).
+    const ErrorStats& st = q.stats_for_dw();
+    ws.u.assign(static_cast<size_t>((B + 1) * K), 0.0f);
+    ws.a_scaled.resize(static_cast<size_t>((B + 1) * N));
+    float* u = ws.u.data();
+    float* v = u + B * K;
+    const int8_t* xq = x.codes.data();
+    const int64_t kblocks = (K + 255) / 256;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < kblocks; ++blk) {
+      const int64_t k0 = blk * 256, k1 = std::min(K, k0 + 256);
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t b = t / S;
+        const float d = st.token_mean[t] - st.grand_mean[b];
+        for (int64_t kk = k0; kk < k1; ++kk) {
+          const float xv = xq[t * K + kk];
+          u[b * K + kk] += xv;  // exact: integers below 2^24 for S * 127 < 2^24
+          v[kk] += xv * d;
+        }
+      }
+    }
+    for (int64_t b = 0; b <= B; ++b) {
+      for (int64_t n = 0; n < N; ++n) {
+        const float a = b < B ? st.channel_mean[b * N + n] : 1.0f;
+        ws.a_scaled[b * N + n] = -a / w.scales[n];
+      }
+    }
+    gemm::matmul_f32(dw.data(), ws.u.data(), ws.a_scaled.data(), {K, N, B + 1, true, false},
+                     /*accumulate=*/true);
+    clock.lap(&PhaseTimes::correction);
+  }
+}
+
+}  // namespace s3r::nn

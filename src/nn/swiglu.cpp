@@ -1,0 +1,110 @@
+// SwiGLU feed-forward block; see s3r/nn/swiglu.hpp.
+#include "s3r/nn/swiglu.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "nn/phase_clock.hpp"
+#include "s3r/core/error.hpp"
+
+namespace s3r::nn {
+
+namespace {
+
+void expect_size(const char* what, size_t got, int64_t expected) {
+  if (got != static_cast<size_t>(expected)) {
+    std::ostringstream msg;
+    msg << "swiglu: " << what << " has " << got << " elements, expected " << expected;
+    throw Error(msg.str());
+  }
+}
+
+inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+
+
+}  // namespace
+
+void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWeights& w,
+                    int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
+                    SwigluState& st) {
+  const int64_t T = tokens, C = width, F = ffn_width;
+  expect_size("X", x.size(), T * C);
+  expect_size("Y", y.size(), T * C);
+  expect_size("W1 (gate)", w.gate.size(), C * F);
+  expect_size("W3 (up)", w.up.size(), C * F);
+  expect_size("W2 (down)", w.down.size(), F * C);
+  st.mode = mode;
+  st.tokens = T;
+  st.width = C;
+  st.ffn_width = F;
+  PhaseClock clock(st.times);
+
+  prepare_input(st.x_in, x, T, C, mode, "ffn.X");
+  prepare_weight(st.gate_w, w.gate, C, F, mode, "ffn.W1 (gate)");
+  prepare_weight(st.up_w, w.up, C, F, mode, "ffn.W3 (up)");
+  prepare_weight(st.down_w, w.down, F, C, mode, "ffn.W2 (down)");
+  clock.lap(&PhaseTimes::prepare);
+
+  st.h1.resize(static_cast<size_t>(T * F));
+  st.h3.resize(static_cast<size_t>(T * F));
+  st.hidden.resize(static_cast<size_t>(T * F));
+  linear_forward(st.h1, st.x_in, st.gate_w);
+  linear_forward(st.h3, st.x_in, st.up_w);
+  clock.lap(&PhaseTimes::gemm);
+
+  // hidden = silu(h1) * h3
+  const int64_t n = T * F;
+  const float* h1 = st.h1.data();
+  const float* h3 = st.h3.data();
+  float* hidden = st.hidden.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) hidden[i] = h1[i] * sigmoid(h1[i]) * h3[i];
+  clock.lap(&PhaseTimes::elementwise);
+
+  prepare_input(st.hidden_in, st.hidden, T, F, mode, "ffn.hidden");
+  clock.lap(&PhaseTimes::prepare);
+  linear_forward(y, st.hidden_in, st.down_w);
+  clock.lap(&PhaseTimes::gemm);
+}
+
+void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<const float> dy,
+                     Correction correction, int64_t tokens_per_example, Key block_key,
+                     SwigluState& st) {
+  const int64_t T = st.tokens, C = st.width, F = st.ffn_width;
+  expect_size("dY", dy.size(), T * C);
+  if (!dx.empty()) expect_size("dX", dx.size(), T * C);
+  st.d_hidden.resize(static_cast<size_t>(T * F));
+  st.dh1.resize(static_cast<size_t>(T * F));
+  st.dh3.resize(static_cast<size_t>(T * F));
+  st.ws.times = st.times;
+  LinearBackwardConfig cfg{correction, tokens_per_example, fold_in(block_key, 2), false};
+
+  // Y = hidden W2
+  linear_backward(st.d_hidden, grads.down, dy, st.hidden_in, st.down_w, cfg, st.ws);
+
+  // hidden = silu(h1) * h3:  dh3 = d_hidden silu(h1),  dh1 = d_hidden h3 silu'(h1),
+  // silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z))).
+  PhaseClock clock(st.times);
+  const int64_t n = T * F;
+  const float* h1 = st.h1.data();
+  const float* h3 = st.h3.data();
+  const float* dh = st.d_hidden.data();
+  float* dh1 = st.dh1.data();
+  float* dh3 = st.dh3.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = sigmoid(h1[i]);
+    dh3[i] = dh[i] * (h1[i] * s);
+    dh1[i] = dh[i] * h3[i] * (s * (1.0f + h1[i] * (1.0f - s)));
+  }
+  clock.lap(&PhaseTimes::elementwise);
+
+  // h1 = X W1, h3 = X W3: both add into dX.
+  cfg.layer_key = fold_in(block_key, 0);
+  linear_backward(dx, grads.gate, st.dh1, st.x_in, st.gate_w, cfg, st.ws);
+  cfg.layer_key = fold_in(block_key, 1);
+  cfg.accumulate_dx = true;
+  linear_backward(dx, grads.up, st.dh3, st.x_in, st.up_w, cfg, st.ws);
+}
+
+}  // namespace s3r::nn

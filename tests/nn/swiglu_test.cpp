@@ -1,0 +1,180 @@
+// SwiGLU block: the f32 path's gradients against central finite differences of a double-precision
+// forward, and every mode's forward/backward close to the f32 one.
+#include "s3r/nn/swiglu.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "s3r/core/error.hpp"
+#include "test_util.hpp"
+
+namespace s3r::nn {
+namespace {
+
+struct Block {
+  int64_t T, C, F;
+  std::vector<float> x, w1, w3, w2, r;  // r: the upstream gradient dL/dY of L = sum(Y * r)
+};
+
+Block make_block(int64_t T, int64_t C, int64_t F, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  Block b{T, C, F, {}, {}, {}, {}, {}};
+  auto fill = [&](std::vector<float>& v, size_t size, float scale) {
+    v.resize(size);
+    for (auto& e : v) e = scale * n(gen);
+  };
+  fill(b.x, T * C, 1.0f);
+  fill(b.w1, C * F, 1.0f / std::sqrt(static_cast<float>(C)));
+  fill(b.w3, C * F, 1.0f / std::sqrt(static_cast<float>(C)));
+  fill(b.w2, F * C, 1.0f / std::sqrt(static_cast<float>(F)));
+  fill(b.r, T * C, 1.0f);
+  return b;
+}
+
+// L = sum_{t,c} Y[t,c] r[t,c] with Y = (silu(X W1) * (X W3)) W2, all in double.
+double loss_double(const Block& b, const std::vector<double>& x, const std::vector<double>& w1,
+                   const std::vector<double>& w3, const std::vector<double>& w2) {
+  double loss = 0.0;
+  std::vector<double> hidden(b.F);
+  for (int64_t t = 0; t < b.T; ++t) {
+    for (int64_t f = 0; f < b.F; ++f) {
+      double h1 = 0.0, h3 = 0.0;
+      for (int64_t c = 0; c < b.C; ++c) {
+        h1 += x[t * b.C + c] * w1[c * b.F + f];
+        h3 += x[t * b.C + c] * w3[c * b.F + f];
+      }
+      hidden[f] = h1 / (1.0 + std::exp(-h1)) * h3;
+    }
+    for (int64_t c = 0; c < b.C; ++c) {
+      double y = 0.0;
+      for (int64_t f = 0; f < b.F; ++f) y += hidden[f] * w2[f * b.C + c];
+      loss += y * b.r[t * b.C + c];
+    }
+  }
+  return loss;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+struct Result {
+  std::vector<float> y, dx, dw1, dw3, dw2;
+};
+
+Result run_block(const Block& b, LinearMode mode, Correction corr = Correction::kNone,
+                 int64_t S = 0) {
+  Result r{std::vector<float>(b.T * b.C), std::vector<float>(b.T * b.C),
+           std::vector<float>(b.C * b.F), std::vector<float>(b.C * b.F),
+           std::vector<float>(b.F * b.C)};
+  SwigluState st;
+  swiglu_forward(r.y, b.x, {b.w1, b.w3, b.w2}, b.T, b.C, b.F, mode, st);
+  swiglu_backward(r.dx, {r.dw1, r.dw3, r.dw2}, b.r, corr, S ? S : b.T, key_from_seed(5), st);
+  return r;
+}
+
+// Parameters in double: X, W1, W3, W2.
+struct Params {
+  std::vector<double> v[4];
+  double loss(const Block& b) const { return loss_double(b, v[0], v[1], v[2], v[3]); }
+};
+
+// Central differences with step h = 1e-4 (|v| + 1) in double: truncation error O(h^2 |L'''|) and
+// rounding O(1e-16 |L| / h), both below 1e-7 relative here. The f32 analytic gradient carries
+// f32 rounding of sums of about C*F terms: we allow 1e-3 of the gradient's RMS plus 1e-4
+// relative, far above f32's ~1e-6 and far below any error in a derivative formula (a wrong
+// factor or term changes entries by O(RMS)).
+void check_gradient(const char* name, const Block& b, Params& p, int which,
+                    const std::vector<float>& analytic) {
+  double rms = 0.0;
+  for (float g : analytic) rms += static_cast<double>(g) * g;
+  rms = std::sqrt(rms / static_cast<double>(analytic.size()));
+  ASSERT_GT(rms, 0.0) << name;
+  std::vector<double>& param = p.v[which];
+  ASSERT_EQ(param.size(), analytic.size()) << name;
+  std::mt19937 gen(17 + which);
+  std::uniform_int_distribution<size_t> pick(0, param.size() - 1);
+  for (int trial = 0; trial < 16; ++trial) {
+    const size_t i = pick(gen);
+    const double v = param[i];
+    const double h = 1e-4 * (std::fabs(v) + 1.0);
+    param[i] = v + h;
+    const double lp = p.loss(b);
+    param[i] = v - h;
+    const double lm = p.loss(b);
+    param[i] = v;
+    const double fd = (lp - lm) / (2.0 * h);
+    EXPECT_NEAR(analytic[i], fd, 1e-3 * rms + 1e-4 * std::fabs(fd)) << name << "[" << i << "]";
+  }
+}
+
+TEST(Swiglu, F32GradientsMatchFiniteDifferences) {
+  const Block b = make_block(6, 8, 12, 1);
+  const Result r = run_block(b, LinearMode::kF32);
+  Params p{{to_double(b.x), to_double(b.w1), to_double(b.w3), to_double(b.w2)}};
+  // The forward itself: L of the f32 block equals the double loss to f32 accuracy.
+  double loss = 0.0;
+  for (size_t i = 0; i < r.y.size(); ++i) loss += static_cast<double>(r.y[i]) * b.r[i];
+  EXPECT_NEAR(loss, p.loss(b), 1e-4 * (std::fabs(loss) + 1.0));
+  check_gradient("dX", b, p, 0, r.dx);
+  check_gradient("dW1", b, p, 1, r.dw1);
+  check_gradient("dW3", b, p, 2, r.dw3);
+  check_gradient("dW2", b, p, 3, r.dw2);
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Every mode computes the same function: its outputs and gradients stay close to f32's. These
+// are loose sanity bounds (int8 codes carry ~1% relative error per operand; the gradient of a
+// 3-product chain with a stochastic int8 gradient a few %); the exact numerics of each mode are
+// tested in quant_linear_test.cpp.
+TEST(Swiglu, EveryModeTracksTheF32Block) {
+  const Block b = make_block(64, 48, 96, 2);
+  const Result ref = run_block(b, LinearMode::kF32);
+  for (Isa isa : testing::runnable_isas()) {
+    ScopedIsa scoped(isa);
+    for (LinearMode mode : {LinearMode::kBf16, LinearMode::kRtne, LinearMode::kSr, LinearMode::kS3r,
+                            LinearMode::kS3rBcast}) {
+      for (Correction corr : {Correction::kNone, Correction::kDx, Correction::kTwoWay}) {
+        if (!is_int8(mode) && corr != Correction::kNone) continue;
+        const Result r = run_block(b, mode, corr, 16);
+        const std::string ctx = std::string(to_string(mode)) + " + " + std::string(to_string(corr));
+        const double bound_y = mode == LinearMode::kBf16 ? 0.02 : 0.05;
+        const double bound_g = mode == LinearMode::kBf16 ? 0.03 : 0.25;
+        EXPECT_LT(relative_error(r.y, ref.y), bound_y) << ctx;
+        EXPECT_LT(relative_error(r.dx, ref.dx), bound_g) << ctx << " dX";
+        EXPECT_LT(relative_error(r.dw1, ref.dw1), bound_g) << ctx << " dW1";
+        EXPECT_LT(relative_error(r.dw3, ref.dw3), bound_g) << ctx << " dW3";
+        EXPECT_LT(relative_error(r.dw2, ref.dw2), bound_g) << ctx << " dW2";
+      }
+    }
+  }
+}
+
+TEST(Swiglu, BadInputIsRejected) {
+  const Block b = make_block(4, 8, 12, 3);
+  std::vector<float> y(4 * 8);
+  SwigluState st;
+  EXPECT_THROW(swiglu_forward(y, b.x, {b.w1, b.w3, b.w2}, 4, 8, 13, LinearMode::kS3r, st), Error);
+  std::vector<float> x_bad = b.x;
+  x_bad[5] = std::nanf("");
+  try {
+    swiglu_forward(y, x_bad, {b.w1, b.w3, b.w2}, 4, 8, 12, LinearMode::kS3r, st);
+    FAIL() << "expected an error for NaN in X";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ffn.X"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace s3r::nn
