@@ -154,6 +154,11 @@ void matmul_s8_scaled(float* C, const int8_t* A, const int8_t* B, const MatmulSh
   }
 }
 
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
 int64_t matmul_primitive_count() {
   Context& ctx = context();
   std::lock_guard<std::mutex> lock(ctx.mutex);

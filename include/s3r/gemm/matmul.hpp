@@ -13,6 +13,7 @@
 // adds the product to C instead of overwriting it (oneDNN's sum post-op).
 // Threads: oneDNN's OpenMP pool (omp_get_max_threads()).
 #include <cstdint>
+#include <string>
 
 #include "s3r/core/bf16.hpp"
 
@@ -42,6 +43,9 @@ void matmul_s8(int32_t* C, const int8_t* A, const int8_t* B, const MatmulShape& 
 // scale is one extra pass over C, since oneDNN 2.6 has no fast kernel for a per-row post-op.
 void matmul_s8_scaled(float* C, const int8_t* A, const int8_t* B, const MatmulShape& shape,
                       const float* row_scale, const float* col_scale, bool accumulate = false);
+
+// "major.minor.patch" of the oneDNN library in use.
+std::string onednn_version();
 
 // Number of distinct primitives created so far (for tests of the cache).
 int64_t matmul_primitive_count();

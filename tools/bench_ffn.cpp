@@ -1,0 +1,300 @@
+// `s3r bench ffn`: forward + backward of one SwiGLU FFN block at the shapes of the paper's
+// Table III, for bf16 and every int8 configuration; interleaved repeats after a warm-up, medians,
+// speed relative to bf16 measured in the same process.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "s3r/core/error.hpp"
+#include "s3r/core/machine.hpp"
+#include "s3r/nn/swiglu.hpp"
+#include "s3r/rng/threefry.hpp"
+
+namespace s3r::tools {
+
+namespace {
+
+using nn::Correction;
+using nn::LinearMode;
+
+struct FfnShape {
+  const char* name;
+  int64_t H, D;  // model width C = H, FFN width F = D
+};
+
+// Table III of the paper: models of 1B to 70B parameters.
+constexpr FfnShape kShapes[] = {{"W1", 512, 2048},    {"W2", 1024, 4096},   {"W3", 2048, 8192},
+                                {"W4", 3072, 12288},  {"W5", 3840, 15360},  {"W6", 4096, 12288},
+                                {"W7", 4096, 14336},  {"W8", 5120, 17920},  {"W9", 8192, 28672}};
+
+struct Config {
+  const char* name;
+  LinearMode mode;
+  Correction correction;
+};
+
+// kConfigs[0] is the baseline; f32 (last) is shown for reference only: on oneDNN 2.6 its f32
+// kernel outruns its bf16 one on some CPUs, and a reader should see that beside the ratios.
+constexpr Config kConfigs[] = {
+    {"bf16", LinearMode::kBf16, Correction::kNone},
+    {"rtne", LinearMode::kRtne, Correction::kNone},
+    {"sr", LinearMode::kSr, Correction::kNone},
+    {"s3r", LinearMode::kS3r, Correction::kNone},
+    {"s3r+two-way", LinearMode::kS3r, Correction::kTwoWay},
+    {"s3r+dx", LinearMode::kS3r, Correction::kDx},
+    {"s3r-bcast", LinearMode::kS3rBcast, Correction::kNone},
+    {"f32", LinearMode::kF32, Correction::kNone},
+};
+constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
+
+struct Options {
+  int64_t tokens = 2048;
+  int64_t seq_len = 0;  // S; 0: one example of all tokens
+  std::string shapes;   // comma-separated names; empty: every shape that fits in memory
+  int threads = 0;      // 0: OpenMP's default
+  int repeats = 5;
+  int warmup = 1;
+  std::string json_path;
+  bool breakdown = false;
+};
+
+// Bytes one block of this shape needs (all configurations share the buffers): f32 weights and
+// gradients (24 HD), their int8 and bf16 copies (9 HD), six (T, D) f32 activations and their
+// copies (~41 TD), and (T, H) tensors (~25 TH); plus 10% for oneDNN's scratch.
+double estimate_bytes(const FfnShape& s, int64_t T) {
+  const double H = static_cast<double>(s.H), D = static_cast<double>(s.D), t = static_cast<double>(T);
+  return 1.1 * (33.0 * H * D + 41.0 * t * D + 25.0 * t * H);
+}
+
+std::vector<FfnShape> select_shapes(const Options& o) {
+  const double available = static_cast<double>(available_memory_bytes());
+  std::vector<FfnShape> out;
+  if (o.shapes.empty()) {
+    for (const FfnShape& s : kShapes) {
+      if (available < 0 || estimate_bytes(s, o.tokens) < 0.85 * available) out.push_back(s);
+    }
+    if (out.empty()) throw Error("bench ffn: not even W1 fits in the available memory");
+    return out;
+  }
+  std::stringstream list(o.shapes);
+  std::string name;
+  while (std::getline(list, name, ',')) {
+    const auto it = std::find_if(std::begin(kShapes), std::end(kShapes),
+                                 [&](const FfnShape& s) { return name == s.name; });
+    if (it == std::end(kShapes)) {
+      throw Error("bench ffn: --shapes: unknown shape '" + name + "'; expected W1 .. W9");
+    }
+    const double need = estimate_bytes(*it, o.tokens);
+    if (available >= 0 && need > 0.95 * available) {
+      std::ostringstream msg;
+      msg.precision(3);
+      msg << "bench ffn: shape " << it->name << " (H=" << it->H << ", D=" << it->D << ") at "
+          << o.tokens << " tokens needs about " << need / 1e9 << " GB, but only "
+          << available / 1e9 << " GB are available; use fewer --tokens or smaller --shapes";
+      throw Error(msg.str());
+    }
+    out.push_back(*it);
+  }
+  return out;
+}
+
+// Uniform values in [-scale, scale), from Threefry (fast enough for the largest shapes).
+void fill_uniform(std::vector<float>& v, size_t n, float scale, uint32_t stream) {
+  v.resize(n);
+  std::vector<uint32_t> bits(1 << 20);
+  const Key key = fold_in(key_from_seed(2026), stream);
+  for (size_t i = 0; i < n; i += bits.size()) {
+    const size_t m = std::min(bits.size(), n - i);
+    random_bits32(key, i, std::span<uint32_t>(bits.data(), m));
+    for (size_t j = 0; j < m; ++j) v[i + j] = scale * (2.0f * uniform23(bits[j]) - 1.0f);
+  }
+}
+
+struct ShapeResult {
+  FfnShape shape;
+  std::vector<double> ms[kNumConfigs];  // timed repeats
+  nn::PhaseTimes phases[kNumConfigs];   // summed over timed repeats
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+ShapeResult run_shape(const FfnShape& s, const Options& o) {
+  const int64_t T = o.tokens, C = s.H, F = s.D;
+  const int64_t S = o.seq_len ? o.seq_len : T;
+  std::vector<float> x, w1, w3, w2, dy;
+  fill_uniform(x, T * C, 1.0f, 1);
+  fill_uniform(w1, C * F, 1.0f / std::sqrt(static_cast<float>(C)), 2);
+  fill_uniform(w3, C * F, 1.0f / std::sqrt(static_cast<float>(C)), 3);
+  fill_uniform(w2, F * C, 1.0f / std::sqrt(static_cast<float>(F)), 4);
+  fill_uniform(dy, T * C, 1e-3f, 5);
+  std::vector<float> y(T * C), dx(T * C), dw1(C * F), dw3(C * F), dw2(F * C);
+  nn::SwigluState state;
+  ShapeResult result{s, {}, {}};
+  const int total = o.warmup + o.repeats;
+  for (int rep = 0; rep < total; ++rep) {
+    const bool timed = rep >= o.warmup;
+    for (int c = 0; c < kNumConfigs; ++c) {
+      const Config& cfg = kConfigs[c];
+      nn::PhaseTimes phases;
+      state.times = &phases;
+      const auto start = std::chrono::steady_clock::now();
+      nn::swiglu_forward(y, x, {w1, w3, w2}, T, C, F, cfg.mode, state);
+      nn::swiglu_backward(dx, {dw1, dw3, dw2}, dy, cfg.correction, S,
+                          fold_in(key_from_seed(7), static_cast<uint32_t>(rep)), state);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      state.times = nullptr;
+      if (timed) {
+        result.ms[c].push_back(ms);
+        nn::PhaseTimes& acc = result.phases[c];
+        acc.prepare += phases.prepare;
+        acc.gemm += phases.gemm;
+        acc.quantize_grad += phases.quantize_grad;
+        acc.correction += phases.correction;
+        acc.elementwise += phases.elementwise;
+      }
+      std::fprintf(stderr, "\r  %s %s %-12s %8.1f ms   ", s.name,
+                   timed ? ("repeat " + std::to_string(rep - o.warmup + 1) + "/" +
+                            std::to_string(o.repeats)).c_str()
+                         : "warm-up   ",
+                   cfg.name, ms);
+      std::fflush(stderr);
+    }
+  }
+  std::fprintf(stderr, "\r%*s\r", 60, "");
+  return result;
+}
+
+void print_table(const std::vector<ShapeResult>& results, const Options& o) {
+  std::printf("\n%-22s %10s %8s %8s %8s %10s %8s %10s %8s\n", "shape (H, D)", "bf16 ms", "rtne",
+              "sr", "s3r", "+two-way", "+dx", "s3r-bcast", "f32");
+  for (const ShapeResult& r : results) {
+    double med[kNumConfigs];
+    for (int c = 0; c < kNumConfigs; ++c) med[c] = median(r.ms[c]);
+    char label[64];
+    std::snprintf(label, sizeof label, "%s (%lld, %lld)", r.shape.name,
+                  static_cast<long long>(r.shape.H), static_cast<long long>(r.shape.D));
+    std::printf("%-22s %10.1f %7.2fx %7.2fx %7.2fx %+9.1f%% %+7.1f%% %9.2fx %7.2fx\n", label,
+                med[0], med[0] / med[1], med[0] / med[2], med[0] / med[3],
+                100.0 * (med[4] / med[3] - 1.0), 100.0 * (med[5] / med[3] - 1.0), med[0] / med[6],
+                med[0] / med[7]);
+  }
+  std::printf("speed = bf16 median / configuration median (higher is faster); +two-way and +dx:\n"
+              "time added to s3r by each correction. Medians of %d interleaved repeats.\n",
+              o.repeats);
+  if (!o.breakdown) return;
+  std::printf("\nmean ms per phase (other = total - phases: allocation, bookkeeping)\n");
+  std::printf("%-6s %-12s %9s %9s %9s %9s %9s %9s %9s\n", "shape", "config", "total", "gemm",
+              "prepare", "quant-g", "correct", "elementw", "other");
+  for (const ShapeResult& r : results) {
+    for (int c = 0; c < kNumConfigs; ++c) {
+      const double n = static_cast<double>(r.ms[c].size());
+      const nn::PhaseTimes& p = r.phases[c];
+      double total = 0.0;
+      for (double v : r.ms[c]) total += v;
+      const double other = total - p.gemm - p.prepare - p.quantize_grad - p.correction - p.elementwise;
+      std::printf("%-6s %-12s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", r.shape.name,
+                  kConfigs[c].name, total / n, p.gemm / n, p.prepare / n, p.quantize_grad / n,
+                  p.correction / n, p.elementwise / n, other / n);
+    }
+  }
+}
+
+void write_json(const std::vector<ShapeResult>& results, const Options& o) {
+  nlohmann::json j;
+  j["command"] = "s3r bench ffn";
+  j["machine"] = machine_line();
+  j["tokens"] = o.tokens;
+  j["seq_len"] = o.seq_len ? o.seq_len : o.tokens;
+  j["threads"] = omp_get_max_threads();
+  j["repeats"] = o.repeats;
+  j["warmup"] = o.warmup;
+  for (const ShapeResult& r : results) {
+    nlohmann::json s;
+    s["name"] = r.shape.name;
+    s["H"] = r.shape.H;
+    s["D"] = r.shape.D;
+    for (int c = 0; c < kNumConfigs; ++c) {
+      s["median_ms"][kConfigs[c].name] = median(r.ms[c]);
+      s["runs_ms"][kConfigs[c].name] = r.ms[c];
+      const double n = static_cast<double>(r.ms[c].size());
+      const nn::PhaseTimes& p = r.phases[c];
+      s["phase_mean_ms"][kConfigs[c].name] = {{"gemm", p.gemm / n},
+                                              {"prepare", p.prepare / n},
+                                              {"quantize_grad", p.quantize_grad / n},
+                                              {"correction", p.correction / n},
+                                              {"elementwise", p.elementwise / n}};
+    }
+    j["shapes"].push_back(s);
+  }
+  const std::filesystem::path path(o.json_path);
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw Error("bench ffn: cannot write --json file '" + tmp.string() + "'");
+    out << j.dump(2) << "\n";
+    if (!out) throw Error("bench ffn: writing '" + tmp.string() + "' failed");
+  }
+  std::filesystem::rename(tmp, path);  // atomic: a crash never leaves half a file
+  std::printf("wrote %s\n", o.json_path.c_str());
+}
+
+void run(const Options& o) {
+  if (o.tokens < 1) throw Error("bench ffn: --tokens must be >= 1, got " + std::to_string(o.tokens));
+  if (o.seq_len < 0 || (o.seq_len > 0 && o.tokens % o.seq_len != 0)) {
+    throw Error("bench ffn: --seq-len " + std::to_string(o.seq_len) + " does not divide --tokens " +
+                std::to_string(o.tokens));
+  }
+  if (o.repeats < 1) throw Error("bench ffn: --repeats must be >= 1");
+  if (o.warmup < 0) throw Error("bench ffn: --warmup must be >= 0");
+  if (o.threads < 0) throw Error("bench ffn: --threads must be >= 1 (or 0 for the default)");
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const std::vector<FfnShape> shapes = select_shapes(o);
+  std::printf("s3r bench ffn: one SwiGLU block, forward + backward, %lld tokens (S = %lld), "
+              "%d threads, %d warm-up + %d interleaved repeats\nmachine: %s\n",
+              static_cast<long long>(o.tokens), static_cast<long long>(o.seq_len ? o.seq_len : o.tokens),
+              omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
+  std::fflush(stdout);
+  std::vector<ShapeResult> results;
+  for (const FfnShape& s : shapes) {
+    std::fprintf(stderr, "%s (H=%lld, D=%lld): ~%.1f GB\n", s.name, static_cast<long long>(s.H),
+                 static_cast<long long>(s.D), estimate_bytes(s, o.tokens) / 1e9);
+    results.push_back(run_shape(s, o));
+  }
+  print_table(results, o);
+  if (!o.json_path.empty()) write_json(results, o);
+}
+
+}  // namespace
+
+void register_bench_ffn(CLI::App& bench) {
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = bench.add_subcommand(
+      "ffn", "time forward + backward of one SwiGLU block per configuration (paper, Table III)");
+  cmd->add_option("--tokens", opts->tokens, "tokens T per block (B*S)")->capture_default_str();
+  cmd->add_option("--seq-len", opts->seq_len, "example length S (default: T, one example)");
+  cmd->add_option("--shapes", opts->shapes,
+                  "comma-separated shapes W1..W9 (default: every shape that fits in memory)");
+  cmd->add_option("--threads", opts->threads, "OpenMP threads (default: all cores)");
+  cmd->add_option("--repeats", opts->repeats, "timed repeats per configuration")->capture_default_str();
+  cmd->add_option("--warmup", opts->warmup, "untimed warm-up rounds")->capture_default_str();
+  cmd->add_option("--json", opts->json_path, "also write the results as JSON to this file");
+  cmd->add_flag("--breakdown", opts->breakdown, "print the time per phase");
+  cmd->callback([opts] { run(*opts); });
+}
+
+}  // namespace s3r::tools
