@@ -5,9 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build tools, tests, benchmarks, GEMMs (oneDNN). Later parts add:
-# libsentencepiece-dev (tokenizer), libcli11-dev + nlohmann-json3-dev (tools), gnuplot (plots).
-packages=(g++ cmake make libgtest-dev libbenchmark-dev libdnnl-dev)
+# Build tools, tests, benchmarks, GEMMs (oneDNN), the CLI (CLI11, nlohmann-json). Later parts add:
+# libsentencepiece-dev (tokenizer), gnuplot (plots).
+packages=(g++ cmake make libgtest-dev libbenchmark-dev libdnnl-dev libcli11-dev nlohmann-json3-dev)
 
 missing=()
 for p in "${packages[@]}"; do
