@@ -15,6 +15,7 @@ constexpr kernels::KernelTable kRefTable = {
     kernels::ref::absmax_cols,        kernels::ref::quantize_cols_rtne,
     kernels::ref::grad_absmax,        kernels::ref::grad_quantize,
     kernels::ref::gemv_s8_f32,        kernels::ref::dx_epilogue,
+    kernels::ref::swiglu_forward_ew,  kernels::ref::swiglu_backward_ew,
 };
 
 #ifdef S3R_HAVE_AVX512
@@ -23,7 +24,8 @@ constexpr kernels::KernelTable kAvx512Table = {
     kernels::avx512::quantize_rows_rtne, kernels::avx512::absmax_cols,
     kernels::avx512::quantize_cols_rtne, kernels::avx512::grad_absmax,
     kernels::avx512::grad_quantize,      kernels::avx512::gemv_s8_f32,
-    kernels::avx512::dx_epilogue,
+    kernels::avx512::dx_epilogue,        kernels::avx512::swiglu_forward_ew,
+    kernels::avx512::swiglu_backward_ew,
 };
 #endif
 

@@ -15,6 +15,8 @@ struct KernelTable {
   decltype(&ref::grad_quantize) grad_quantize;
   decltype(&ref::gemv_s8_f32) gemv_s8_f32;
   decltype(&ref::dx_epilogue) dx_epilogue;
+  decltype(&ref::swiglu_forward_ew) swiglu_forward_ew;
+  decltype(&ref::swiglu_backward_ew) swiglu_backward_ew;
 };
 
 const KernelTable& kernels_for(Isa isa);

@@ -68,7 +68,14 @@ struct GradBlockOut {
      (the correction term only when wa != null; b = t / S), then dx = v or dx += v. */          \
   void dx_epilogue(float* dx, const int32_t* acc, int64_t t0, int64_t t1, int64_t K, float D,   \
                    const float* sx, const float* wa, const float* delta, const float* rowsum,   \
-                   int64_t S, bool accumulate);
+                   int64_t S, bool accumulate);                                                 \
+  /* SwiGLU, elements [i0, i1): hidden = (h1 * sigmoid(h1)) * h3. */                            \
+  void swiglu_forward_ew(float* hidden, const float* h1, const float* h3, int64_t i0,           \
+                         int64_t i1);                                                           \
+  /* SwiGLU backward, elements [i0, i1): with s = sigmoid(h1),                                   \
+     dh3 = dh * (h1 * s),  dh1 = (dh * h3) * (s * (1 + h1 * (1 - s))). */                        \
+  void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1,            \
+                          const float* h3, int64_t i0, int64_t i1);
 
 namespace ref {
 S3R_DECLARE_KERNELS

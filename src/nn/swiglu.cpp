@@ -1,9 +1,10 @@
 // SwiGLU feed-forward block; see s3r/nn/swiglu.hpp.
 #include "s3r/nn/swiglu.hpp"
 
-#include <cmath>
+#include <algorithm>
 #include <sstream>
 
+#include "kernels/dispatch.hpp"
 #include "nn/phase_clock.hpp"
 #include "s3r/core/error.hpp"
 
@@ -19,7 +20,7 @@ void expect_size(const char* what, size_t got, int64_t expected) {
   }
 }
 
-inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+constexpr int64_t kChunk = 1 << 14;  // elements per OpenMP task of the elementwise passes
 
 
 }  // namespace
@@ -53,12 +54,14 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
   clock.lap(&PhaseTimes::gemm);
 
   // hidden = silu(h1) * h3
+  const auto& k = kernels::active_kernels();
   const int64_t n = T * F;
-  const float* h1 = st.h1.data();
-  const float* h3 = st.h3.data();
-  float* hidden = st.hidden.data();
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) hidden[i] = h1[i] * sigmoid(h1[i]) * h3[i];
+  for (int64_t c = 0; c < chunks; ++c) {
+    k.swiglu_forward_ew(st.hidden.data(), st.h1.data(), st.h3.data(), c * kChunk,
+                        std::min(n, (c + 1) * kChunk));
+  }
   clock.lap(&PhaseTimes::elementwise);
 
   prepare_input(st.hidden_in, st.hidden, T, F, mode, "ffn.hidden");
@@ -85,17 +88,13 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   // hidden = silu(h1) * h3:  dh3 = d_hidden silu(h1),  dh1 = d_hidden h3 silu'(h1),
   // silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z))).
   PhaseClock clock(st.times);
+  const auto& k = kernels::active_kernels();
   const int64_t n = T * F;
-  const float* h1 = st.h1.data();
-  const float* h3 = st.h3.data();
-  const float* dh = st.d_hidden.data();
-  float* dh1 = st.dh1.data();
-  float* dh3 = st.dh3.data();
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float s = sigmoid(h1[i]);
-    dh3[i] = dh[i] * (h1[i] * s);
-    dh1[i] = dh[i] * h3[i] * (s * (1.0f + h1[i] * (1.0f - s)));
+  for (int64_t c = 0; c < chunks; ++c) {
+    k.swiglu_backward_ew(st.dh1.data(), st.dh3.data(), st.d_hidden.data(), st.h1.data(),
+                         st.h3.data(), c * kChunk, std::min(n, (c + 1) * kChunk));
   }
   clock.lap(&PhaseTimes::elementwise);
 

@@ -24,4 +24,27 @@ inline int8_t sr_code(float x, float r) {
   return static_cast<int8_t>(clamp_code(std::floor(x + r)));
 }
 
+// exp(x) by Cephes' single-precision method: x = n ln2 + r (Cody-Waite, two-part ln2), a
+// degree-5 polynomial for exp(r) on |r| <= ln2/2, times 2^n. Relative error <= 2^-21 on
+// [-87, 88] (tests/nn/elementwise_test.cpp); x is clamped to that range, so the result is finite
+// and, at the low end, a tiny normal number. The AVX-512 twin performs the same operations in
+// the same order (no FMA), so both give the same bits.
+inline float exp_poly(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  return std::ldexp(p, static_cast<int>(n));
+}
+
+// sigmoid(z) = 1 / (1 + exp(-z)).
+inline float sigmoid_poly(float z) { return 1.0f / (1.0f + exp_poly(-z)); }
+
 }  // namespace s3r::kernels::ref
