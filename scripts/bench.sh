@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# The main job until the trainer exists: builds (via setup.sh) and runs the numerical core's
-# benchmarks: random words/s (Threefry vs Philox, scalar vs AVX-512, 1 and 2 threads) and the
-# backward quantizer's elements/s per mode. Medians of 5 repetitions; the header names the machine.
-# Extra arguments go to both benchmark binaries (e.g. --benchmark_filter=s3r).
+# The main job until the trainer exists: builds (via setup.sh) and answers the paper's speed
+# question on this CPU: `s3r bench ffn` times forward + backward of one SwiGLU block for bf16
+# and every int8 configuration at the paper's shapes W1-W3 (Table III), 2048 tokens, medians of
+# 5 interleaved repeats, and writes data/bench_ffn.json. About 3-4 minutes on 2 cores.
+# Extra arguments go to `s3r bench ffn` (e.g. --shapes W1 --repeats 3, or --breakdown).
+# The kernel micro-benchmarks (random words/s, quantizer elements/s): bench/run_benchmarks.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-common=(--benchmark_repetitions=5 --benchmark_report_aggregates_only=true
-        --benchmark_min_time=0.1 "$@")
-echo "== random words per second"
-build/release/bench/s3r_bench_rng "${common[@]}"
-echo "== backward quantizer elements per second"
-build/release/bench/s3r_bench_quant "${common[@]}"
+mkdir -p data
+build/release/tools/s3r bench ffn --shapes W1,W2,W3 --json data/bench_ffn.json "$@"
