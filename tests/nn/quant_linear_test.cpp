@@ -41,13 +41,18 @@
 #include "s3r/nn/linear_mode.hpp"
 #include "s3r/quant/grad_quant.hpp"
 #include "s3r/rng/threefry.hpp"
+#include "check_util.hpp"
 #include "test_util.hpp"
 
 namespace s3r::nn {
 namespace {
 
-constexpr double kU32 = 0x1p-24;  // unit roundoff of f32
-constexpr double kU64 = 0x1p-53;  // unit roundoff of f64
+using testing::bernstein_tolerance;
+using testing::Checker;
+using testing::kBernsteinL;
+using testing::kU32;
+using testing::kU64;
+using testing::str;
 
 double gamma32(double n) { return n * kU32 / (1.0 - n * kU32); }
 
@@ -59,48 +64,6 @@ constexpr LinearMode kStochasticModes[] = {LinearMode::kSr, LinearMode::kS3r,
                                            LinearMode::kS3rBcast};
 constexpr Correction kAllCorrections[] = {Correction::kNone, Correction::kDx, Correction::kTwoWay};
 
-template <typename... Args>
-std::string str(const Args&... args) {
-  std::ostringstream s;
-  s << std::setprecision(10);
-  (s << ... << args);
-  return s.str();
-}
-
-// Counts violations of |actual - expected| <= tol (NaN fails) and reports the first few with
-// their context (mode, correction, shape), index, expected, actual and tolerance. `what` is a
-// callable returning the element's description; it runs only on failure.
-class Checker {
- public:
-  explicit Checker(std::string context) : context_(std::move(context)) {}
-  void set_context(std::string context) { context_ = std::move(context); }
-
-  template <typename What>
-  void near(double expected, double actual, double tol, const What& what) {
-    ++checks_;
-    if (std::fabs(actual - expected) <= tol) return;
-    if (failures_++ < kMaxReports) {
-      ADD_FAILURE() << context_ << ": " << what() << ": expected " << expected << ", actual "
-                    << actual << ", |diff| " << std::fabs(actual - expected) << " > tolerance "
-                    << tol;
-    }
-  }
-  template <typename What>
-  void expect(bool ok, const What& what) {
-    ++checks_;
-    if (ok) return;
-    if (failures_++ < kMaxReports) ADD_FAILURE() << context_ << ": " << what();
-  }
-  int failures() const { return failures_; }
-  int checks() const { return checks_; }
-  std::string summary() const { return str(failures_, " of ", checks_, " checks failed"); }
-
- private:
-  static constexpr int kMaxReports = 10;
-  std::string context_;
-  int failures_ = 0;
-  int checks_ = 0;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Problems.
@@ -1053,18 +1016,6 @@ Reference unquantized_backward(const Problem& p, const Operands& o) {
   return r;
 }
 
-// Statistical tolerances come from Bernstein's inequality for the mean of M i.i.d. terms with
-// standard deviation sigma and |term - mean| <= b:
-//   P(|mean_M - mean| >= sqrt(2 L sigma^2 / M) + 2 L b / (3 M)) <= 2 exp(-L).
-// With L = 15 the first part is 5.5 standard errors and a check fails by chance with probability
-// <= 6e-7 (as in tests/quant/grad_quant_stats_test.cpp). sigma and b are exact: from the
-// distributions of the thresholds above, not estimated from the samples.
-constexpr double kBernsteinL = 15.0;
-
-double bernstein_tolerance(double sigma, double b, int draws) {
-  return std::sqrt(2.0 * kBernsteinL * sigma * sigma / draws) +
-         2.0 * kBernsteinL * b / (3.0 * draws);
-}
 
 // ---------------------------------------------------------------------------------------------
 // (b) Unbiasedness (SPEC 5.1, Lemma 1).

@@ -18,78 +18,21 @@
 #include "s3r/quant/grad_quant.hpp"
 #include "s3r/quant/thresholds.hpp"
 #include "s3r/rng/threefry.hpp"
+#include "check_util.hpp"
 #include "test_util.hpp"
 
 namespace s3r {
 namespace {
 
-constexpr double kU32 = 0x1p-24;  // unit roundoff of f32 (round to nearest)
-constexpr double kU64 = 0x1p-53;  // unit roundoff of f64
-// Statistical tolerances come from Bernstein's inequality for the mean of M i.i.d. terms with
-// standard deviation sigma and |term - mean| <= b:
-//   P(|mean_M - mean| >= sqrt(2 L sigma^2 / M) + 2 L b / (3 M)) <= 2 exp(-L).
-// With L = 15 the first part is 5.5 standard errors and a check fails by chance with probability
-// <= 6e-7 (a normal variable beyond 5 SE: 5.7e-7); the second part covers what the normal
-// approximation misses when an outcome is rare (a few events, or none, in M draws). sigma is
-// the exact model value (a standard error estimated from the samples misses rare joint events).
-constexpr double kBernsteinL = 15.0;
+using testing::bernstein_tolerance;
+using testing::Checker;
+using testing::kBernsteinL;
+using testing::kU32;
+using testing::kU64;
+using testing::str;
+
 constexpr int kDraws = 4000;  // keys per statistical test (SE of a mean <= 0.5 D / 63)
 
-template <typename... Args>
-std::string str(const Args&... args) {
-  std::ostringstream s;
-  s << std::setprecision(10);
-  (s << ... << args);
-  return s.str();
-}
-
-// Counts violations of |actual - expected| <= tol (NaN fails) and reports the first few, each
-// with its index, expected, actual and tolerance, so that a broken property cannot flood the log.
-// `what` is a callable returning the description; it runs only on failure.
-class Checker {
- public:
-  explicit Checker(std::string context) : context_(std::move(context)) {}
-
-  template <typename What>
-  void near(double expected, double actual, double tol, const What& what) {
-    ++checks_;
-    if (std::fabs(actual - expected) <= tol) return;
-    if (failures_++ < kMaxReports) {
-      ADD_FAILURE() << context_ << ": " << what() << ": expected " << expected << ", actual "
-                    << actual << ", |diff| " << std::fabs(actual - expected) << " > tolerance "
-                    << tol;
-    }
-  }
-  template <typename What>
-  void at_least(double actual, double bound, const What& what) {
-    ++checks_;
-    if (actual >= bound) return;
-    if (failures_++ < kMaxReports) {
-      ADD_FAILURE() << context_ << ": " << what() << ": expected >= " << bound << ", actual "
-                    << actual;
-    }
-  }
-  template <typename What>
-  void at_most(double actual, double bound, const What& what) {
-    ++checks_;
-    if (actual <= bound) return;
-    if (failures_++ < kMaxReports) {
-      ADD_FAILURE() << context_ << ": " << what() << ": expected <= " << bound << ", actual "
-                    << actual;
-    }
-  }
-  int failures() const { return failures_; }
-  int checks() const { return checks_; }
-  std::string summary() const {
-    return str(context_, ": ", failures_, " of ", checks_, " checks failed");
-  }
-
- private:
-  static constexpr int kMaxReports = 8;
-  std::string context_;
-  int failures_ = 0;
-  int checks_ = 0;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Problems and the quantizer's own f32 arithmetic, recomputed.
@@ -227,12 +170,6 @@ std::vector<double> sample_errors(const Problem& p, GradRounding mode, uint32_t 
   return s;
 }
 
-// Bernstein tolerance (see kBernsteinL) of a mean of `draws` terms with sd sigma and
-// |term - mean| <= b.
-double bernstein_tolerance(double sigma, double b, int draws) {
-  return std::sqrt(2.0 * kBernsteinL * sigma * sigma / draws) +
-         2.0 * kBernsteinL * b / (3.0 * draws);
-}
 
 // Sample covariance (denominator draws - 1) of columns i and j of the draws x width matrix s.
 double sample_covariance(const std::vector<double>& s, size_t width, int draws, size_t i,
