@@ -1,0 +1,60 @@
+#pragma once
+// The non-GEMM layers of a Llama-style decoder (issue 4 groundwork), f32, llm.c style: each layer
+// is a *_forward / *_backward pair over explicit buffers, outputs first. Backward functions
+// ACCUMULATE (+=) into parameter gradients and into input gradients marked "+=", so that
+// residual branches and shared inputs add up without extra buffers.
+//
+// Shapes: T = B*S tokens, C model width, NH heads of size HD = C / NH, V vocabulary.
+// Activations are row-major (T, C); head h of token t occupies columns [h*HD, (h+1)*HD).
+#include <cstdint>
+#include <span>
+
+namespace s3r::model {
+
+// ---- embedding: out[t, :] = table[tokens[t], :] -------------------------------------------
+// out (T, C); tokens (T) in [0, V); table (V, C). Throws s3r::Error naming a token out of range.
+void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,
+                       std::span<const float> table, int64_t vocab, int64_t width);
+// dtable (V, C) += scatter of dout (T, C).
+void embedding_backward(std::span<float> dtable, std::span<const float> dout,
+                        std::span<const int32_t> tokens, int64_t width);
+
+// ---- RMSNorm: out = in * rstd * weight, rstd = 1 / sqrt(mean(in^2) + eps) ------------------
+// out (T, C); rstd (T) saved for the backward; in (T, C); weight (C).
+void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<const float> in,
+                     std::span<const float> weight, int64_t width, float eps);
+// din (T, C) +=; dweight (C) +=.
+void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<const float> dout,
+                      std::span<const float> in, std::span<const float> weight,
+                      std::span<const float> rstd, int64_t width);
+
+// ---- RoPE (rotary position embedding), in place on q or k (T, C) ---------------------------
+// Pair i of a head (elements 2i, 2i+1) at position s = t % S rotates by s * theta^(-2i/HD).
+// The backward rotates the gradient by the opposite angle (the rotation is orthogonal).
+void rope_forward(std::span<float> x, int64_t seq_len, int64_t heads, int64_t head_dim,
+                  float theta);
+void rope_backward(std::span<float> dx, int64_t seq_len, int64_t heads, int64_t head_dim,
+                   float theta);
+
+// ---- causal multi-head attention ------------------------------------------------------------
+// out (T, C) = softmax(q k^T / sqrt(HD), causal within each example) v, per head.
+// probs (B, NH, S, S) saved for the backward (entries above the diagonal are 0).
+void attention_forward(std::span<float> out, std::span<float> probs, std::span<const float> q,
+                       std::span<const float> k, std::span<const float> v, int64_t seq_len,
+                       int64_t heads, int64_t head_dim);
+// dq, dk, dv (T, C) overwritten.
+void attention_backward(std::span<float> dq, std::span<float> dk, std::span<float> dv,
+                        std::span<const float> dout, std::span<const float> q,
+                        std::span<const float> k, std::span<const float> v,
+                        std::span<const float> probs, int64_t seq_len, int64_t heads,
+                        int64_t head_dim);
+
+// ---- mean cross-entropy over T tokens ------------------------------------------------------
+// Returns mean_t -log softmax(logits[t])[targets[t]]; probs (T, V) saved (softmax).
+double cross_entropy_forward(std::span<float> probs, std::span<const float> logits,
+                             std::span<const int32_t> targets, int64_t vocab);
+// dlogits (T, V) = (probs - onehot(targets)) / T, overwritten.
+void cross_entropy_backward(std::span<float> dlogits, std::span<const float> probs,
+                            std::span<const int32_t> targets, int64_t vocab);
+
+}  // namespace s3r::model

@@ -1,0 +1,278 @@
+// Non-GEMM decoder layers, f32 with double accumulation where sums are long; see layers.hpp.
+#include "s3r/model/layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "s3r/core/error.hpp"
+
+namespace s3r::model {
+
+namespace {
+
+void expect_multiple(const char* fn, const char* what, size_t size, int64_t unit) {
+  if (unit <= 0 || size % static_cast<size_t>(unit) != 0) {
+    std::ostringstream msg;
+    msg << fn << ": " << what << " has " << size << " elements, not a multiple of " << unit;
+    throw Error(msg.str());
+  }
+}
+
+void expect_size(const char* fn, const char* what, size_t size, int64_t expected) {
+  if (size != static_cast<size_t>(expected)) {
+    std::ostringstream msg;
+    msg << fn << ": " << what << " has " << size << " elements, expected " << expected;
+    throw Error(msg.str());
+  }
+}
+
+// Angle step of pair i: theta^(-2i/HD), in double (positions up to S are exact in float).
+double rope_frequency(int64_t pair, int64_t head_dim, float theta) {
+  return std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(pair) / head_dim);
+}
+
+void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t head_dim,
+                 float theta, double sign) {
+  const int64_t C = heads * head_dim;
+  expect_multiple("rope", "x", x.size(), C * seq_len);
+  if (head_dim % 2 != 0) throw Error("rope: head dimension must be even, got " + std::to_string(head_dim));
+  const int64_t T = static_cast<int64_t>(x.size()) / C;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const double pos = static_cast<double>(t % seq_len);
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      const double angle = sign * pos * rope_frequency(i, head_dim, theta);
+      const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+      for (int64_t h = 0; h < heads; ++h) {
+        float* p = x.data() + t * C + h * head_dim + 2 * i;
+        const float a = p[0], b = p[1];
+        p[0] = a * c - b * s;
+        p[1] = a * s + b * c;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,
+                       std::span<const float> table, int64_t vocab, int64_t width) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  expect_size("embedding_forward", "out", out.size(), T * width);
+  expect_size("embedding_forward", "table", table.size(), vocab * width);
+  for (int64_t t = 0; t < T; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= vocab) {
+      throw Error("embedding_forward: token " + std::to_string(tokens[t]) + " at position " +
+                  std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+    std::copy_n(table.data() + tokens[t] * width, width, out.data() + t * width);
+  }
+}
+
+void embedding_backward(std::span<float> dtable, std::span<const float> dout,
+                        std::span<const int32_t> tokens, int64_t width) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  expect_size("embedding_backward", "dout", dout.size(), T * width);
+  for (int64_t t = 0; t < T; ++t) {  // sequential: tokens repeat, order fixed (deterministic)
+    float* row = dtable.data() + tokens[t] * width;
+    for (int64_t c = 0; c < width; ++c) row[c] += dout[t * width + c];
+  }
+}
+
+void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<const float> in,
+                     std::span<const float> weight, int64_t width, float eps) {
+  expect_multiple("rmsnorm_forward", "in", in.size(), width);
+  const int64_t T = static_cast<int64_t>(in.size()) / width;
+  expect_size("rmsnorm_forward", "out", out.size(), T * width);
+  expect_size("rmsnorm_forward", "rstd", rstd.size(), T);
+  expect_size("rmsnorm_forward", "weight", weight.size(), width);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* x = in.data() + t * width;
+    double ss = 0.0;
+    for (int64_t c = 0; c < width; ++c) ss += static_cast<double>(x[c]) * x[c];
+    const float r = static_cast<float>(1.0 / std::sqrt(ss / width + eps));
+    rstd[t] = r;
+    for (int64_t c = 0; c < width; ++c) out[t * width + c] = (x[c] * r) * weight[c];
+  }
+}
+
+void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<const float> dout,
+                      std::span<const float> in, std::span<const float> weight,
+                      std::span<const float> rstd, int64_t width) {
+  const int64_t T = static_cast<int64_t>(rstd.size());
+  expect_size("rmsnorm_backward", "in", in.size(), T * width);
+  expect_size("rmsnorm_backward", "dout", dout.size(), T * width);
+  expect_size("rmsnorm_backward", "din", din.size(), T * width);
+  // y = x r w with r = (mean x^2 + eps)^-1/2:  dx = r (w dy) - x r^3 mean(x w dy).
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* x = in.data() + t * width;
+    const float* dy = dout.data() + t * width;
+    const double r = rstd[t];
+    double dot = 0.0;
+    for (int64_t c = 0; c < width; ++c) dot += static_cast<double>(x[c]) * weight[c] * dy[c];
+    const double k = r * r * r * dot / width;
+    for (int64_t c = 0; c < width; ++c) {
+      din[t * width + c] += static_cast<float>(r * weight[c] * dy[c] - k * x[c]);
+    }
+  }
+  for (int64_t c = 0; c < width; ++c) {  // fixed order over t: deterministic
+    double acc = 0.0;
+    for (int64_t t = 0; t < T; ++t) acc += static_cast<double>(dout[t * width + c]) * in[t * width + c] * rstd[t];
+    dweight[c] += static_cast<float>(acc);
+  }
+}
+
+void rope_forward(std::span<float> x, int64_t seq_len, int64_t heads, int64_t head_dim,
+                  float theta) {
+  rope_rotate(x, seq_len, heads, head_dim, theta, 1.0);
+}
+
+void rope_backward(std::span<float> dx, int64_t seq_len, int64_t heads, int64_t head_dim,
+                   float theta) {
+  rope_rotate(dx, seq_len, heads, head_dim, theta, -1.0);
+}
+
+void attention_forward(std::span<float> out, std::span<float> probs, std::span<const float> q,
+                       std::span<const float> k, std::span<const float> v, int64_t seq_len,
+                       int64_t heads, int64_t head_dim) {
+  const int64_t C = heads * head_dim, S = seq_len;
+  expect_multiple("attention_forward", "q", q.size(), C * S);
+  const int64_t T = static_cast<int64_t>(q.size()) / C, B = T / S;
+  expect_size("attention_forward", "k", k.size(), T * C);
+  expect_size("attention_forward", "v", v.size(), T * C);
+  expect_size("attention_forward", "out", out.size(), T * C);
+  expect_size("attention_forward", "probs", probs.size(), B * heads * S * S);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < S; ++i) {
+        const float* qi = q.data() + (b * S + i) * C + h * head_dim;
+        float* p = probs.data() + ((b * heads + h) * S + i) * S;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          const float* kj = k.data() + (b * S + j) * C + h * head_dim;
+          double s = 0.0;
+          for (int64_t d = 0; d < head_dim; ++d) s += static_cast<double>(qi[d]) * kj[d];
+          p[j] = static_cast<float>(s * scale);
+          mx = std::max(mx, static_cast<double>(p[j]));
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double e = std::exp(p[j] - mx);
+          p[j] = static_cast<float>(e);
+          sum += e;
+        }
+        for (int64_t j = 0; j <= i; ++j) p[j] = static_cast<float>(p[j] / sum);
+        for (int64_t j = i + 1; j < S; ++j) p[j] = 0.0f;
+        float* o = out.data() + (b * S + i) * C + h * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) {
+          double acc = 0.0;
+          for (int64_t j = 0; j <= i; ++j) acc += static_cast<double>(p[j]) * v[(b * S + j) * C + h * head_dim + d];
+          o[d] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+}
+
+void attention_backward(std::span<float> dq, std::span<float> dk, std::span<float> dv,
+                        std::span<const float> dout, std::span<const float> q,
+                        std::span<const float> k, std::span<const float> v,
+                        std::span<const float> probs, int64_t seq_len, int64_t heads,
+                        int64_t head_dim) {
+  const int64_t C = heads * head_dim, S = seq_len;
+  expect_multiple("attention_backward", "q", q.size(), C * S);
+  const int64_t T = static_cast<int64_t>(q.size()) / C, B = T / S;
+  for (auto* g : {&dq, &dk, &dv}) expect_size("attention_backward", "a gradient", g->size(), T * C);
+  expect_size("attention_backward", "dout", dout.size(), T * C);
+  expect_size("attention_backward", "probs", probs.size(), B * heads * S * S);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  std::fill(dq.begin(), dq.end(), 0.0f);
+  std::fill(dk.begin(), dk.end(), 0.0f);
+  std::fill(dv.begin(), dv.end(), 0.0f);
+  // Each (example, head) owns disjoint slices of dq, dk, dv: parallel without races.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      std::vector<double> dp(static_cast<size_t>(S));
+      for (int64_t i = 0; i < S; ++i) {
+        const float* p = probs.data() + ((b * heads + h) * S + i) * S;
+        const float* go = dout.data() + (b * S + i) * C + h * head_dim;
+        // o_i = sum_j p_ij v_j:  dv_j += p_ij do_i,  dp_ij = do_i . v_j
+        double pdp = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const float* vj = v.data() + (b * S + j) * C + h * head_dim;
+          float* dvj = dv.data() + (b * S + j) * C + h * head_dim;
+          double s = 0.0;
+          for (int64_t d = 0; d < head_dim; ++d) {
+            s += static_cast<double>(go[d]) * vj[d];
+            dvj[d] += p[j] * go[d];
+          }
+          dp[j] = s;
+          pdp += p[j] * s;
+        }
+        // softmax: ds_ij = p_ij (dp_ij - sum_l p_il dp_il); s_ij = scale q_i . k_j
+        const float* qi = q.data() + (b * S + i) * C + h * head_dim;
+        float* dqi = dq.data() + (b * S + i) * C + h * head_dim;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - pdp) * scale;
+          const float* kj = k.data() + (b * S + j) * C + h * head_dim;
+          float* dkj = dk.data() + (b * S + j) * C + h * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) {
+            dqi[d] += static_cast<float>(ds * kj[d]);
+            dkj[d] += static_cast<float>(ds * qi[d]);
+          }
+        }
+      }
+    }
+  }
+}
+
+double cross_entropy_forward(std::span<float> probs, std::span<const float> logits,
+                             std::span<const int32_t> targets, int64_t vocab) {
+  const int64_t T = static_cast<int64_t>(targets.size());
+  expect_size("cross_entropy_forward", "logits", logits.size(), T * vocab);
+  expect_size("cross_entropy_forward", "probs", probs.size(), T * vocab);
+  for (int64_t t = 0; t < T; ++t) {
+    if (targets[t] < 0 || targets[t] >= vocab) {
+      throw Error("cross_entropy_forward: target " + std::to_string(targets[t]) + " at position " +
+                  std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* z = logits.data() + t * vocab;
+    float* p = probs.data() + t * vocab;
+    const int32_t y = targets[t];
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(z[i]));
+    double sum = 0.0;
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(z[i] - mx);
+    for (int64_t i = 0; i < vocab; ++i) p[i] = static_cast<float>(std::exp(z[i] - mx) / sum);
+    total += std::log(sum) + mx - z[y];
+  }
+  return total / static_cast<double>(T);
+}
+
+void cross_entropy_backward(std::span<float> dlogits, std::span<const float> probs,
+                            std::span<const int32_t> targets, int64_t vocab) {
+  const int64_t T = static_cast<int64_t>(targets.size());
+  expect_size("cross_entropy_backward", "dlogits", dlogits.size(), T * vocab);
+  const float inv_t = 1.0f / static_cast<float>(T);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float onehot = i == targets[t] ? 1.0f : 0.0f;
+      dlogits[t * vocab + i] = (probs[t * vocab + i] - onehot) * inv_t;
+    }
+  }
+}
+
+}  // namespace s3r::model
