@@ -1,0 +1,49 @@
+#pragma once
+// AdamW with decoupled weight decay, fp32 master weights and moments, a linear warm-up then cosine
+// decay, and global gradient-norm clipping (issue 4 groundwork).
+//
+//   g' = g * min(1, clip / ||g||)                 (||g|| over all parameters, in double)
+//   m  = b1 m + (1 - b1) g',   v = b2 v + (1 - b2) g'^2
+//   w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + lr * wd * w   (wd where decay)
+// A non-finite gradient norm skips the step: nothing changes and adamw_step returns false.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace s3r::optim {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float clip_norm = 1.0f;  // <= 0: no clipping
+};
+
+// One parameter tensor and its optimizer state (all of one size).
+struct ParamRef {
+  std::string name;
+  std::span<float> value, grad, m, v;
+  bool decay = true;  // weight decay applies (matrices); norms' gains usually do not
+};
+
+// Linear warm-up from max_lr / warmup to max_lr over `warmup` steps, then cosine decay to
+// min_lr at `total` steps (and min_lr after). Steps count from 0.
+struct LrSchedule {
+  float max_lr = 3e-4f;
+  float min_lr = 3e-5f;
+  int64_t warmup = 100;
+  int64_t total = 1000;
+  float at(int64_t step) const;
+};
+
+// sqrt(sum of squared gradients) over all parameters, in double; NaN or Inf if any is.
+double global_grad_norm(std::span<const ParamRef> params);
+
+// One update at 1-based step `t` with learning rate `lr`. Returns false (and changes nothing)
+// when the gradient norm is not finite; *norm receives the norm before clipping.
+bool adamw_step(std::span<const ParamRef> params, const AdamWConfig& config, float lr, int64_t t,
+                double* norm);
+
+}  // namespace s3r::optim
