@@ -154,7 +154,7 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
       const auto start = std::chrono::steady_clock::now();
       nn::swiglu_forward(y, x, {w1, w3, w2}, T, C, F, cfg.mode, state);
       nn::swiglu_backward(dx, {dw1, dw3, dw2}, dy, cfg.correction, S,
-                          fold_in(key_from_seed(7), static_cast<uint32_t>(rep)), state);
+                          fold_in(key_from_seed(7), static_cast<uint32_t>(rep)), 0, state);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       state.times = nullptr;

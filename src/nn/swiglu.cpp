@@ -71,8 +71,8 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
 }
 
 void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<const float> dy,
-                     Correction correction, int64_t tokens_per_example, Key block_key,
-                     SwigluState& st) {
+                     Correction correction, int64_t tokens_per_example, Key step_key,
+                     uint32_t first_layer, SwigluState& st) {
   const int64_t T = st.tokens, C = st.width, F = st.ffn_width;
   expect_size("dY", dy.size(), T * C);
   if (!dx.empty()) expect_size("dX", dx.size(), T * C);
@@ -80,7 +80,7 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   st.dh1.resize(static_cast<size_t>(T * F));
   st.dh3.resize(static_cast<size_t>(T * F));
   st.ws.times = st.times;
-  LinearBackwardConfig cfg{correction, tokens_per_example, fold_in(block_key, 2), false};
+  LinearBackwardConfig cfg{correction, tokens_per_example, fold_in(step_key, first_layer + 2), false};
 
   // Y = hidden W2
   linear_backward(st.d_hidden, grads.down, dy, st.hidden_in, st.down_w, cfg, st.ws);
@@ -99,9 +99,9 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   clock.lap(&PhaseTimes::elementwise);
 
   // h1 = X W1, h3 = X W3: both add into dX.
-  cfg.layer_key = fold_in(block_key, 0);
+  cfg.layer_key = fold_in(step_key, first_layer);
   linear_backward(dx, grads.gate, st.dh1, st.x_in, st.gate_w, cfg, st.ws);
-  cfg.layer_key = fold_in(block_key, 1);
+  cfg.layer_key = fold_in(step_key, first_layer + 1);
   cfg.accumulate_dx = true;
   linear_backward(dx, grads.up, st.dh3, st.x_in, st.up_w, cfg, st.ws);
 }

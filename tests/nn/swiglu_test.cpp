@@ -72,7 +72,8 @@ Result run_block(const Block& b, LinearMode mode, Correction corr = Correction::
            std::vector<float>(b.F * b.C)};
   SwigluState st;
   swiglu_forward(r.y, b.x, {b.w1, b.w3, b.w2}, b.T, b.C, b.F, mode, st);
-  swiglu_backward(r.dx, {r.dw1, r.dw3, r.dw2}, b.r, corr, S ? S : b.T, key_from_seed(5), st);
+  swiglu_backward(r.dx, {r.dw1, r.dw3, r.dw2}, b.r, corr, S ? S : b.T,
+                  fold_in(key_from_seed(5), 0), 0, st);
   return r;
 }
 

@@ -3,7 +3,8 @@
 //
 //   X (T, C), W1 = gate (C, F), W3 = up (C, F), W2 = down (F, C), Y (T, C); silu(z) = z sigmoid(z).
 // X is quantized once for W1 and W3 (one LinearInput); the hidden activation is quantized for W2.
-// Layer keys: gate, up and down use fold_in(block_key, 0 | 1 | 2) as their layer keys.
+// Layer keys (SPEC section 3): gate, up and down are layers first_layer, first_layer + 1 and
+// first_layer + 2, with layer keys fold_in(step_key, index); step_key = fold_in(key(seed), step).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -43,7 +44,7 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
 
 // dx: (T, C), overwritten (or empty: not wanted). grads are overwritten.
 void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<const float> dy,
-                     Correction correction, int64_t tokens_per_example, Key block_key,
-                     SwigluState& state);
+                     Correction correction, int64_t tokens_per_example, Key step_key,
+                     uint32_t first_layer, SwigluState& state);
 
 }  // namespace s3r::nn
