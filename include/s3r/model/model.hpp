@@ -1,0 +1,80 @@
+#pragma once
+// Llama-style decoder (issue 4): token embedding; per block RMSNorm -> Q, K, V -> RoPE -> causal
+// attention -> output projection -> residual; RMSNorm -> SwiGLU (gate, up, down) -> residual;
+// final RMSNorm; untied LM head; mean cross-entropy.
+//
+// All seven projections of every block are QuantLinear in the model's mode and correction. The
+// embedding and the attention products run in f32 and the LM head in bf16 (f32 in f32 mode) in
+// every mode, so mode comparisons measure only the quantized projections. Threshold keys: layer
+// index 7 l + j for projection j in (q, k, v, o, gate, up, down) of block l, layer key
+// fold_in(fold_in(key(seed), step), index) (SPEC section 3).
+//
+// Parameters and gradients live in one f32 arena each (param_table() names every tensor);
+// activations are allocated once at construction and reused every step.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "s3r/model/config.hpp"
+#include "s3r/nn/quant_linear.hpp"
+#include "s3r/nn/swiglu.hpp"
+#include "s3r/rng/threefry.hpp"
+
+namespace s3r::model {
+
+struct ParamInfo {
+  std::string name;
+  int64_t offset = 0;  // into params() / grads()
+  int64_t size = 0;
+  bool decay = true;  // matrices decay; norm gains and the embedding do not
+};
+
+class Model {
+ public:
+  Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction correction);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Normal(0, 0.02) matrices (output projections scaled by 1/sqrt(2L)), unit norm gains.
+  void init_weights(uint32_t seed);
+
+  std::span<float> params() { return params_; }
+  std::span<float> grads() { return grads_; }
+  const std::vector<ParamInfo>& param_table() const { return table_; }
+  const ModelConfig& config() const { return cfg_; }
+  nn::LinearMode mode() const { return mode_; }
+  nn::Correction correction() const { return correction_; }
+
+  // inputs, targets: (B*S) token ids. Returns the mean cross-entropy. Throws s3r::Error on
+  // tokens outside the vocabulary and on non-finite activations (naming the tensor).
+  double forward(std::span<const int32_t> inputs, std::span<const int32_t> targets);
+  // Gradients of the last forward's loss into grads() (overwritten). step_key =
+  // fold_in(key(seed), step). Throws NonFiniteGradient when a gradient is NaN/Inf.
+  void backward(Key step_key);
+
+ private:
+  struct Block;
+  float* param(int64_t offset) { return params_.data() + offset; }
+  float* grad(int64_t offset) { return grads_.data() + offset; }
+  int64_t add_param(const std::string& name, int64_t size, bool decay);
+
+  ModelConfig cfg_;
+  nn::LinearMode mode_;
+  nn::Correction correction_;
+  std::vector<ParamInfo> table_;
+  std::vector<float> params_, grads_;
+  int64_t tok_emb_ = 0, final_norm_ = 0, lm_head_ = 0;
+  std::vector<Block> blocks_;
+
+  // Activations and scratch (allocated once).
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<float> x_final_, xn_final_, rstd_final_, logits_, probs_;
+  std::vector<float> dx_, dx2_, dxn_, dq_, dk_, dv_, datt_, dlogits_;
+  nn::LinearInput head_in_;
+  nn::LinearWeight head_w_;
+  nn::LinearWorkspace ws_;
+};
+
+}  // namespace s3r::model

@@ -1,0 +1,167 @@
+// The decoder's forward and backward passes; see s3r/model/model.hpp.
+#include "s3r/model/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "s3r/core/error.hpp"
+#include "s3r/model/layers.hpp"
+
+namespace s3r::model {
+
+using nn::LinearMode;
+
+// Per-block parameters (offsets into the arenas) and saved activations.
+struct Model::Block {
+  int64_t attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  std::vector<float> x_in;              // (T, C) residual stream entering the block
+  std::vector<float> xn1, rstd1;        // attention RMSNorm
+  std::vector<float> q, k, v, att, probs;
+  std::vector<float> x_mid, xn2, rstd2;  // after the attention residual; FFN RMSNorm
+  nn::LinearInput qkv_in, o_in;
+  nn::LinearWeight wq_w, wk_w, wv_w, wo_w;
+  nn::SwigluState ffn;
+};
+
+int64_t Model::add_param(const std::string& name, int64_t size, bool decay) {
+  const int64_t offset = table_.empty() ? 0 : table_.back().offset + table_.back().size;
+  table_.push_back(ParamInfo{name, offset, size, decay});
+  return offset;
+}
+
+Model::Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction correction)
+    : cfg_(config), mode_(mode), correction_(correction) {
+  cfg_.validate();
+  const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
+  const int64_t S = cfg_.seq_len, B = cfg_.batch, NH = cfg_.heads;
+  tok_emb_ = add_param("tok_emb", V * C, false);
+  blocks_.resize(static_cast<size_t>(cfg_.layers));
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    Block& b = blocks_[l];
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    b.attn_norm = add_param(p + "attn_norm", C, false);
+    b.wq = add_param(p + "attn.q", C * C, true);
+    b.wk = add_param(p + "attn.k", C * C, true);
+    b.wv = add_param(p + "attn.v", C * C, true);
+    b.wo = add_param(p + "attn.o", C * C, true);
+    b.ffn_norm = add_param(p + "ffn_norm", C, false);
+    b.w_gate = add_param(p + "ffn.gate", C * F, true);
+    b.w_up = add_param(p + "ffn.up", C * F, true);
+    b.w_down = add_param(p + "ffn.down", F * C, true);
+    for (auto* v : {&b.x_in, &b.xn1, &b.q, &b.k, &b.v, &b.att, &b.x_mid, &b.xn2}) v->resize(T * C);
+    b.rstd1.resize(T);
+    b.rstd2.resize(T);
+    b.probs.resize(B * NH * S * S);
+  }
+  final_norm_ = add_param("final_norm", C, false);
+  lm_head_ = add_param("lm_head", C * V, true);
+  params_.assign(static_cast<size_t>(table_.back().offset + table_.back().size), 0.0f);
+  grads_.assign(params_.size(), 0.0f);
+  for (auto* v : {&x_final_, &xn_final_, &dx_, &dx2_, &dxn_, &dq_, &dk_, &dv_, &datt_}) v->resize(T * C);
+  rstd_final_.resize(T);
+  logits_.resize(T * V);
+  probs_.resize(T * V);
+  dlogits_.resize(T * V);
+}
+
+Model::~Model() = default;
+
+void Model::init_weights(uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const float residual_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(cfg_.layers));
+  for (const ParamInfo& p : table_) {
+    float* w = param(p.offset);
+    const bool gain = p.name.find("norm") != std::string::npos;
+    const bool residual = p.name.find("attn.o") != std::string::npos ||
+                          p.name.find("ffn.down") != std::string::npos;
+    for (int64_t i = 0; i < p.size; ++i) {
+      w[i] = gain ? 1.0f : normal(gen) * (residual ? residual_scale : 1.0f);
+    }
+  }
+}
+
+double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> targets) {
+  const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
+  const int64_t S = cfg_.seq_len, NH = cfg_.heads, HD = cfg_.head_dim();
+  if (inputs.size() != static_cast<size_t>(T) || targets.size() != static_cast<size_t>(T)) {
+    throw Error("model forward: inputs and targets must hold B*S = " + std::to_string(T) + " tokens");
+  }
+  inputs_.assign(inputs.begin(), inputs.end());
+  targets_.assign(targets.begin(), targets.end());
+  embedding_forward(blocks_.empty() ? x_final_ : blocks_[0].x_in, inputs,
+                    {param(tok_emb_), size_t(V * C)}, V, C);
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    Block& b = blocks_[l];
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    rmsnorm_forward(b.xn1, b.rstd1, b.x_in, {param(b.attn_norm), size_t(C)}, C, cfg_.norm_eps);
+    nn::prepare_input(b.qkv_in, b.xn1, T, C, mode_, p + "attn.X");
+    nn::prepare_weight(b.wq_w, {param(b.wq), size_t(C * C)}, C, C, mode_, p + "attn.q.W");
+    nn::prepare_weight(b.wk_w, {param(b.wk), size_t(C * C)}, C, C, mode_, p + "attn.k.W");
+    nn::prepare_weight(b.wv_w, {param(b.wv), size_t(C * C)}, C, C, mode_, p + "attn.v.W");
+    nn::prepare_weight(b.wo_w, {param(b.wo), size_t(C * C)}, C, C, mode_, p + "attn.o.W");
+    nn::linear_forward(b.q, b.qkv_in, b.wq_w);
+    nn::linear_forward(b.k, b.qkv_in, b.wk_w);
+    nn::linear_forward(b.v, b.qkv_in, b.wv_w);
+    rope_forward(b.q, S, NH, HD, cfg_.rope_theta);
+    rope_forward(b.k, S, NH, HD, cfg_.rope_theta);
+    attention_forward(b.att, b.probs, b.q, b.k, b.v, S, NH, HD);
+    nn::prepare_input(b.o_in, b.att, T, C, mode_, p + "attn.o.X");
+    nn::linear_forward(b.x_mid, b.o_in, b.wo_w);
+    for (int64_t i = 0; i < T * C; ++i) b.x_mid[i] += b.x_in[i];
+    rmsnorm_forward(b.xn2, b.rstd2, b.x_mid, {param(b.ffn_norm), size_t(C)}, C, cfg_.norm_eps);
+    std::vector<float>& out = l + 1 < cfg_.layers ? blocks_[l + 1].x_in : x_final_;
+    nn::swiglu_forward(out, b.xn2,
+                       {{param(b.w_gate), size_t(C * F)}, {param(b.w_up), size_t(C * F)},
+                        {param(b.w_down), size_t(F * C)}},
+                       T, C, F, mode_, b.ffn);
+    for (int64_t i = 0; i < T * C; ++i) out[i] += b.x_mid[i];
+  }
+  rmsnorm_forward(xn_final_, rstd_final_, x_final_, {param(final_norm_), size_t(C)}, C, cfg_.norm_eps);
+  const LinearMode head_mode = mode_ == LinearMode::kF32 ? LinearMode::kF32 : LinearMode::kBf16;
+  nn::prepare_input(head_in_, xn_final_, T, C, head_mode, "lm_head.X");
+  nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode, "lm_head.W");
+  nn::linear_forward(logits_, head_in_, head_w_);
+  return cross_entropy_forward(probs_, logits_, targets_, V);
+}
+
+void Model::backward(Key step_key) {
+  const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab;
+  const int64_t S = cfg_.seq_len, NH = cfg_.heads, HD = cfg_.head_dim();
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  cross_entropy_backward(dlogits_, probs_, targets_, V);
+  nn::LinearBackwardConfig head_cfg{nn::Correction::kNone, S, step_key, false};
+  nn::linear_backward(dxn_, {grad(lm_head_), size_t(C * V)}, dlogits_, head_in_, head_w_, head_cfg, ws_);
+  std::fill(dx_.begin(), dx_.end(), 0.0f);  // dL/d(residual stream), accumulated
+  rmsnorm_backward(dx_, {grad(final_norm_), size_t(C)}, dxn_, x_final_, {param(final_norm_), size_t(C)},
+                   rstd_final_, C);
+  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+    Block& b = blocks_[l];
+    const uint32_t index = static_cast<uint32_t>(7 * l);
+    // out = x_mid + swiglu(xn2): dx_ is d(out); the FFN adds into d(x_mid) through xn2.
+    nn::swiglu_backward(dxn_, {{grad(b.w_gate), size_t(C * F)}, {grad(b.w_up), size_t(C * F)},
+                               {grad(b.w_down), size_t(F * C)}},
+                        dx_, correction_, S, step_key, index + 4, b.ffn);
+    rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, {param(b.ffn_norm), size_t(C)},
+                     b.rstd2, C);
+    // x_mid = x_in + att W_o: dx_ is d(x_mid).
+    nn::LinearBackwardConfig cfg{correction_, S, fold_in(step_key, index + 3), false};
+    nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, cfg, ws_);
+    attention_backward(dq_, dk_, dv_, datt_, b.q, b.k, b.v, b.probs, S, NH, HD);
+    rope_backward(dq_, S, NH, HD, cfg_.rope_theta);
+    rope_backward(dk_, S, NH, HD, cfg_.rope_theta);
+    cfg.layer_key = fold_in(step_key, index);
+    nn::linear_backward(dxn_, {grad(b.wq), size_t(C * C)}, dq_, b.qkv_in, b.wq_w, cfg, ws_);
+    cfg.accumulate_dx = true;
+    cfg.layer_key = fold_in(step_key, index + 1);
+    nn::linear_backward(dxn_, {grad(b.wk), size_t(C * C)}, dk_, b.qkv_in, b.wk_w, cfg, ws_);
+    cfg.layer_key = fold_in(step_key, index + 2);
+    nn::linear_backward(dxn_, {grad(b.wv), size_t(C * C)}, dv_, b.qkv_in, b.wv_w, cfg, ws_);
+    rmsnorm_backward(dx_, {grad(b.attn_norm), size_t(C)}, dxn_, b.x_in, {param(b.attn_norm), size_t(C)},
+                     b.rstd1, C);
+  }
+  embedding_backward({grad(tok_emb_), size_t(V * C)}, dx_, inputs_, C);
+}
+
+}  // namespace s3r::model

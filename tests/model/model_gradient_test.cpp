@@ -1,0 +1,155 @@
+// The whole tiny model's loss gradient (f32 path) against central finite differences of a
+// double-precision forward written here from the architecture's definition.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "s3r/model/model.hpp"
+
+namespace s3r::model {
+namespace {
+
+using Vec = std::vector<double>;
+
+// Y (T, N) = X (T, K) W (K, N)
+Vec matmul(const Vec& x, const double* w, int64_t T, int64_t K, int64_t N) {
+  Vec y(T * N, 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) y[t * N + n] += x[t * K + k] * w[k * N + n];
+  return y;
+}
+
+Vec rmsnorm(const Vec& x, const double* g, int64_t T, int64_t C, double eps) {
+  Vec y(x.size());
+  for (int64_t t = 0; t < T; ++t) {
+    double ss = 0.0;
+    for (int64_t c = 0; c < C; ++c) ss += x[t * C + c] * x[t * C + c];
+    const double r = 1.0 / std::sqrt(ss / C + eps);
+    for (int64_t c = 0; c < C; ++c) y[t * C + c] = x[t * C + c] * r * g[c];
+  }
+  return y;
+}
+
+void rope(Vec& x, const ModelConfig& m) {
+  const int64_t C = m.width, HD = m.head_dim();
+  for (int64_t t = 0; t < m.tokens(); ++t)
+    for (int64_t h = 0; h < m.heads; ++h)
+      for (int64_t i = 0; i < HD / 2; ++i) {
+        const double ang = static_cast<double>(t % m.seq_len) * std::pow(double(m.rope_theta), -2.0 * i / HD);
+        double* p = &x[t * C + h * HD + 2 * i];
+        const double a = p[0], b = p[1];
+        p[0] = a * std::cos(ang) - b * std::sin(ang);
+        p[1] = a * std::sin(ang) + b * std::cos(ang);
+      }
+}
+
+Vec attention(const Vec& q, const Vec& k, const Vec& v, const ModelConfig& m) {
+  const int64_t C = m.width, HD = m.head_dim(), S = m.seq_len;
+  Vec out(q.size(), 0.0);
+  for (int64_t b = 0; b < m.batch; ++b)
+    for (int64_t h = 0; h < m.heads; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        Vec s(i + 1);
+        double mx = -1e300, sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double d = 0.0;
+          for (int64_t e = 0; e < HD; ++e) d += q[(b * S + i) * C + h * HD + e] * k[(b * S + j) * C + h * HD + e];
+          s[j] = d / std::sqrt(double(HD));
+          mx = std::max(mx, s[j]);
+        }
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t j = 0; j <= i; ++j)
+          for (int64_t e = 0; e < HD; ++e) out[(b * S + i) * C + h * HD + e] += s[j] / sum * v[(b * S + j) * C + h * HD + e];
+      }
+  return out;
+}
+
+// The model's loss in double from a double copy of the parameter arena.
+double reference_loss(const ModelConfig& m, const std::map<std::string, ParamInfo>& info,
+                      const Vec& params, const std::vector<int32_t>& in,
+                      const std::vector<int32_t>& tg) {
+  const int64_t T = m.tokens(), C = m.width, F = m.ffn_width, V = m.vocab;
+  auto P = [&](const std::string& name) { return params.data() + info.at(name).offset; };
+  Vec x(T * C);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c) x[t * C + c] = P("tok_emb")[in[t] * C + c];
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    const Vec xn = rmsnorm(x, P(p + "attn_norm"), T, C, m.norm_eps);
+    Vec q = matmul(xn, P(p + "attn.q"), T, C, C), k = matmul(xn, P(p + "attn.k"), T, C, C);
+    const Vec v = matmul(xn, P(p + "attn.v"), T, C, C);
+    rope(q, m);
+    rope(k, m);
+    const Vec o = matmul(attention(q, k, v, m), P(p + "attn.o"), T, C, C);
+    for (int64_t i = 0; i < T * C; ++i) x[i] += o[i];
+    const Vec xn2 = rmsnorm(x, P(p + "ffn_norm"), T, C, m.norm_eps);
+    const Vec h1 = matmul(xn2, P(p + "ffn.gate"), T, C, F), h3 = matmul(xn2, P(p + "ffn.up"), T, C, F);
+    Vec hidden(T * F);
+    for (int64_t i = 0; i < T * F; ++i) hidden[i] = h1[i] / (1.0 + std::exp(-h1[i])) * h3[i];
+    const Vec y = matmul(hidden, P(p + "ffn.down"), T, F, C);
+    for (int64_t i = 0; i < T * C; ++i) x[i] += y[i];
+  }
+  const Vec logits = matmul(rmsnorm(x, P("final_norm"), T, C, m.norm_eps), P("lm_head"), T, C, V);
+  double loss = 0.0;
+  for (int64_t t = 0; t < T; ++t) {
+    double mx = -1e300, sum = 0.0;
+    for (int64_t i = 0; i < V; ++i) mx = std::max(mx, logits[t * V + i]);
+    for (int64_t i = 0; i < V; ++i) sum += std::exp(logits[t * V + i] - mx);
+    loss += std::log(sum) + mx - logits[t * V + tg[t]];
+  }
+  return loss / T;
+}
+
+// For a few entries of every parameter tensor: central differences (h = 1e-4 (|w| + 0.1)) of the
+// double loss against the f32 model's analytic gradient; allowed error 2e-3 of the tensor's
+// gradient RMS plus 1e-3 relative (f32 rounding through two blocks is ~1e-5 relative; a wrong
+// term or factor shows at O(RMS)).
+TEST(ModelGradient, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
+  ModelConfig m{2, 16, 2, 24, 19, 6, 2};
+  Model model(m, nn::LinearMode::kF32, nn::Correction::kNone);
+  model.init_weights(5);
+  // Larger weights than the 0.02 init so that every path carries a visible gradient.
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  for (const ParamInfo& p : model.param_table()) {
+    if (p.name.find("norm") != std::string::npos) continue;
+    for (int64_t i = 0; i < p.size; ++i) model.params()[p.offset + i] = normal(gen);
+  }
+  std::vector<int32_t> in(m.tokens()), tg(m.tokens());
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.vocab - 1));
+  for (auto& t : in) t = tok(gen);
+  for (auto& t : tg) t = tok(gen);
+  const double loss = model.forward(in, tg);
+  model.backward(key_from_seed(0));
+  std::map<std::string, ParamInfo> info;
+  for (const ParamInfo& p : model.param_table()) info[p.name] = p;
+  Vec params(model.params().begin(), model.params().end());
+  EXPECT_NEAR(loss, reference_loss(m, info, params, in, tg), 1e-5 * loss);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (const ParamInfo& p : model.param_table()) {
+    double rms = 0.0;
+    for (int64_t i = 0; i < p.size; ++i) rms += double(model.grads()[p.offset + i]) * model.grads()[p.offset + i];
+    rms = std::sqrt(rms / p.size);
+    ASSERT_GT(rms, 0.0) << p.name << " has an all-zero gradient";
+    for (int trial = 0; trial < 4; ++trial) {
+      const int64_t i = p.offset + static_cast<int64_t>(u(gen) * p.size);
+      const double w = params[i], h = 1e-4 * (std::fabs(w) + 0.1);
+      params[i] = w + h;
+      const double lp = reference_loss(m, info, params, in, tg);
+      params[i] = w - h;
+      const double lm = reference_loss(m, info, params, in, tg);
+      params[i] = w;
+      const double fd = (lp - lm) / (2 * h);
+      EXPECT_NEAR(model.grads()[i], fd, 2e-3 * rms + 1e-3 * std::fabs(fd))
+          << p.name << "[" << i - p.offset << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace s3r::model
