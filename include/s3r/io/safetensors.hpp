@@ -1,0 +1,35 @@
+#pragma once
+// safetensors files (the format of Hugging Face's `safetensors`): an 8-byte little-endian header
+// length, a JSON header {name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]},
+// "__metadata__": {string: string}}, then the tensors' bytes. s3r writes and reads F32 tensors.
+// Writes go to a temporary name and are renamed into place; reads validate the header, every
+// offset and the file size, and name the file and the tensor at fault.
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace s3r::io {
+
+struct TensorView {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::span<const float> data;  // row-major; size = product of shape
+};
+
+void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsFile {
+  struct Tensor {
+    std::vector<int64_t> shape;
+    std::vector<float> data;
+  };
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+SafetensorsFile read_safetensors(const std::string& path);
+
+}  // namespace s3r::io
