@@ -13,6 +13,10 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks against the bf16 baseline");
   bench->require_subcommand(1);
   s3r::tools::register_bench_ffn(*bench);
+  CLI::App* data = app.add_subcommand("data", "prepare training data");
+  data->require_subcommand(1);
+  s3r::tools::register_data_prepare(*data);
+  s3r::tools::register_train(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,29 @@
+// `s3r data prepare`: text -> tokenizer -> token shards (s3r/data/prepare.hpp).
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "s3r/data/prepare.hpp"
+
+namespace s3r::tools {
+
+void register_data_prepare(CLI::App& data) {
+  auto o = std::make_shared<s3r::data::PrepareOptions>();
+  CLI::App* cmd = data.add_subcommand("prepare", "text or JSONL (C4) -> SentencePiece BPE tokenizer -> token shards");
+  cmd->add_option("inputs", o->inputs, "text, JSONL (.json/.jsonl, optionally .gz) files or folders")->required();
+  cmd->add_option("--out", o->out_dir, "output folder (tokenizer.model, train.bin, val.bin, info.json)")->required();
+  cmd->add_option("--tokenizer", o->tokenizer_model, "use this SentencePiece model instead of training one");
+  cmd->add_option("--vocab", o->vocab_size, "vocabulary size of a trained tokenizer")->capture_default_str();
+  cmd->add_option("--val-fraction", o->val_fraction, "share of documents held out for validation")->capture_default_str();
+  cmd->callback([o] {
+    const auto start = std::chrono::steady_clock::now();
+    s3r::data::prepare(*o, [&](const std::string& msg) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("[%6.1f s] %s\n", s, msg.c_str());
+      std::fflush(stdout);
+    });
+  });
+}
+
+}  // namespace s3r::tools

@@ -1,0 +1,138 @@
+// `s3r train`: train a Llama-style decoder on token shards in any rounding mode.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "s3r/core/error.hpp"
+#include "s3r/core/machine.hpp"
+#include "s3r/data/token_shard.hpp"
+#include "s3r/model/model.hpp"
+#include "s3r/train/trainer.hpp"
+
+namespace s3r::tools {
+
+namespace {
+
+struct TrainCli {
+  std::string preset = "small";
+  std::string data_dir = "data/nlp-corpus";
+  std::string mode = "s3r", correction = "dx";
+  std::string out = "data/runs/default", resume;
+  int64_t layers = 0, width = 0, heads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;  // 0: preset
+  uint32_t seed = 0;
+  int64_t steps = 600, warmup = 30, eval_every = 100, checkpoint_every = 0;
+  float lr = 3e-3f, min_lr = 3e-4f, weight_decay = 0.1f, clip = 1.0f;
+};
+
+// A PNG of the training and validation loss, drawn by gnuplot when it is installed.
+void plot(const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  const fs::path metrics = fs::path(out_dir) / "metrics.jsonl";
+  const fs::path train = fs::path(out_dir) / "loss_train.dat", val = fs::path(out_dir) / "loss_val.dat";
+  {
+    std::ifstream in(metrics);
+    std::ofstream t(train), v(val);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) continue;
+      if (j.contains("val_loss")) v << j["step"].get<int64_t>() + 1 << " " << j["val_loss"].get<double>() << "\n";
+      if (j.contains("loss") && !j.value("skipped", false)) t << j["step"].get<int64_t>() + 1 << " " << j["loss"].get<double>() << "\n";
+    }
+  }
+  const fs::path png = fs::path(out_dir) / "loss.png";
+  const std::string script = "set terminal pngcairo size 900,540; set output '" + png.string() +
+                             "'; set xlabel 'step'; set ylabel 'loss (nats)'; set grid; plot '" +
+                             train.string() + "' with lines title 'train', '" + val.string() +
+                             "' with linespoints title 'validation'";
+  const std::string cmd = "gnuplot -e \"" + script + "\" 2>/dev/null";
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0 && std::system(cmd.c_str()) == 0) {
+    std::printf("loss curve: %s\n", png.string().c_str());
+  } else {
+    std::printf("loss curve: gnuplot not available; data in %s and %s\n", train.string().c_str(),
+                val.string().c_str());
+  }
+}
+
+void run(const TrainCli& c) {
+  train::TrainOptions o;
+  o.model = model::preset(c.preset);
+  if (c.layers) o.model.layers = c.layers;
+  if (c.width) o.model.width = c.width;
+  if (c.heads) o.model.heads = c.heads;
+  if (c.ffn) o.model.ffn_width = c.ffn;
+  if (c.vocab) o.model.vocab = c.vocab;
+  if (c.seq) o.model.seq_len = c.seq;
+  if (c.batch) o.model.batch = c.batch;
+  o.model.validate();
+  o.mode = nn::parse_linear_mode(c.mode);
+  o.correction = nn::parse_correction(c.correction);
+  if (!nn::is_int8(o.mode) && o.correction != nn::Correction::kNone) {
+    throw Error("--correction " + c.correction + " needs an int8 --mode (rtne, sr, s3r, s3r-bcast)");
+  }
+  o.seed = c.seed;
+  o.steps = c.steps;
+  o.lr = optim::LrSchedule{c.lr, c.min_lr, c.warmup, c.steps};
+  o.adamw.weight_decay = c.weight_decay;
+  o.adamw.clip_norm = c.clip;
+  o.eval_every = c.eval_every;
+  o.checkpoint_every = c.checkpoint_every;
+  o.out_dir = c.out;
+  namespace fs = std::filesystem;
+  const data::TokenShard train_shard = data::read_shard((fs::path(c.data_dir) / "train.bin").string());
+  const data::TokenShard val_shard = data::read_shard((fs::path(c.data_dir) / "val.bin").string());
+  const double h = train::unigram_entropy(train_shard);
+  std::printf("s3r train: %s, mode %s, correction %s, seed %u, %lld steps\n", o.model.describe().c_str(),
+              c.mode.c_str(), c.correction.c_str(), c.seed, static_cast<long long>(c.steps));
+  std::printf("machine: %s\n", machine_line().c_str());
+  std::printf("data: %s: %zu training tokens, %zu validation tokens, vocabulary %u\n", c.data_dir.c_str(),
+              train_shard.tokens.size(), val_shard.tokens.size(), train_shard.vocab);
+  std::printf("reference: unigram entropy %.3f nats (the best token-frequency model); ln V = %.3f\n", h,
+              std::log(static_cast<double>(o.model.vocab)));
+  std::fflush(stdout);
+  const train::TrainResult r = train::train(o, train_shard, val_shard, c.resume, std::cout);
+  double ms = 0.0;
+  for (const auto& s : r.steps) ms += s.ms;
+  const double val = r.validation.empty() ? NAN : r.validation.back().second;
+  std::printf("summary: final validation loss %.4f nats (%.3f below the unigram entropy), %.0f tokens/s, out %s\n",
+              val, h - val, o.model.tokens() * r.steps.size() / (ms / 1000.0), c.out.c_str());
+  plot(c.out);
+}
+
+}  // namespace
+
+void register_train(CLI::App& app) {
+  auto c = std::make_shared<TrainCli>();
+  CLI::App* cmd = app.add_subcommand("train", "train a Llama-style decoder with INT8 products in any rounding mode");
+  cmd->add_option("--preset", c->preset, "tiny | small | paper")->capture_default_str();
+  cmd->add_option("--data", c->data_dir, "folder with train.bin and val.bin (s3r data prepare)")->capture_default_str();
+  cmd->add_option("--mode", c->mode, "f32 | bf16 | rtne | sr | s3r | s3r-bcast")->capture_default_str();
+  cmd->add_option("--correction", c->correction, "none | dx | two-way")->capture_default_str();
+  cmd->add_option("--seed", c->seed, "weights, data order and thresholds")->capture_default_str();
+  cmd->add_option("--steps", c->steps, "optimizer steps")->capture_default_str();
+  cmd->add_option("--lr", c->lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--min-lr", c->min_lr, "learning rate at the end of the cosine decay")->capture_default_str();
+  cmd->add_option("--warmup", c->warmup, "linear warm-up steps")->capture_default_str();
+  cmd->add_option("--weight-decay", c->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  cmd->add_option("--clip", c->clip, "global gradient-norm clip (0: none)")->capture_default_str();
+  cmd->add_option("--eval-every", c->eval_every, "steps between validations (0: only at the end)")->capture_default_str();
+  cmd->add_option("--checkpoint-every", c->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str();
+  cmd->add_option("--out", c->out, "run folder: metrics.jsonl, checkpoint/, loss.png")->capture_default_str();
+  cmd->add_option("--resume", c->resume, "continue bit-exactly from the checkpoint in this run folder");
+  cmd->add_option("--layers", c->layers, "L (default: the preset's)");
+  cmd->add_option("--width", c->width, "C");
+  cmd->add_option("--heads", c->heads, "attention heads");
+  cmd->add_option("--ffn", c->ffn, "F");
+  cmd->add_option("--vocab", c->vocab, "V (must equal the tokenizer's)");
+  cmd->add_option("--seq-len", c->seq, "S");
+  cmd->add_option("--batch", c->batch, "B");
+  cmd->callback([c] { run(*c); });
+}
+
+}  // namespace s3r::tools
