@@ -21,13 +21,15 @@ struct PrimitiveKey {
   dt a, b, c;
   int64_t M, N, K;
   bool ta, tb, col_scale, accumulate;
-  auto tie() const { return std::tie(a, b, c, M, N, K, ta, tb, col_scale, accumulate); }
+  int64_t lda, ldb, ldc;  // resolved (never 0)
+  auto tie() const {
+    return std::tie(a, b, c, M, N, K, ta, tb, col_scale, accumulate, lda, ldb, ldc);
+  }
   bool operator<(const PrimitiveKey& o) const { return tie() < o.tie(); }
 };
 
 struct Context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
   std::mutex mutex;
   std::map<PrimitiveKey, dnnl::matmul> cache;
 };
@@ -37,14 +39,20 @@ Context& context() {
   return ctx;
 }
 
+// oneDNN streams are not to be shared between threads: one per thread.
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream{context().engine};
+  return stream;
+}
+
 dnnl::memory::desc a_desc(const PrimitiveKey& k) {
-  return dnnl::memory::desc({k.M, k.K}, k.a, k.ta ? dnnl::memory::dims{1, k.M} : dnnl::memory::dims{k.K, 1});
+  return dnnl::memory::desc({k.M, k.K}, k.a, k.ta ? dnnl::memory::dims{1, k.lda} : dnnl::memory::dims{k.lda, 1});
 }
 dnnl::memory::desc b_desc(const PrimitiveKey& k) {
-  return dnnl::memory::desc({k.K, k.N}, k.b, k.tb ? dnnl::memory::dims{1, k.K} : dnnl::memory::dims{k.N, 1});
+  return dnnl::memory::desc({k.K, k.N}, k.b, k.tb ? dnnl::memory::dims{1, k.ldb} : dnnl::memory::dims{k.ldb, 1});
 }
 dnnl::memory::desc c_desc(const PrimitiveKey& k) {
-  return dnnl::memory::desc({k.M, k.N}, k.c, dnnl::memory::dims{k.N, 1});
+  return dnnl::memory::desc({k.M, k.N}, k.c, dnnl::memory::dims{k.ldc, 1});
 }
 dnnl::memory::desc col_scale_desc(const PrimitiveKey& k) {
   return dnnl::memory::desc({1, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
@@ -95,13 +103,24 @@ void run(const PrimitiveKey& key, void* C, const void* A, const void* B, const f
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
                  dnnl::memory(col_scale_desc(key), ctx.engine, const_cast<float*>(col_scale)));
   }
-  mm.execute(ctx.stream, args);
-  ctx.stream.wait();
+  dnnl::stream& stream = thread_stream();
+  mm.execute(stream, args);
+  stream.wait();
 }
 
 PrimitiveKey make_key(dt a, dt b, dt c, const MatmulShape& s, bool col_scale, bool acc) {
   check_shape(s);
-  return PrimitiveKey{a, b, c, s.M, s.N, s.K, s.a_transposed, s.b_transposed, col_scale, acc};
+  const int64_t lda = s.lda ? s.lda : (s.a_transposed ? s.M : s.K);
+  const int64_t ldb = s.ldb ? s.ldb : (s.b_transposed ? s.K : s.N);
+  const int64_t ldc = s.ldc ? s.ldc : s.N;
+  if (lda < (s.a_transposed ? s.M : s.K) || ldb < (s.b_transposed ? s.K : s.N) || ldc < s.N) {
+    std::ostringstream msg;
+    msg << "matmul: leading dimensions (" << lda << ", " << ldb << ", " << ldc
+        << ") are shorter than the stored rows";
+    throw Error(msg.str());
+  }
+  return PrimitiveKey{a, b, c, s.M, s.N, s.K, s.a_transposed, s.b_transposed, col_scale, acc,
+                      lda, ldb, ldc};
 }
 
 }  // namespace

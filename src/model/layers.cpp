@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/matmul.hpp"
 
 namespace s3r::model {
 
@@ -137,46 +138,42 @@ void rope_backward(std::span<float> dx, int64_t seq_len, int64_t heads, int64_t 
   rope_rotate(dx, seq_len, heads, head_dim, theta, -1.0);
 }
 
+// Attention runs per (example, head) on column slices of q, k, v (leading dimension C) with
+// oneDNN f32 products; the (example, head) pairs are spread over threads and each product runs
+// on its thread. Causality: scores above the diagonal are never read, probabilities there are 0.
 void attention_forward(std::span<float> out, std::span<float> probs, std::span<const float> q,
                        std::span<const float> k, std::span<const float> v, int64_t seq_len,
                        int64_t heads, int64_t head_dim) {
-  const int64_t C = heads * head_dim, S = seq_len;
+  const int64_t C = heads * head_dim, S = seq_len, HD = head_dim;
   expect_multiple("attention_forward", "q", q.size(), C * S);
   const int64_t T = static_cast<int64_t>(q.size()) / C, B = T / S;
   expect_size("attention_forward", "k", k.size(), T * C);
   expect_size("attention_forward", "v", v.size(), T * C);
   expect_size("attention_forward", "out", out.size(), T * C);
   expect_size("attention_forward", "probs", probs.size(), B * heads * S * S);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t i = 0; i < S; ++i) {
-        const float* qi = q.data() + (b * S + i) * C + h * head_dim;
-        float* p = probs.data() + ((b * heads + h) * S + i) * S;
-        double mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
-          const float* kj = k.data() + (b * S + j) * C + h * head_dim;
-          double s = 0.0;
-          for (int64_t d = 0; d < head_dim; ++d) s += static_cast<double>(qi[d]) * kj[d];
-          p[j] = static_cast<float>(s * scale);
-          mx = std::max(mx, static_cast<double>(p[j]));
-        }
+      const int64_t head = b * S * C + h * HD;  // first element of this head's (S, HD) slice
+      float* p = probs.data() + (b * heads + h) * S * S;
+      // p = q_h k_h^T (S, S)
+      gemm::matmul_f32(p, q.data() + head, k.data() + head, {S, S, HD, false, true, C, C, S});
+      for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over j <= i
+        float* row = p + i * S;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
         double sum = 0.0;
         for (int64_t j = 0; j <= i; ++j) {
-          const double e = std::exp(p[j] - mx);
-          p[j] = static_cast<float>(e);
-          sum += e;
+          row[j] = std::exp(row[j] * scale - mx);
+          sum += row[j];
         }
-        for (int64_t j = 0; j <= i; ++j) p[j] = static_cast<float>(p[j] / sum);
-        for (int64_t j = i + 1; j < S; ++j) p[j] = 0.0f;
-        float* o = out.data() + (b * S + i) * C + h * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) {
-          double acc = 0.0;
-          for (int64_t j = 0; j <= i; ++j) acc += static_cast<double>(p[j]) * v[(b * S + j) * C + h * head_dim + d];
-          o[d] = static_cast<float>(acc);
-        }
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
       }
+      // out_h = p v_h (S, HD)
+      gemm::matmul_f32(out.data() + head, p, v.data() + head, {S, HD, S, false, false, S, C, C});
     }
   }
 }
@@ -186,50 +183,36 @@ void attention_backward(std::span<float> dq, std::span<float> dk, std::span<floa
                         std::span<const float> k, std::span<const float> v,
                         std::span<const float> probs, int64_t seq_len, int64_t heads,
                         int64_t head_dim) {
-  const int64_t C = heads * head_dim, S = seq_len;
+  const int64_t C = heads * head_dim, S = seq_len, HD = head_dim;
   expect_multiple("attention_backward", "q", q.size(), C * S);
   const int64_t T = static_cast<int64_t>(q.size()) / C, B = T / S;
   for (auto* g : {&dq, &dk, &dv}) expect_size("attention_backward", "a gradient", g->size(), T * C);
   expect_size("attention_backward", "dout", dout.size(), T * C);
   expect_size("attention_backward", "probs", probs.size(), B * heads * S * S);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  std::fill(dq.begin(), dq.end(), 0.0f);
-  std::fill(dk.begin(), dk.end(), 0.0f);
-  std::fill(dv.begin(), dv.end(), 0.0f);
-  // Each (example, head) owns disjoint slices of dq, dk, dv: parallel without races.
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
+  // Each (example, head) owns disjoint slices of dq, dk, dv.
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
-      std::vector<double> dp(static_cast<size_t>(S));
+      thread_local std::vector<float> ds;  // (S, S) scratch, grown once per thread
+      ds.resize(static_cast<size_t>(S * S));
+      const int64_t head = b * S * C + h * HD;
+      const float* p = probs.data() + (b * heads + h) * S * S;
+      // o = p v:  dv = p^T do,  dp = do v^T
+      gemm::matmul_f32(dv.data() + head, p, dout.data() + head, {S, HD, S, true, false, S, C, C});
+      gemm::matmul_f32(ds.data(), dout.data() + head, v.data() + head, {S, S, HD, false, true, C, C, S});
+      // softmax: ds_ij = p_ij (dp_ij - sum_l p_il dp_il) * scale  (s_ij = scale q_i . k_j)
       for (int64_t i = 0; i < S; ++i) {
-        const float* p = probs.data() + ((b * heads + h) * S + i) * S;
-        const float* go = dout.data() + (b * S + i) * C + h * head_dim;
-        // o_i = sum_j p_ij v_j:  dv_j += p_ij do_i,  dp_ij = do_i . v_j
+        float* row = ds.data() + i * S;
+        const float* prow = p + i * S;
         double pdp = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
-          const float* vj = v.data() + (b * S + j) * C + h * head_dim;
-          float* dvj = dv.data() + (b * S + j) * C + h * head_dim;
-          double s = 0.0;
-          for (int64_t d = 0; d < head_dim; ++d) {
-            s += static_cast<double>(go[d]) * vj[d];
-            dvj[d] += p[j] * go[d];
-          }
-          dp[j] = s;
-          pdp += p[j] * s;
-        }
-        // softmax: ds_ij = p_ij (dp_ij - sum_l p_il dp_il); s_ij = scale q_i . k_j
-        const float* qi = q.data() + (b * S + i) * C + h * head_dim;
-        float* dqi = dq.data() + (b * S + i) * C + h * head_dim;
-        for (int64_t j = 0; j <= i; ++j) {
-          const double ds = p[j] * (dp[j] - pdp) * scale;
-          const float* kj = k.data() + (b * S + j) * C + h * head_dim;
-          float* dkj = dk.data() + (b * S + j) * C + h * head_dim;
-          for (int64_t d = 0; d < head_dim; ++d) {
-            dqi[d] += static_cast<float>(ds * kj[d]);
-            dkj[d] += static_cast<float>(ds * qi[d]);
-          }
-        }
+        for (int64_t j = 0; j <= i; ++j) pdp += static_cast<double>(prow[j]) * row[j];
+        for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - static_cast<float>(pdp)) * scale;
+        for (int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
       }
+      // s = scale q k^T:  dq = ds k,  dk = ds^T q
+      gemm::matmul_f32(dq.data() + head, ds.data(), k.data() + head, {S, HD, S, false, false, S, C, C});
+      gemm::matmul_f32(dk.data() + head, ds.data(), q.data() + head, {S, HD, S, true, false, S, C, C});
     }
   }
 }

@@ -187,6 +187,45 @@ TEST(Matmul, Bf16ToF32MatchesReference) {
 
 TEST(Matmul, Bf16ToBf16MatchesReference) { check_float_product<bf16, bf16>("bf16->bf16", false); }
 
+// Leading dimensions: products of column slices (one attention head of a (T, C) tensor), with
+// every transpose, from inside an OpenMP parallel region (each thread its own stream).
+TEST(Matmul, LeadingDimensionsReadAndWriteColumnSlices) {
+  const int64_t T = 24, C = 40, HD = 8, heads = C / HD;
+  const auto q = random_f32(T * C, 7), k = random_f32(T * C, 8);
+  std::vector<float> scores(heads * T * T), out(T * C, 0.0f);
+#pragma omp parallel for
+  for (int64_t h = 0; h < heads; ++h) {
+    // scores_h = Q_h K_h^T (T x T): A = Q_h (T x HD, ld C), B = K_h^T stored as (T x HD, ld C).
+    matmul_f32(scores.data() + h * T * T, q.data() + h * HD, k.data() + h * HD,
+               {T, T, HD, false, true, C, C, T});
+    // out_h = scores_h^T K_h (T x HD into columns h*HD.. of out, ld C).
+    matmul_f32(out.data() + h * HD, scores.data() + h * T * T, k.data() + h * HD,
+               {T, HD, T, true, false, T, C, C});
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < T; ++i) {
+      for (int64_t j = 0; j < T; ++j) {
+        double ref = 0.0, mag = 0.0;
+        for (int64_t d = 0; d < HD; ++d) {
+          ref += double(q[i * C + h * HD + d]) * k[j * C + h * HD + d];
+          mag += std::fabs(double(q[i * C + h * HD + d]) * k[j * C + h * HD + d]);
+        }
+        ASSERT_NEAR(scores[h * T * T + i * T + j], ref, 2.0 * HD * 0x1p-24 * mag) << h << " " << i << " " << j;
+      }
+      for (int64_t d = 0; d < HD; ++d) {
+        double ref = 0.0, mag = 0.0;
+        for (int64_t j = 0; j < T; ++j) {
+          ref += double(scores[h * T * T + j * T + i]) * k[j * C + h * HD + d];
+          mag += std::fabs(double(scores[h * T * T + j * T + i]) * k[j * C + h * HD + d]);
+        }
+        ASSERT_NEAR(out[i * C + h * HD + d], ref, 2.0 * T * 0x1p-24 * mag) << h << " " << i << " " << d;
+      }
+    }
+  }
+  std::vector<float> small(4);
+  EXPECT_THROW(matmul_f32(small.data(), q.data(), k.data(), {2, 2, 8, false, false, 4, 0, 0}), Error);
+}
+
 TEST(Matmul, PrimitivesAreCachedPerShape) {
   const auto a = random_s8(8 * 8, 1), b = random_s8(8 * 8, 2);
   std::vector<int32_t> out(64);

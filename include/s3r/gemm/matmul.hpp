@@ -11,7 +11,8 @@
 //
 // Accumulation: f32 for f32 and bf16 operands, exact int32 for int8 operands. `accumulate`
 // adds the product to C instead of overwriting it (oneDNN's sum post-op).
-// Threads: oneDNN's OpenMP pool (omp_get_max_threads()).
+// Threads: oneDNN's OpenMP pool (omp_get_max_threads()); called from inside an OpenMP parallel
+// region, a product runs on the calling thread (each thread has its own oneDNN stream).
 #include <cstdint>
 #include <string>
 
@@ -23,6 +24,9 @@ struct MatmulShape {
   int64_t M = 0, N = 0, K = 0;
   bool a_transposed = false;
   bool b_transposed = false;
+  // Leading dimensions (elements between consecutive stored rows); 0: packed (the stored row
+  // length). They let a product read a column slice, such as one attention head of (T, C).
+  int64_t lda = 0, ldb = 0, ldc = 0;
 };
 
 void matmul_f32(float* C, const float* A, const float* B, const MatmulShape& shape,
