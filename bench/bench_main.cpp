@@ -5,40 +5,22 @@
 #include <omp.h>
 
 #include <exception>
-#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "s3r/core/isa.hpp"
+#include "s3r/core/machine.hpp"
 
 #ifndef S3R_BUILD_TYPE
 #define S3R_BUILD_TYPE "unknown"
 #endif
 
-namespace {
-
-// The first "model name" line of /proc/cpuinfo ("unknown" where there is none).
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon == std::string::npos) break;
-      const size_t start = line.find_first_not_of(" \t", colon + 1);
-      return start == std::string::npos ? std::string("unknown") : line.substr(start);
-    }
-  }
-  return "unknown";
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   try {
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::AddCustomContext("cpu_model", cpu_model());
+    benchmark::AddCustomContext("cpu_model", s3r::cpu_model_name());
     benchmark::AddCustomContext("s3r_active_isa", std::string(s3r::isa_name(s3r::active_isa())));
     benchmark::AddCustomContext("s3r_cpu_has_avx512", s3r::cpu_has_avx512() ? "true" : "false");
     benchmark::AddCustomContext("omp_max_threads", std::to_string(omp_get_max_threads()));

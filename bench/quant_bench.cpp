@@ -8,6 +8,9 @@
 //     ISA    avx512 | ref (the scalar reference twin; f32 and N = 2048 only, to save time)
 //     bytes  G read twice (pass 1: absmax; pass 2: quantize) + the int8 codes written (twice
 //            under sr: one code tensor per backward product)
+//   grad_quant_l2/f32/MODE/stats:W/T:512/N:512/threads:P/avx512
+//                                       the same on a cache-resident G (T = S = N = 512, 1 MiB):
+//                                       the compute cost alone
 //   fwd_quant/rows/TxK/threads:P/ISA    s3r::quantize_rows_rtne, (2048, 2048); bytes: x read once
 //                                       + codes written
 //   fwd_quant/cols/KxN/threads:P/ISA    s3r::quantize_cols_rtne, (2048, 8192); bytes: w read
@@ -63,9 +66,9 @@ const Inputs& inputs() {
 }
 
 template <typename G>
-std::span<const G> g_prefix(int64_t channels) {
+std::span<const G> g_prefix(int64_t tokens, int64_t channels) {
   const Inputs& in = inputs();
-  const size_t n = static_cast<size_t>(kTokens * channels);
+  const size_t n = static_cast<size_t>(tokens * channels);
   if constexpr (std::is_same_v<G, bf16>) {
     return std::span<const bf16>(in.g_bf16).first(n);
   } else {
@@ -74,12 +77,12 @@ std::span<const G> g_prefix(int64_t channels) {
 }
 
 template <typename G>
-void bm_grad_quant(benchmark::State& state, GradRounding mode, bool stats, int64_t channels,
-                   int threads, Isa isa) {
+void bm_grad_quant(benchmark::State& state, GradRounding mode, bool stats, int64_t tokens,
+                   int64_t channels, int threads, Isa isa) {
   if (!enter(state, isa, threads)) return;
   const ScopedIsa scoped(isa);
-  const std::span<const G> g = g_prefix<G>(channels);
-  const std::span<const float> sx(inputs().sx);
+  const std::span<const G> g = g_prefix<G>(tokens, channels);
+  const std::span<const float> sx = std::span<const float>(inputs().sx).first(tokens);
   const std::span<const float> sw = std::span<const float>(inputs().sw).first(channels);
   GradQuantConfig config;
   config.mode = mode;
@@ -87,13 +90,13 @@ void bm_grad_quant(benchmark::State& state, GradRounding mode, bool stats, int64
   config.layer_key = fold_in(fold_in(key_from_seed(1234), 7), 3);  // (seed, step 7, layer 3)
   config.want_stats = stats;
   QuantizedGrad out;
-  quantize_gradient(out, g, kTokens, channels, sx, sw, config);  // allocates out's buffers
+  quantize_gradient(out, g, tokens, channels, sx, sw, config);  // allocates out's buffers
   for (auto _ : state) {
-    quantize_gradient(out, g, kTokens, channels, sx, sw, config);
+    quantize_gradient(out, g, tokens, channels, sx, sw, config);
     benchmark::DoNotOptimize(out.step);
     benchmark::ClobberMemory();
   }
-  const int64_t elements = kTokens * channels;
+  const int64_t elements = tokens * channels;
   state.SetItemsProcessed(state.iterations() * elements);
   state.SetBytesProcessed(state.iterations() *
                           (2 * elements * static_cast<int64_t>(sizeof(G)) +
@@ -150,14 +153,27 @@ const bool registered = [] {
                                        "/threads:" + std::to_string(t) + "/" + isa_label(isa);
               benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
                 if (f32) {
-                  bm_grad_quant<float>(s, mode, stats, n, t, isa);
+                  bm_grad_quant<float>(s, mode, stats, kTokens, n, t, isa);
                 } else {
-                  bm_grad_quant<bf16>(s, mode, stats, n, t, isa);
+                  bm_grad_quant<bf16>(s, mode, stats, kTokens, n, t, isa);
                 }
               })->UseRealTime();
             }
           }
         }
+      }
+    }
+  }
+  // Cache-resident problem (G is 1 MiB, half of one core's L2 here): the compute cost alone.
+  for (int t : thread_counts()) {
+    for (bool stats : {false, true}) {
+      for (GradRounding mode : kModes) {
+        const std::string name = std::string("grad_quant_l2/f32/") + std::string(to_string(mode)) +
+                                 "/stats:" + (stats ? "1" : "0") + "/T:512/N:512/threads:" +
+                                 std::to_string(t) + "/avx512";
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+          bm_grad_quant<float>(s, mode, stats, 512, 512, t, Isa::kAvx512);
+        })->UseRealTime();
       }
     }
   }

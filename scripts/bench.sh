@@ -4,7 +4,7 @@
 # and every int8 configuration at the paper's shapes W1-W3 (Table III), 2048 tokens, medians of
 # 5 interleaved repeats, and writes data/bench_ffn.json. About 3-4 minutes on 2 cores.
 # Extra arguments go to `s3r bench ffn` (e.g. --shapes W1 --repeats 3, or --breakdown).
-# The kernel micro-benchmarks (random words/s, quantizer elements/s): bench/run_benchmarks.sh.
+# The kernel micro-benchmarks (random words/s, quantizer elements/s): bench/run_benchmarks.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
