@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Build tools, tests, benchmarks, GEMMs (oneDNN), the CLI (CLI11, nlohmann-json), the tokenizer
-# (SentencePiece) and gzip input (zlib). Later parts add:
-# gnuplot (plots). scripts/fetch_data.sh uses the machine's npm.
+# (SentencePiece), gzip input (zlib) and loss-curve PNGs (gnuplot). scripts/fetch_data.sh uses the
+# machine's npm.
 packages=(g++ cmake make libgtest-dev libbenchmark-dev libdnnl-dev libcli11-dev nlohmann-json3-dev
-          libsentencepiece-dev zlib1g-dev)
+          libsentencepiece-dev zlib1g-dev gnuplot-nox)
 
 missing=()
 for p in "${packages[@]}"; do

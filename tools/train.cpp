@@ -26,7 +26,7 @@ struct TrainCli {
   std::string out = "data/runs/default", resume;
   int64_t layers = 0, width = 0, heads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;  // 0: preset
   uint32_t seed = 0;
-  int64_t steps = 600, warmup = 30, eval_every = 100, checkpoint_every = 0;
+  int64_t steps = 600, schedule_steps = 0, warmup = 30, eval_every = 100, checkpoint_every = 0;
   float lr = 3e-3f, min_lr = 3e-4f, weight_decay = 0.1f, clip = 1.0f;
 };
 
@@ -78,7 +78,7 @@ void run(const TrainCli& c) {
   }
   o.seed = c.seed;
   o.steps = c.steps;
-  o.lr = optim::LrSchedule{c.lr, c.min_lr, c.warmup, c.steps};
+  o.lr = optim::LrSchedule{c.lr, c.min_lr, c.warmup, c.schedule_steps ? c.schedule_steps : c.steps};
   o.adamw.weight_decay = c.weight_decay;
   o.adamw.clip_norm = c.clip;
   o.eval_every = c.eval_every;
@@ -88,9 +88,19 @@ void run(const TrainCli& c) {
   const data::TokenShard train_shard = data::read_shard((fs::path(c.data_dir) / "train.bin").string());
   const data::TokenShard val_shard = data::read_shard((fs::path(c.data_dir) / "val.bin").string());
   const double h = train::unigram_entropy(train_shard);
-  std::printf("s3r train: %s, mode %s, correction %s, seed %u, %lld steps\n", o.model.describe().c_str(),
-              c.mode.c_str(), c.correction.c_str(), c.seed, static_cast<long long>(c.steps));
-  std::printf("machine: %s\n", machine_line().c_str());
+  std::printf("s3r train\n");
+  const model::ModelConfig& m = o.model;
+  std::printf("  %-12s %s (L=%lld C=%lld heads=%lld F=%lld V=%lld S=%lld B=%lld, %lld tokens/step)\n",
+              "model", c.preset.c_str(), (long long)m.layers, (long long)m.width, (long long)m.heads,
+              (long long)m.ffn_width, (long long)m.vocab, (long long)m.seq_len, (long long)m.batch,
+              (long long)m.tokens());
+  std::printf("  %-12s %s, correction %s (7 projections per block; attention f32, LM head bf16)\n",
+              "rounding", c.mode.c_str(), c.correction.c_str());
+  std::printf("  %-12s %lld steps, lr %.2e -> %.2e (warm-up %lld, cosine), AdamW wd %.2f, clip %.2f\n",
+              "schedule", (long long)c.steps, c.lr, c.min_lr, (long long)c.warmup, c.weight_decay, c.clip);
+  std::printf("  %-12s %u; eval every %lld steps; out %s%s%s\n", "seed", c.seed, (long long)c.eval_every,
+              c.out.c_str(), c.resume.empty() ? "" : "; resume from ", c.resume.c_str());
+  std::printf("  %-12s %s\n", "machine", machine_line().c_str());
   std::printf("data: %s: %zu training tokens, %zu validation tokens, vocabulary %u\n", c.data_dir.c_str(),
               train_shard.tokens.size(), val_shard.tokens.size(), train_shard.vocab);
   std::printf("reference: unigram entropy %.3f nats (the best token-frequency model); ln V = %.3f\n", h,
@@ -116,6 +126,8 @@ void register_train(CLI::App& app) {
   cmd->add_option("--correction", c->correction, "none | dx | two-way")->capture_default_str();
   cmd->add_option("--seed", c->seed, "weights, data order and thresholds")->capture_default_str();
   cmd->add_option("--steps", c->steps, "optimizer steps")->capture_default_str();
+  cmd->add_option("--schedule-steps", c->schedule_steps,
+                  "steps of the cosine schedule (default: --steps; set it to run a schedule in parts)");
   cmd->add_option("--lr", c->lr, "peak learning rate")->capture_default_str();
   cmd->add_option("--min-lr", c->min_lr, "learning rate at the end of the cosine decay")->capture_default_str();
   cmd->add_option("--warmup", c->warmup, "linear warm-up steps")->capture_default_str();

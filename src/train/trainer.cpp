@@ -242,7 +242,9 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
       log << line << std::flush;
     }
     if (bad >= o.max_bad_steps) {
-      if (!o.out_dir.empty()) {
+      if (!o.out_dir.empty()) {  // skipped steps left the weights and moments untouched
+        metrics.flush();
+        save_checkpoint(o.out_dir, o, model, opt, step, loader.position(), bad);
         log << "checkpoint of the last good state: " << o.out_dir << "/checkpoint\n";
       }
       throw Error(std::to_string(bad) + " consecutive steps had a non-finite loss or gradient "
