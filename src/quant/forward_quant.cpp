@@ -41,10 +41,10 @@ void check_sizes(const char* fn, std::string_view tensor, int64_t rows, int64_t 
       msg << "tensor '" << tensor << "' (" << rows << " x " << cols << ") holds a non-finite value "
           << x[i] << " at [" << i / cols << ", " << i % cols
           << "]; it cannot be quantized (check the layer's input and the learning rate)";
-      throw Error(msg.str());
+      throw NonFiniteError(msg.str());
     }
   }
-  throw Error("tensor '" + std::string(tensor) + "' holds a non-finite value");
+  throw NonFiniteError("tensor '" + std::string(tensor) + "' holds a non-finite value");
 }
 
 constexpr int64_t kColBlock = 256;  // columns per task of the column absmax

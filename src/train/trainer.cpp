@@ -148,7 +148,11 @@ double evaluate(model::Model& model, const data::TokenShard& val, const TrainOpt
   double total = 0.0;
   for (int64_t i = 0; i < o.eval_batches; ++i) {
     loader.next_batch(in, tg, o.model.batch);
-    total += model.forward(in, tg);
+    try {
+      total += model.forward(in, tg);
+    } catch (const NonFiniteError&) {  // weights gone bad: reported as a NaN validation loss
+      return std::nan("");
+    }
   }
   return total / static_cast<double>(o.eval_batches);
 }
@@ -214,10 +218,10 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     StepRecord rec{step, 0.0, o.lr.at(step), 0.0, 0.0, false};
     try {
       rec.loss = model.forward(in, tg);
-      if (!std::isfinite(rec.loss)) throw NonFiniteGradient("non-finite loss");
+      if (!std::isfinite(rec.loss)) throw NonFiniteError("non-finite loss " + std::to_string(rec.loss));
       model.backward(fold_in(seed_key, static_cast<uint32_t>(step)));
       rec.skipped = !optim::adamw_step(opt.refs, o.adamw, rec.lr, step + 1, &rec.grad_norm);
-    } catch (const NonFiniteGradient& e) {
+    } catch (const NonFiniteError& e) {  // a NaN/Inf activation, loss or gradient
       rec.skipped = true;
       log << "step " << step << ": skipped (" << e.what() << ")\n";
     }

@@ -103,6 +103,30 @@ TEST(Trainer, BadInputGivesOneClearError) {
   EXPECT_NE(message(tiny_options(4, dir), dir).find("safetensors"), std::string::npos);
 }
 
+// A NaN learning rate poisons the weights at the first update; every later step meets NaN (in
+// the forward quantizers, or in the loss in f32 mode), is skipped and logged, and the run stops
+// after max_bad_steps in a row with a checkpoint of the last state.
+TEST(Trainer, NonFiniteStepsAreSkippedThenTheRunStops) {
+  const data::TokenShard train_shard = synthetic(6000, 1), val_shard = synthetic(2000, 2);
+  for (nn::LinearMode mode : {nn::LinearMode::kS3r, nn::LinearMode::kF32}) {
+    const std::string dir = temp_dir(std::string("nan_") + std::string(nn::to_string(mode)));
+    TrainOptions o = tiny_options(20, dir);
+    o.mode = mode;
+    o.correction = nn::Correction::kNone;
+    o.lr = optim::LrSchedule{std::nanf(""), std::nanf(""), 0, 20};
+    o.max_bad_steps = 3;
+    std::ostringstream log;
+    try {
+      train(o, train_shard, val_shard, "", log);
+      FAIL() << "expected the run to stop";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("3 consecutive steps"), std::string::npos) << e.what();
+    }
+    EXPECT_NE(log.str().find("skipped"), std::string::npos) << log.str();
+    EXPECT_TRUE(fs::exists(fs::path(dir) / "checkpoint" / "meta.json"));
+  }
+}
+
 TEST(Trainer, UnigramEntropyOfAUniformShardIsLogV) {
   data::TokenShard s;
   s.vocab = 8;

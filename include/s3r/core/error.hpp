@@ -12,4 +12,11 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// A NaN or Inf met in a tensor (an activation, a weight or a gradient): the trainer skips the
+// step (and stops after too many in a row) instead of failing on the spot.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace s3r

@@ -43,9 +43,9 @@ GradRounding parse_grad_rounding(std::string_view name);
 constexpr int quantization_count(GradRounding mode) { return mode == GradRounding::kSr ? 2 : 1; }
 
 // Thrown when G holds NaN or +-Inf: the trainer skips (or stops) the step, loudly.
-class NonFiniteGradient : public Error {
+class NonFiniteGradient : public NonFiniteError {
  public:
-  using Error::Error;
+  using NonFiniteError::NonFiniteError;
 };
 
 struct GradQuantConfig {
