@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -17,6 +15,7 @@
 #include "commands.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/machine.hpp"
+#include "s3r/io/atomic_file.hpp"
 #include "s3r/nn/swiglu.hpp"
 #include "s3r/rng/threefry.hpp"
 
@@ -241,15 +240,7 @@ void write_json(const std::vector<ShapeResult>& results, const Options& o) {
     }
     j["shapes"].push_back(s);
   }
-  const std::filesystem::path path(o.json_path);
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw Error("bench ffn: cannot write --json file '" + tmp.string() + "'");
-    out << j.dump(2) << "\n";
-    if (!out) throw Error("bench ffn: writing '" + tmp.string() + "' failed");
-  }
-  std::filesystem::rename(tmp, path);  // atomic: a crash never leaves half a file
+  io::write_file_atomic(o.json_path, [&](std::ostream& out) { out << j.dump(2) << "\n"; });
   std::printf("wrote %s\n", o.json_path.c_str());
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "s3r/core/error.hpp"
+#include "s3r/io/atomic_file.hpp"
 
 namespace s3r::data {
 
@@ -54,17 +55,9 @@ void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, u
       put<uint32_t>(buf, tokens[i]);
     }
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(tmp, "cannot open for writing");
+  io::write_file_atomic(path, [&](std::ostream& out) {
     out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
-    out.flush();
-    if (!out) fail(tmp, "write failed (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail(path, "cannot rename the temporary file into place: " + ec.message());
+  });
 }
 
 TokenShard read_shard(const std::string& path) {

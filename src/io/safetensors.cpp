@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "s3r/core/error.hpp"
+#include "s3r/io/atomic_file.hpp"
 
 namespace s3r::io {
 
@@ -40,10 +41,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   while (text.size() % 8 != 0) text.push_back(' ');  // keeps the data 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(tmp, "cannot open for writing");
+  write_file_atomic(path, [&](std::ostream& out) {
     const uint64_t n = text.size();
     out.write(reinterpret_cast<const char*>(&n), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
@@ -51,12 +49,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
       out.write(reinterpret_cast<const char*>(t.data.data()),
                 static_cast<std::streamsize>(t.data.size() * sizeof(float)));
     }
-    out.flush();
-    if (!out) fail(tmp, "write failed (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail(path, "cannot rename the temporary file into place: " + ec.message());
+  });
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
