@@ -30,6 +30,16 @@ void expect_size(const char* fn, const char* what, size_t size, int64_t expected
   }
 }
 
+// Every id in [0, vocab), or an error naming the function, the id and its position.
+void check_ids(const char* fn, const char* what, std::span<const int32_t> ids, int64_t vocab) {
+  for (size_t t = 0; t < ids.size(); ++t) {
+    if (ids[t] < 0 || ids[t] >= vocab) {
+      throw Error(std::string(fn) + ": " + what + " " + std::to_string(ids[t]) + " at position " +
+                  std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+}
+
 // Angle step of pair i: theta^(-2i/HD), in double (positions up to S are exact in float).
 double rope_frequency(int64_t pair, int64_t head_dim, float theta) {
   return std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(pair) / head_dim);
@@ -64,11 +74,8 @@ void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,
   const int64_t T = static_cast<int64_t>(tokens.size());
   expect_size("embedding_forward", "out", out.size(), T * width);
   expect_size("embedding_forward", "table", table.size(), vocab * width);
+  check_ids("embedding_forward", "token", tokens, vocab);
   for (int64_t t = 0; t < T; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= vocab) {
-      throw Error("embedding_forward: token " + std::to_string(tokens[t]) + " at position " +
-                  std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-    }
     std::copy_n(table.data() + tokens[t] * width, width, out.data() + t * width);
   }
 }
@@ -222,12 +229,7 @@ double cross_entropy_forward(std::span<float> probs, std::span<const float> logi
   const int64_t T = static_cast<int64_t>(targets.size());
   expect_size("cross_entropy_forward", "logits", logits.size(), T * vocab);
   expect_size("cross_entropy_forward", "probs", probs.size(), T * vocab);
-  for (int64_t t = 0; t < T; ++t) {
-    if (targets[t] < 0 || targets[t] >= vocab) {
-      throw Error("cross_entropy_forward: target " + std::to_string(targets[t]) + " at position " +
-                  std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-    }
-  }
+  check_ids("cross_entropy_forward", "target", targets, vocab);
   double total = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : total)
   for (int64_t t = 0; t < T; ++t) {
