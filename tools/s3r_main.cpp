@@ -13,10 +13,14 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks against the bf16 baseline");
   bench->require_subcommand(1);
   s3r::tools::register_bench_ffn(*bench);
+  s3r::tools::register_bench_step(*bench);
   CLI::App* data = app.add_subcommand("data", "prepare training data");
   data->require_subcommand(1);
   s3r::tools::register_data_prepare(*data);
   s3r::tools::register_train(app);
+  CLI::App* diag = app.add_subcommand("diag", "diagnostics of the rounding on a trained checkpoint");
+  diag->require_subcommand(1);
+  s3r::tools::register_diag_grad_error(*diag);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -26,7 +26,7 @@ struct TrainCli {
   std::string out = "data/runs/default", resume;
   int64_t layers = 0, width = 0, heads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;  // 0: preset
   uint32_t seed = 0;
-  int64_t steps = 600, schedule_steps = 0, warmup = 30, eval_every = 100, checkpoint_every = 0;
+  int64_t steps = 600, schedule_steps = 0, warmup = 30, eval_every = 100, eval_batches = 8, checkpoint_every = 0;
   float lr = 3e-3f, min_lr = 3e-4f, weight_decay = 0.1f, clip = 1.0f;
 };
 
@@ -82,6 +82,8 @@ void run(const TrainCli& c) {
   o.adamw.weight_decay = c.weight_decay;
   o.adamw.clip_norm = c.clip;
   o.eval_every = c.eval_every;
+  if (c.eval_batches < 1) throw Error("--eval-batches must be >= 1, got " + std::to_string(c.eval_batches));
+  o.eval_batches = c.eval_batches;
   o.checkpoint_every = c.checkpoint_every;
   o.out_dir = c.out;
   namespace fs = std::filesystem;
@@ -98,7 +100,8 @@ void run(const TrainCli& c) {
               "rounding", c.mode.c_str(), c.correction.c_str());
   std::printf("  %-12s %lld steps, lr %.2e -> %.2e (warm-up %lld, cosine), AdamW wd %.2f, clip %.2f\n",
               "schedule", (long long)c.steps, c.lr, c.min_lr, (long long)c.warmup, c.weight_decay, c.clip);
-  std::printf("  %-12s %u; eval every %lld steps; out %s%s%s\n", "seed", c.seed, (long long)c.eval_every,
+  std::printf("  %-12s %u; eval every %lld steps on %lld batches; out %s%s%s\n", "seed", c.seed,
+              (long long)c.eval_every, (long long)c.eval_batches,
               c.out.c_str(), c.resume.empty() ? "" : "; resume from ", c.resume.c_str());
   std::printf("  %-12s %s\n", "machine", machine_line().c_str());
   std::printf("data: %s: %zu training tokens, %zu validation tokens, vocabulary %u\n", c.data_dir.c_str(),
@@ -120,7 +123,7 @@ void run(const TrainCli& c) {
 void register_train(CLI::App& app) {
   auto c = std::make_shared<TrainCli>();
   CLI::App* cmd = app.add_subcommand("train", "train a Llama-style decoder with INT8 products in any rounding mode");
-  cmd->add_option("--preset", c->preset, "tiny | small | paper")->capture_default_str();
+  cmd->add_option("--preset", c->preset, "tiny | small | wide | paper")->capture_default_str();
   cmd->add_option("--data", c->data_dir, "folder with train.bin and val.bin (s3r data prepare)")->capture_default_str();
   cmd->add_option("--mode", c->mode, "f32 | bf16 | rtne | sr | s3r | s3r-bcast")->capture_default_str();
   cmd->add_option("--correction", c->correction, "none | dx | two-way")->capture_default_str();
@@ -134,6 +137,9 @@ void register_train(CLI::App& app) {
   cmd->add_option("--weight-decay", c->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   cmd->add_option("--clip", c->clip, "global gradient-norm clip (0: none)")->capture_default_str();
   cmd->add_option("--eval-every", c->eval_every, "steps between validations (0: only at the end)")->capture_default_str();
+  cmd->add_option("--eval-batches", c->eval_batches,
+                  "validation batches of B x S tokens (the same windows at every validation)")
+      ->capture_default_str();
   cmd->add_option("--checkpoint-every", c->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str();
   cmd->add_option("--out", c->out, "run folder: metrics.jsonl, checkpoint/, loss.png")->capture_default_str();
   cmd->add_option("--resume", c->resume, "continue bit-exactly from the checkpoint in this run folder");

@@ -37,8 +37,9 @@ std::string ModelConfig::describe() const {
 ModelConfig preset(std::string_view name) {
   if (name == "tiny") return ModelConfig{2, 64, 4, 192, 256, 32, 4};
   if (name == "small") return ModelConfig{6, 256, 4, 768, 4096, 256, 16};
+  if (name == "wide") return ModelConfig{4, 1024, 8, 4096, 4096, 256, 8};
   if (name == "paper") return ModelConfig{12, 768, 12, 2048, 32000, 2048, 8};
-  throw Error("unknown preset '" + std::string(name) + "'; expected one of: tiny, small, paper");
+  throw Error("unknown preset '" + std::string(name) + "'; expected one of: tiny, small, wide, paper");
 }
 
 }  // namespace s3r::model

@@ -22,6 +22,7 @@ struct Model::Block {
   nn::LinearInput qkv_in, o_in;
   nn::LinearWeight wq_w, wk_w, wv_w, wo_w;
   nn::SwigluState ffn;
+  std::vector<float> x_in_grad;  // dL/d(x_in), kept when capture_input_grads_ (diagnostics)
 };
 
 int64_t Model::add_param(const std::string& name, int64_t size, bool decay) {
@@ -66,6 +67,21 @@ Model::Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction corr
 }
 
 Model::~Model() = default;
+
+void Model::set_backward_probe(const nn::BackwardProbe* probe) {
+  ws_.probe = probe;
+  for (Block& b : blocks_) b.ffn.ws.probe = probe;
+}
+
+void Model::set_capture_input_grads(bool on) { capture_input_grads_ = on; }
+
+std::span<const float> Model::block_input_grad(int64_t layer) const {
+  if (layer < 0 || layer >= cfg_.layers) {
+    throw Error("block_input_grad: layer " + std::to_string(layer) + " outside [0, " +
+                std::to_string(cfg_.layers) + ")");
+  }
+  return blocks_[layer].x_in_grad;
+}
 
 void Model::init_weights(uint32_t seed) {
   std::mt19937 gen(seed);
@@ -146,20 +162,24 @@ void Model::backward(Key step_key) {
     rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, {param(b.ffn_norm), size_t(C)},
                      b.rstd2, C);
     // x_mid = x_in + att W_o: dx_ is d(x_mid).
-    nn::LinearBackwardConfig cfg{correction_, S, fold_in(step_key, index + 3), false};
+    nn::LinearBackwardConfig cfg{correction_, S, fold_in(step_key, index + 3), false, index + 3};
     nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, cfg, ws_);
     attention_backward(dq_, dk_, dv_, datt_, b.q, b.k, b.v, b.probs, S, NH, HD);
     rope_backward(dq_, S, NH, HD, cfg_.rope_theta);
     rope_backward(dk_, S, NH, HD, cfg_.rope_theta);
     cfg.layer_key = fold_in(step_key, index);
+    cfg.layer_index = index;
     nn::linear_backward(dxn_, {grad(b.wq), size_t(C * C)}, dq_, b.qkv_in, b.wq_w, cfg, ws_);
     cfg.accumulate_dx = true;
     cfg.layer_key = fold_in(step_key, index + 1);
+    cfg.layer_index = index + 1;
     nn::linear_backward(dxn_, {grad(b.wk), size_t(C * C)}, dk_, b.qkv_in, b.wk_w, cfg, ws_);
     cfg.layer_key = fold_in(step_key, index + 2);
+    cfg.layer_index = index + 2;
     nn::linear_backward(dxn_, {grad(b.wv), size_t(C * C)}, dv_, b.qkv_in, b.wv_w, cfg, ws_);
     rmsnorm_backward(dx_, {grad(b.attn_norm), size_t(C)}, dxn_, b.x_in, {param(b.attn_norm), size_t(C)},
                      b.rstd1, C);
+    if (capture_input_grads_) b.x_in_grad = dx_;
   }
   embedding_backward({grad(tok_emb_), size_t(V * C)}, dx_, inputs_, C);
 }

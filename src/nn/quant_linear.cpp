@@ -6,6 +6,7 @@
 
 #include "kernels/dispatch.hpp"
 #include "nn/phase_clock.hpp"
+#include "nn/probe_backward.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/quant/forward_quant.hpp"
@@ -142,6 +143,19 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
   }
   const bool correct_dx = config.correction != Correction::kNone && !dx.empty();
   const bool correct_dw = config.correction == Correction::kTwoWay;
+  const BackwardProbe* probe = ws.probe;
+  if (probe != nullptr) {
+    if (probe->telemetry != nullptr) {
+      probe->telemetry->push_back(grad_telemetry(g, T, N, x.scales, w.scales, config.layer_index));
+    }
+    if (probe->exact_grad) {
+      exact_int8_backward(dx, dw, g, x, w, config.accumulate_dx, ws);
+      return;
+    }
+    if (probe->dw_rounding && config.correction != Correction::kNone) {
+      throw Error("linear_backward: a probe's separate dW rounding needs correction none");
+    }
+  }
   PhaseClock clock(ws.times);
 
   // One (sr: two) quantization of G' = sx G sw, with the statistics when a correction wants them.
@@ -191,9 +205,15 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
   }
 
   // dW = (D / sw) * Xq^T Q, the column scale fused into the int8 product.
+  const std::vector<int8_t>* dw_codes = &q.codes_for_dw();
+  if (probe != nullptr && probe->dw_rounding) {  // causal ablation: G quantized again for dW
+    quantize_gradient(ws.grad_dw, g, T, N, x.scales, w.scales,
+                      GradQuantConfig{*probe->dw_rounding, S, fold_in(config.layer_key, 1), false});
+    dw_codes = &ws.grad_dw.codes_for_dw();  // same D: it depends only on G'
+  }
   ws.col_scale.resize(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) ws.col_scale[n] = D / w.scales[n];
-  gemm::matmul_s8_scaled(dw.data(), x.codes.data(), q.codes_for_dw().data(), {K, N, T, true, false},
+  gemm::matmul_s8_scaled(dw.data(), x.codes.data(), dw_codes->data(), {K, N, T, true, false},
                          nullptr, ws.col_scale.data());
   clock.lap(&PhaseTimes::gemm);
 

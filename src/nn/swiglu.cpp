@@ -80,7 +80,8 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   st.dh1.resize(static_cast<size_t>(T * F));
   st.dh3.resize(static_cast<size_t>(T * F));
   st.ws.times = st.times;
-  LinearBackwardConfig cfg{correction, tokens_per_example, fold_in(step_key, first_layer + 2), false};
+  LinearBackwardConfig cfg{correction, tokens_per_example, fold_in(step_key, first_layer + 2), false,
+                           first_layer + 2};
 
   // Y = hidden W2
   linear_backward(st.d_hidden, grads.down, dy, st.hidden_in, st.down_w, cfg, st.ws);
@@ -100,8 +101,10 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
 
   // h1 = X W1, h3 = X W3: both add into dX.
   cfg.layer_key = fold_in(step_key, first_layer);
+  cfg.layer_index = first_layer;
   linear_backward(dx, grads.gate, st.dh1, st.x_in, st.gate_w, cfg, st.ws);
   cfg.layer_key = fold_in(step_key, first_layer + 1);
+  cfg.layer_index = first_layer + 1;
   cfg.accumulate_dx = true;
   linear_backward(dx, grads.up, st.dh3, st.x_in, st.up_w, cfg, st.ws);
 }

@@ -40,10 +40,7 @@ nlohmann::json config_json(const TrainOptions& o) {
           {"correction", std::string(nn::to_string(o.correction))}, {"seed", o.seed}};
 }
 
-struct Optimizer {
-  std::vector<float> m, v;
-  std::vector<optim::ParamRef> refs;
-};
+}  // namespace
 
 Optimizer make_optimizer(model::Model& model) {
   Optimizer opt;
@@ -57,6 +54,8 @@ Optimizer make_optimizer(model::Model& model) {
   }
   return opt;
 }
+
+namespace {
 
 std::vector<io::TensorView> views(const model::Model& model, std::span<const float> arena) {
   std::vector<io::TensorView> out;
@@ -172,6 +171,59 @@ void truncate_metrics(const fs::path& path, int64_t last_step) {
 }
 
 }  // namespace
+
+namespace {
+
+fs::path checkpoint_folder(const std::string& dir) {
+  const fs::path d(dir);
+  return fs::is_regular_file(d / "meta.json") ? d : d / "checkpoint";
+}
+
+}  // namespace
+
+CheckpointInfo read_checkpoint_info(const std::string& dir) {
+  const fs::path meta_path = checkpoint_folder(dir) / "meta.json";
+  std::ifstream f(meta_path);
+  if (!f) throw Error("no checkpoint at '" + meta_path.string() + "'");
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    throw Error("'" + meta_path.string() + "' is not valid JSON: " + e.what());
+  }
+  if (meta.value("format", "") != "s3r-checkpoint" || meta.value("version", 0) != 1) {
+    throw Error("'" + meta_path.string() + "' is not an s3r checkpoint of version 1");
+  }
+  try {
+    const nlohmann::json& c = meta.at("config");
+    CheckpointInfo info;
+    info.model = model::ModelConfig{c.at("layers").get<int64_t>(), c.at("width").get<int64_t>(),
+                                    c.at("heads").get<int64_t>(), c.at("ffn_width").get<int64_t>(),
+                                    c.at("vocab").get<int64_t>(), c.at("seq_len").get<int64_t>(),
+                                    c.at("batch").get<int64_t>()};
+    info.model.validate();
+    info.mode = nn::parse_linear_mode(c.at("mode").get<std::string>());
+    info.correction = nn::parse_correction(c.at("correction").get<std::string>());
+    info.seed = c.at("seed").get<uint32_t>();
+    info.step = meta.at("step").get<int64_t>();
+    return info;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("'" + meta_path.string() + "': missing or malformed field: " + e.what());
+  }
+}
+
+void load_checkpoint_weights(const std::string& dir, model::Model& model) {
+  const fs::path path = checkpoint_folder(dir) / "model.safetensors";
+  const io::SafetensorsFile weights = io::read_safetensors(path.string());
+  for (const model::ParamInfo& p : model.param_table()) {
+    const auto it = weights.tensors.find(p.name);
+    if (it == weights.tensors.end() || static_cast<int64_t>(it->second.data.size()) != p.size) {
+      throw Error("'" + path.string() + "': tensor '" + p.name + "' is missing or does not have " +
+                  std::to_string(p.size) + " elements");
+    }
+    std::copy(it->second.data.begin(), it->second.data.end(), model.params().data() + p.offset);
+  }
+}
 
 TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
                   const data::TokenShard& val_shard, const std::string& resume_dir,

@@ -24,7 +24,9 @@ struct ModelConfig {
   std::string describe() const;  // one line: L, C, heads, F, V, S, B
 };
 
-// "tiny" (tests; seconds), "small" (the default main job), "paper" (the paper's 12-layer decoder).
+// "tiny" (tests; seconds), "small" (the default main job), "wide" (4 blocks of C = 1024, F = 4096,
+// the FFN shape W2 of the paper's Table III: GEMM-bound, for `s3r bench step`), "paper" (the
+// paper's 12-layer decoder).
 ModelConfig preset(std::string_view name);
 
 }  // namespace s3r::model

@@ -54,6 +54,13 @@ class Model {
   // fold_in(key(seed), step). Throws NonFiniteGradient when a gradient is NaN/Inf.
   void backward(Key step_key);
 
+  // Diagnostics (`s3r diag grad-error`; the trainer uses neither). A probe changes every int8
+  // projection's backward (s3r/nn/backward_probe.hpp); nullptr restores the normal one. With
+  // capture on, backward keeps dL/d(input of block l) for block_input_grad(l) (empty until then).
+  void set_backward_probe(const nn::BackwardProbe* probe);
+  void set_capture_input_grads(bool on);
+  std::span<const float> block_input_grad(int64_t layer) const;
+
  private:
   struct Block;
   float* param(int64_t offset) { return params_.data() + offset; }
@@ -75,6 +82,7 @@ class Model {
   nn::LinearInput head_in_;
   nn::LinearWeight head_w_;
   nn::LinearWorkspace ws_;
+  bool capture_input_grads_ = false;
 };
 
 }  // namespace s3r::model

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "s3r/core/bf16.hpp"
+#include "s3r/nn/backward_probe.hpp"
 #include "s3r/nn/linear_mode.hpp"
 #include "s3r/quant/grad_quant.hpp"
 #include "s3r/rng/threefry.hpp"
@@ -56,6 +57,7 @@ struct LinearBackwardConfig {
   int64_t tokens_per_example = 0;  // S (T must be a multiple)
   Key layer_key{};                 // fold_in(fold_in(key(seed), step), layer_index)
   bool accumulate_dx = false;      // dX += ... (layers sharing one input); else dX = ...
+  int64_t layer_index = -1;        // the layer's index (telemetry of a BackwardProbe); -1: none
 };
 
 // Wall-clock milliseconds per phase, accumulated while a PhaseTimes is attached (benchmarks).
@@ -70,6 +72,7 @@ struct PhaseTimes {
 // Scratch of linear_backward, reused across calls and layers of equal shape.
 struct LinearWorkspace {
   PhaseTimes* times = nullptr;        // when set, linear_backward adds its phase times here
+  const BackwardProbe* probe = nullptr;  // diagnostics only (s3r/nn/backward_probe.hpp)
   QuantizedGrad grad;                 // codes, D and statistics of G
   std::vector<int32_t> acc;           // (T, K) int32 accumulators of the dX product
   std::vector<float> col_scale;       // (N) D / sw
@@ -78,6 +81,8 @@ struct LinearWorkspace {
   std::vector<float> u;               // (B + 1, K) dW correction left factor
   std::vector<float> a_scaled;        // (B + 1, N) dW correction right factor
   std::vector<bf16> g_bf16;           // (T, N) bf16 mode
+  QuantizedGrad grad_dw;              // probe->dw_rounding: the second quantization, for dW
+  std::vector<float> x_dequant, w_dequant;  // probe->exact_grad: sx Xq (T, K) and sw Wq (K, N)
 };
 
 // `name` names the tensor in error messages (e.g. "blocks.3.ffn.gate.X").

@@ -16,6 +16,7 @@
 #include "s3r/data/dataloader.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/model/config.hpp"
+#include "s3r/model/model.hpp"
 #include "s3r/nn/linear_mode.hpp"
 #include "s3r/optim/adamw.hpp"
 
@@ -54,6 +55,26 @@ struct TrainResult {
 
 // Mean -sum p log p of the token frequencies of `shard`, in nats.
 double unigram_entropy(const data::TokenShard& shard);
+
+// AdamW moments over a Model's parameter arena, and the per-tensor views adamw_step takes.
+struct Optimizer {
+  std::vector<float> m, v;
+  std::vector<optim::ParamRef> refs;
+};
+Optimizer make_optimizer(model::Model& model);
+
+// What a checkpoint's meta.json records about its run (tools that read a run folder).
+struct CheckpointInfo {
+  model::ModelConfig model;
+  nn::LinearMode mode = nn::LinearMode::kS3r;
+  nn::Correction correction = nn::Correction::kNone;
+  uint32_t seed = 0;
+  int64_t step = 0;  // the last step the checkpoint covers (0-based)
+};
+// `dir` is a run folder (with checkpoint/) or the checkpoint folder itself. Throw s3r::Error
+// naming the file when it is missing, not an s3r checkpoint, or a tensor is missing or misshaped.
+CheckpointInfo read_checkpoint_info(const std::string& dir);
+void load_checkpoint_weights(const std::string& dir, model::Model& model);
 
 // Trains from scratch, or, with resume_dir non-empty, continues the checkpoint found there
 // (throws s3r::Error if it is missing, corrupt, or of another configuration).

@@ -1,0 +1,532 @@
+#!/usr/bin/env python3
+"""Convergence study (the paper's Table I and Figure 3) at this machine's scale, over `s3r train`.
+
+Protocol (the paper's): every configuration is trained at each learning rate of a small sweep on
+seed 0; its best learning rate (lowest final validation loss) is then run on the other seeds. The
+table reports the final validation loss as mean +- sample standard deviation over seeds, the gap
+to bf16, and Welch's t-test against sr. A width sweep (sr, s3r, s3r + dx at several model widths,
+one seed, one learning rate) shows how the cost of sharing a threshold moves with the width
+(SPEC section 5, Proposition 1).
+
+Every run is an ordinary `s3r train` run folder under OUT/runs or OUT/width. A finished run gets a
+done.json and is reused when the study is started again; an interrupted run continues bit-exactly
+from its last checkpoint (--resume). Runs are scheduled longest first on --jobs parallel lanes of
+--threads OpenMP threads each.
+
+Outputs in OUT: table1.md / table1.csv (Table I), lr_sweep.csv, width.md / width.csv,
+val_curves.png (mean validation loss per configuration with a +-1 sd band over seeds), study.json
+(plan, machine, every run's final loss and wall time).
+
+Usage: scripts/convergence.py [--out results/convergence] [--jobs 2] [--dry-run] [--report-only]
+"""
+import argparse
+import concurrent.futures
+import csv
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+# (name, --mode, --correction): the paper's nine configurations, in its order.
+CONFIGS = [
+    ("bf16", "bf16", "none"),
+    ("rtne", "rtne", "none"),
+    ("sr", "sr", "none"),
+    ("s3r", "s3r", "none"),
+    ("s3r+dx", "s3r", "dx"),
+    ("s3r+two-way", "s3r", "two-way"),
+    ("s3r-bcast", "s3r-bcast", "none"),
+    ("s3r-bcast+dx", "s3r-bcast", "dx"),
+    ("s3r-bcast+two-way", "s3r-bcast", "two-way"),
+]
+WIDTH_CONFIGS = ["sr", "s3r", "s3r+dx"]
+REPO = Path(__file__).resolve().parent.parent
+# What `s3r train` says when it stops a run after consecutive non-finite steps.
+DIVERGED = "consecutive steps had a non-finite loss or gradient"
+
+
+class StudyError(Exception):
+    """A run failed for a reason other than divergence (bad input, a crash)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics: Welch's t-test with the p-value from the Student t distribution (no SciPy here).
+
+def _betacf(a, b, x):
+    """Continued fraction of the regularized incomplete beta function (Lentz's method)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a, b, x):
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    front = math.exp(lbeta + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t, df):
+    """P(|T| >= |t|) for Student's t with df (real, > 0) degrees of freedom."""
+    if math.isinf(t):
+        return 0.0
+    return betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def welch(xs, ys):
+    """Welch's t (mean(xs) - mean(ys)), its Welch-Satterthwaite df and two-sided p.
+    None when either sample has fewer than two values or both variances are zero."""
+    if len(xs) < 2 or len(ys) < 2:
+        return None
+    vx, vy = statistics.variance(xs) / len(xs), statistics.variance(ys) / len(ys)
+    if vx + vy == 0.0:
+        return None
+    t = (statistics.fmean(xs) - statistics.fmean(ys)) / math.sqrt(vx + vy)
+    df = (vx + vy) ** 2 / (vx * vx / (len(xs) - 1) + vy * vy / (len(ys) - 1))
+    return t, df, t_two_sided_p(t, df)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs.
+
+class Run:
+    """One `s3r train` invocation and its run folder."""
+
+    def __init__(self, study, group, config, lr, seed, width=None):
+        self.study, self.group, self.config, self.lr, self.seed, self.width = (
+            study, group, config, lr, seed, width)
+        mode, corr = {n: (m, c) for n, m, c in CONFIGS}[config]
+        self.mode, self.correction = mode, corr
+        sub = f"C={width}/" if width else ""
+        self.dir = study.out / group / config / f"{sub}lr={lr:g}" / f"seed={seed}"
+
+    def key(self):
+        return (self.group, self.config, self.width, self.lr, self.seed)
+
+    def cost(self):
+        """Relative wall time, for longest-first scheduling."""
+        w = (self.width or self.study.args.width) / 256.0
+        return w * w * (1.6 if self.mode == "bf16" else 1.0)
+
+    def label(self):
+        w = f" C={self.width}" if self.width else ""
+        return f"{self.config}{w} lr={self.lr:g} seed={self.seed}"
+
+    def done(self):
+        return (self.dir / "done.json").is_file()
+
+    def result(self):
+        """(final validation loss or NaN if the run failed, wall seconds, validation curve)."""
+        info = json.loads((self.dir / "done.json").read_text())
+        return info["final_val_loss"], info["wall_s"], [tuple(p) for p in info["val_curve"]]
+
+    def argv(self):
+        a = self.study.args
+        cmd = [str(a.s3r), "train", "--preset", a.preset, "--data", str(a.data), "--mode", self.mode,
+               "--correction", self.correction, "--seed", str(self.seed), "--steps", str(a.steps),
+               "--lr", f"{self.lr:g}", "--min-lr", f"{self.lr * a.min_lr_ratio:g}",
+               "--warmup", str(a.warmup), "--eval-every", str(a.eval_every),
+               "--eval-batches", str(a.eval_batches), "--checkpoint-every", str(a.checkpoint_every),
+               "--out", str(self.dir)]
+        for flag, value in (("--seq-len", a.seq_len), ("--batch", a.batch), ("--layers", a.layers),
+                            ("--heads", a.heads), ("--vocab", a.vocab)):
+            if value:
+                cmd += [flag, str(value)]
+        width = self.width or a.width
+        cmd += ["--width", str(width), "--ffn", str(width * a.ffn_ratio)]
+        return cmd
+
+    def execute(self):
+        """Runs (or resumes) the training; writes done.json. Returns the final validation loss."""
+        cmd = self.argv()
+        if (self.dir / "checkpoint" / "meta.json").is_file():
+            cmd += ["--resume", str(self.dir)]
+        elif self.dir.exists():
+            shutil.rmtree(self.dir)  # started but never checkpointed: start over
+        self.dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.study.args.threads))
+        start = time.monotonic()
+        with open(self.dir / "train.log", "a") as log:
+            log.write("$ " + " ".join(cmd) + "\n")
+            log.flush()
+            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        wall = time.monotonic() - start
+        curve = read_val_curve(self.dir / "metrics.jsonl")
+        final = curve[-1][1] if rc == 0 and curve and curve[-1][0] == self.study.args.steps else float("nan")
+        if rc != 0:
+            tail = " ".join((self.dir / "train.log").read_text().strip().splitlines()[-1:])
+            if DIVERGED not in tail:  # bad input or a crash: not a result; stop the study
+                raise StudyError(f"{self.label()}: s3r train exited with status {rc}: {tail} "
+                                 f"(log: {self.dir / 'train.log'})")
+            print(f"  {self.label()}: diverged: {tail}", flush=True)
+        info = {"config": self.config, "mode": self.mode, "correction": self.correction,
+                "lr": self.lr, "seed": self.seed, "width": self.width, "exit_status": rc,
+                "final_val_loss": final, "wall_s": wall, "val_curve": curve, "argv": cmd}
+        write_atomic(self.dir / "done.json", json.dumps(info, indent=1))
+        return final
+
+
+def read_val_curve(metrics):
+    """[(step (1-based), validation loss)] from a run's metrics.jsonl."""
+    curve = []
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                j = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "val_loss" in j:
+                curve.append((j["step"] + 1, j["val_loss"]))
+    return curve
+
+
+def write_atomic(path, text):
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def finite(x):
+    return x is not None and math.isfinite(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# The study: plan, schedule, report.
+
+class Study:
+    def __init__(self, args):
+        self.args = args
+        self.out = args.out
+        self.lock = threading.Lock()
+
+    def sweep_runs(self, config):
+        return [Run(self, "runs", config, lr, 0) for lr in self.args.lrs]
+
+    def best_lr(self, config):
+        """The sweep's best learning rate (lowest final loss on seed 0); None until all are done."""
+        runs = self.sweep_runs(config)
+        if not all(r.done() for r in runs):
+            return None
+        scored = [(r.result()[0], r.lr) for r in runs]
+        ok = [s for s in scored if finite(s[0])]
+        return min(ok)[1] if ok else min(r.lr for r in runs)
+
+    def seed_runs(self, config):
+        lr = self.best_lr(config)
+        if lr is None:
+            return []
+        return [Run(self, "runs", config, lr, s) for s in range(self.args.seeds)]
+
+    def width_lr(self):
+        """One learning rate for the whole width sweep: sr's best at the base width."""
+        return self.args.width_lr or self.best_lr("sr")
+
+    def width_runs(self):
+        lr = self.width_lr()
+        if lr is None or not self.args.widths:
+            return []
+        base = self.args.width
+        runs = []
+        for w in self.args.widths:
+            for c in WIDTH_CONFIGS:
+                # The base width is the main study's seed-0 run at that learning rate.
+                runs.append(Run(self, "runs", c, lr, 0) if w == base else Run(self, "width", c, lr, 0, w))
+        return runs
+
+    def planned(self):
+        """Every run that can be named now (seed and width runs appear once their sweep is done)."""
+        runs = {}
+        for name in self.args.configs:
+            for r in self.sweep_runs(name) + self.seed_runs(name):
+                runs[r.key()] = r
+        for r in self.width_runs():
+            runs[r.key()] = r
+        return runs
+
+    def total_runs(self):
+        n_cfg = len(self.args.configs)
+        n = n_cfg * len(self.args.lrs) + n_cfg * (self.args.seeds - 1)
+        base = self.args.width
+        n += len([w for w in self.args.widths if w != base]) * len(WIDTH_CONFIGS)
+        if base in self.args.widths:  # base-width runs of configurations outside the main study
+            n += len([c for c in WIDTH_CONFIGS if c not in self.args.configs])
+        return n
+
+    def schedule(self):
+        """Runs everything not yet done, longest first, on --jobs lanes; new runs become ready
+        as sweeps finish."""
+        started, finished, t0 = set(), [], time.monotonic()
+        total = self.total_runs()
+        already = sum(1 for r in self.planned().values() if r.done())
+        print(f"study: {total} runs planned ({already} already done, reused); "
+              f"{self.args.jobs} lanes x {self.args.threads} thread(s); out {self.out}", flush=True)
+        with concurrent.futures.ThreadPoolExecutor(self.args.jobs) as pool:
+            running = {}
+            while True:
+                ready = [r for r in self.planned().values() if not r.done() and r.key() not in started]
+                ready.sort(key=lambda r: -r.cost())
+                while ready and len(running) < self.args.jobs:
+                    r = ready.pop(0)
+                    started.add(r.key())
+                    print(f"[{time.strftime('%H:%M:%S')}] start {r.label()}", flush=True)
+                    running[pool.submit(r.execute)] = (r, time.monotonic())
+                if not running:
+                    break
+                done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for fut in done:
+                    r, s = running.pop(fut)
+                    final = fut.result()
+                    finished.append(time.monotonic() - s)
+                    left = total - sum(1 for x in self.planned().values() if x.done())
+                    left = max(left, 0)
+                    eta = statistics.fmean(finished) * left / self.args.jobs
+                    print(f"[{time.strftime('%H:%M:%S')}] done  {r.label()}: final validation loss "
+                          f"{final:.4f} in {finished[-1]:.0f} s; {left} runs left, "
+                          f"eta {eta / 60:.0f} min", flush=True)
+        print(f"study: ran {len(finished)} runs in {(time.monotonic() - t0) / 60:.1f} min", flush=True)
+
+    # -- report ----------------------------------------------------------------------------------
+
+    def machine(self):
+        for r in self.planned().values():
+            log = r.dir / "train.log"
+            if log.is_file():
+                for line in log.read_text().splitlines():
+                    if line.strip().startswith("machine"):
+                        return line.strip()[len("machine"):].strip()
+        return "unknown"
+
+    def report(self):
+        a, out = self.args, self.out
+        rows, curves, sweep_rows = [], {}, []
+        finals = {}
+        for name in a.configs:
+            for r in self.sweep_runs(name):
+                if r.done():
+                    sweep_rows.append([name, f"{r.lr:g}", fmt(r.result()[0])])
+            runs = [r for r in self.seed_runs(name) if r.done()]
+            vals = [r.result()[0] for r in runs]
+            finals[name] = [v for v in vals if finite(v)]
+            curves[name] = [r.result()[2] for r in runs if finite(r.result()[0])]
+            rows.append((name, self.best_lr(name), vals))
+        bf16 = finals.get("bf16", [])
+        sr = finals.get("sr", [])
+        md = ["| configuration | best lr | final validation loss (mean +- sd) | seeds | gap to bf16 | "
+              "Welch t vs sr | df | p |", "|---|---|---|---|---|---|---|---|"]
+        table = [["configuration", "mode", "correction", "best_lr", "mean", "sd", "n_seeds",
+                  "diverged", "gap_to_bf16", "welch_t_vs_sr", "welch_df", "welch_p", "values"]]
+        for name, lr, vals in rows:
+            ok = [v for v in vals if finite(v)]
+            mode, corr = {n: (m, c) for n, m, c in CONFIGS}[name][0:2]
+            mean = statistics.fmean(ok) if ok else float("nan")
+            sd = statistics.stdev(ok) if len(ok) > 1 else float("nan")
+            gap = mean - statistics.fmean(bf16) if ok and bf16 else float("nan")
+            w = welch(ok, sr) if name != "sr" else None
+            t, df, p = w if w else (float("nan"),) * 3
+            div = len(vals) - len(ok)
+            md.append(f"| {name} | {lr if lr is None else f'{lr:g}'} | {mean:.4f} +- {sd:.4f} | "
+                      f"{len(ok)}{f' ({div} diverged)' if div else ''} | {gap:+.4f} | "
+                      f"{'' if name == 'sr' else fmt(t, '+.2f')} | {'' if name == 'sr' else fmt(df, '.1f')} | "
+                      f"{'' if name == 'sr' else fmt(p, '.3f')} |")
+            table.append([name, mode, corr, lr, fmt(mean, ".5f"), fmt(sd, ".5f"), len(ok), div,
+                          fmt(gap, "+.5f"), fmt(t, "+.3f"), fmt(df, ".2f"), fmt(p, ".4f"),
+                          " ".join(fmt(v, ".5f") for v in vals)])
+        header = self.header()
+        write_atomic(out / "table1.md", header + "\n".join(md) + "\n")
+        write_csv(out / "table1.csv", table)
+        write_csv(out / "lr_sweep.csv", [["configuration", "lr", "final_val_loss_seed0"]] + sweep_rows)
+        width_md = self.width_report()
+        self.plot(curves)
+        study = {"argv": sys.argv, "machine": self.machine(), "options": {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+            "runs": [dict(json.loads((r.dir / "done.json").read_text()), dir=str(r.dir))
+                     for r in self.planned().values() if r.done()]}
+        write_atomic(out / "study.json", json.dumps(study, indent=1))
+        print(header + "\n".join(md) + "\n")
+        if width_md:
+            print(width_md)
+        print(f"report: {out / 'table1.md'}, {out / 'table1.csv'}, {out / 'lr_sweep.csv'}, "
+              f"{out / 'width.md'}, {out / 'val_curves.png'}, {out / 'study.json'}")
+
+    def header(self):
+        a = self.args
+        return (f"Final validation loss after {a.steps} steps (preset {a.preset}"
+                f"{', S=' + str(a.seq_len) if a.seq_len else ''}{', B=' + str(a.batch) if a.batch else ''}"
+                f", C={a.width}, F={a.width * a.ffn_ratio}; lr sweep {' '.join(f'{x:g}' for x in a.lrs)} "
+                f"on seed 0, then {a.seeds} seeds at the best lr; validation on {a.eval_batches} fixed "
+                f"batches). Machine: {self.machine()}.\n\n")
+
+    def width_report(self):
+        runs = [r for r in self.width_runs() if r.done()]
+        if not runs:
+            return ""
+        by = {}
+        for r in runs:
+            by.setdefault(r.width or self.args.width, {})[r.config] = r.result()[0]
+        md = [f"Width sweep: seed 0, lr {self.width_lr():g} for every run, F = {self.args.ffn_ratio} C.\n",
+              "| width C | sr | s3r | s3r+dx | s3r - sr | s3r+dx - sr |", "|---|---|---|---|---|---|"]
+        rows = [["width", "sr", "s3r", "s3r+dx", "s3r_minus_sr", "s3r_dx_minus_sr"]]
+        for w in sorted(by):
+            v = by[w]
+            sr, s, sd = v.get("sr", float("nan")), v.get("s3r", float("nan")), v.get("s3r+dx", float("nan"))
+            md.append(f"| {w} | {sr:.4f} | {s:.4f} | {sd:.4f} | {s - sr:+.4f} | {sd - sr:+.4f} |")
+            rows.append([w, fmt(sr, ".5f"), fmt(s, ".5f"), fmt(sd, ".5f"), fmt(s - sr, "+.5f"),
+                         fmt(sd - sr, "+.5f")])
+        text = "\n".join(md) + "\n"
+        write_atomic(self.out / "width.md", text)
+        write_csv(self.out / "width.csv", rows)
+        return text
+
+    def plot(self, curves):
+        """val_curves.png: mean over seeds per configuration with a +-1 sd band (gnuplot)."""
+        data = self.out / "plot"
+        data.mkdir(exist_ok=True)
+        series = []
+        for name, runs in curves.items():
+            if not runs:
+                continue
+            steps = sorted(set.intersection(*[set(s for s, _ in c) for c in runs]))
+            path = data / f"{name}.dat"
+            with open(path, "w") as f:
+                for s in steps:
+                    vs = [dict(c)[s] for c in runs]
+                    m = statistics.fmean(vs)
+                    sd = statistics.stdev(vs) if len(vs) > 1 else 0.0
+                    f.write(f"{s} {m} {m - sd} {m + sd}\n")
+            series.append((name, path))
+        if not series or shutil.which("gnuplot") is None:
+            print("plot: gnuplot not available or no finished runs; curve data in", data)
+            return
+        png = self.out / "val_curves.png"
+        plots = []
+        for i, (name, path) in enumerate(series):
+            plots.append(f"'{path}' using 1:3:4 with filledcurves fs transparent solid 0.15 noborder "
+                         f"lc {i + 1} notitle")
+            plots.append(f"'{path}' using 1:2 with lines lw 2 lc {i + 1} title '{name}'")
+        half = self.args.steps // 2
+        script = (f"set terminal pngcairo size 1400,560; set output '{png}'; set multiplot layout 1,2; "
+                  f"set grid; set xlabel 'step'; set ylabel 'validation loss (nats)'; set key top right; "
+                  f"set title 'validation loss, mean +- sd over seeds'; plot {', '.join(plots)}; "
+                  f"set title 'second half (zoom)'; set xrange [{half}:*]; set autoscale y; "
+                  f"plot {', '.join(plots)}; unset multiplot")
+        rc = subprocess.run(["gnuplot", "-e", script], capture_output=True, text=True)
+        if rc.returncode != 0:
+            print("plot: gnuplot failed:", rc.stderr.strip())
+
+
+def fmt(x, spec=".4f"):
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def write_csv(path, rows):
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    os.replace(tmp, path)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out", type=Path, default=REPO / "results" / "convergence")
+    p.add_argument("--s3r", type=Path, default=REPO / "build" / "release" / "tools" / "s3r")
+    p.add_argument("--data", type=Path, default=REPO / "data" / "nlp-corpus")
+    p.add_argument("--preset", default="small")
+    p.add_argument("--seq-len", type=int, default=128, help="S (0: the preset's)")
+    p.add_argument("--batch", type=int, default=8, help="B (0: the preset's)")
+    p.add_argument("--layers", type=int, default=0, help="L (0: the preset's)")
+    p.add_argument("--heads", type=int, default=0, help="attention heads (0: the preset's)")
+    p.add_argument("--vocab", type=int, default=0, help="V (0: the preset's; must match the data)")
+    p.add_argument("--width", type=int, default=256, help="base width C (small's); F = --ffn-ratio x C")
+    p.add_argument("--ffn-ratio", type=int, default=3, help="F = ratio x C (small: 768 = 3 x 256)")
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--lrs", type=lambda s: [float(x) for x in s.split(",")], default=[7.5e-4, 1.5e-3, 3e-3],
+                   help="learning-rate sweep on seed 0")
+    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor as a fraction of the lr")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--configs", type=lambda s: s.split(","), default=[c[0] for c in CONFIGS])
+    p.add_argument("--widths", type=lambda s: [int(x) for x in s.split(",")] if s else [],
+                   default=[128, 256, 512], help="width sweep (empty: none)")
+    p.add_argument("--width-lr", type=float, default=0.0, help="lr of the width sweep (0: sr's best)")
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--eval-batches", type=int, default=16)
+    p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    p.add_argument("--threads", type=int, default=1, help="OpenMP threads per run")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the first commands")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the tables and the plot")
+    a = p.parse_args(argv)
+    known = [c[0] for c in CONFIGS]
+    for c in a.configs:
+        if c not in known:
+            p.error(f"--configs: unknown configuration '{c}'; expected some of {','.join(known)}")
+    if "sr" not in a.configs and a.widths and not a.width_lr:
+        p.error("the width sweep takes sr's best lr: include sr in --configs or give --width-lr")
+    for name in ("width", "ffn_ratio", "steps", "seeds", "jobs", "threads", "eval_every", "eval_batches", "checkpoint_every"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if not a.lrs or any(not (x > 0) for x in a.lrs):
+        p.error("--lrs: learning rates must be positive")
+    return a
+
+
+def main(argv):
+    a = parse_args(argv)
+    if not a.report_only:
+        if not a.s3r.is_file():
+            sys.exit(f"convergence: error: no s3r binary at {a.s3r} (run scripts/setup.sh)")
+        for f in ("train.bin", "val.bin"):
+            if not (a.data / f).is_file():
+                sys.exit(f"convergence: error: no {f} in {a.data} (run scripts/fetch_data.sh)")
+    a.out.mkdir(parents=True, exist_ok=True)
+    study = Study(a)
+    if a.dry_run:
+        print(f"study: {study.total_runs()} runs; first commands:")
+        for r in list(study.planned().values())[:3]:
+            print("  " + " ".join(r.argv()))
+        return
+    if not a.report_only:
+        try:
+            study.schedule()
+        except StudyError as e:
+            sys.exit(f"convergence: error: {e}")
+    study.report()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,265 @@
+// `s3r bench step`: median wall time of one full training step (forward, backward, AdamW) of a
+// preset per configuration (the paper's Table IV), interleaved repeats after a warm-up, speed
+// relative to bf16 and to sr measured in the same process, and the peak resident memory of each
+// configuration measured in a child process of its own.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "s3r/core/error.hpp"
+#include "s3r/core/machine.hpp"
+#include "s3r/io/atomic_file.hpp"
+#include "s3r/model/model.hpp"
+#include "s3r/optim/adamw.hpp"
+#include "s3r/rng/threefry.hpp"
+#include "s3r/train/trainer.hpp"
+
+namespace s3r::tools {
+
+namespace {
+
+using nn::Correction;
+using nn::LinearMode;
+
+struct StepConfig {
+  const char* name;
+  LinearMode mode;
+  Correction correction;
+};
+
+constexpr StepConfig kStepConfigs[] = {
+    {"bf16", LinearMode::kBf16, Correction::kNone},     {"rtne", LinearMode::kRtne, Correction::kNone},
+    {"sr", LinearMode::kSr, Correction::kNone},         {"s3r", LinearMode::kS3r, Correction::kNone},
+    {"s3r+two-way", LinearMode::kS3r, Correction::kTwoWay}, {"s3r+dx", LinearMode::kS3r, Correction::kDx},
+    {"s3r-bcast", LinearMode::kS3rBcast, Correction::kNone}, {"f32", LinearMode::kF32, Correction::kNone},
+};
+
+struct Options {
+  std::string preset = "small";
+  int64_t layers = 0, width = 0, heads = 0, ffn = 0, seq = 0, batch = 0;
+  std::string configs = "bf16,rtne,sr,s3r,s3r+two-way,s3r+dx";
+  int repeats = 5, warmup = 2, threads = 0;
+  bool memory = true;
+  std::string json_path;
+  std::string memory_of;  // internal: measure this configuration's peak memory and exit
+};
+
+model::ModelConfig model_config(const Options& o) {
+  model::ModelConfig m = model::preset(o.preset);
+  if (o.layers) m.layers = o.layers;
+  if (o.width) m.width = o.width;
+  if (o.heads) m.heads = o.heads;
+  if (o.ffn) m.ffn_width = o.ffn;
+  if (o.seq) m.seq_len = o.seq;
+  if (o.batch) m.batch = o.batch;
+  m.validate();
+  return m;
+}
+
+std::vector<StepConfig> select(const std::string& list_text) {
+  std::vector<StepConfig> out;
+  std::stringstream list(list_text);
+  std::string name;
+  while (std::getline(list, name, ',')) {
+    const auto it = std::find_if(std::begin(kStepConfigs), std::end(kStepConfigs),
+                                 [&](const StepConfig& c) { return name == c.name; });
+    if (it == std::end(kStepConfigs)) {
+      throw Error("bench step: --configs: unknown configuration '" + name +
+                  "'; expected some of bf16, rtne, sr, s3r, s3r+two-way, s3r+dx, s3r-bcast, f32");
+    }
+    out.push_back(*it);
+  }
+  if (out.empty()) throw Error("bench step: --configs is empty");
+  return out;
+}
+
+// One model, its optimizer and a fixed synthetic batch: the state a training step touches.
+struct StepRunner {
+  model::Model model;
+  train::Optimizer opt;
+  std::vector<int32_t> in, tg;
+  optim::AdamWConfig adamw;
+  int64_t t = 0;
+
+  StepRunner(const model::ModelConfig& cfg, const StepConfig& c)
+      : model(cfg, c.mode, c.correction), in(cfg.tokens()), tg(cfg.tokens()) {
+    model.init_weights(0);
+    opt = train::make_optimizer(model);
+    std::vector<uint32_t> bits(cfg.tokens() + 1);
+    random_bits32(key_from_seed(7), 0, bits);  // uniform tokens: the step's cost ignores the text
+    for (int64_t i = 0; i < cfg.tokens(); ++i) {
+      in[i] = static_cast<int32_t>(bits[i] % cfg.vocab);
+      tg[i] = static_cast<int32_t>(bits[i + 1] % cfg.vocab);
+    }
+  }
+  // forward, backward and AdamW as in s3r train; returns milliseconds.
+  double step() {
+    const auto start = std::chrono::steady_clock::now();
+    model.forward(in, tg);
+    model.backward(fold_in(key_from_seed(0), static_cast<uint32_t>(t)));
+    double norm = 0.0;
+    optim::adamw_step(opt.refs, adamw, 1e-4f, ++t, &norm);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+
+// A "Vm...:" field of /proc/self/status in bytes (-1 if absent): VmHWM is the peak resident set.
+int64_t proc_status_bytes(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::string(field).size())) * 1024;
+  }
+  return -1;
+}
+
+// Peak memory of one configuration: a child `s3r bench step --memory-of NAME` builds it, runs
+// the warm-up steps and prints its VmHWM (so no other configuration's buffers are counted).
+int64_t measure_memory(const Options& o, const StepConfig& c) {
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::ostringstream cmd;
+  cmd << "'" << exe << "' bench step --preset " << o.preset << " --layers " << o.layers << " --width "
+      << o.width << " --heads " << o.heads << " --ffn " << o.ffn << " --seq-len " << o.seq << " --batch "
+      << o.batch << " --warmup " << o.warmup << " --memory-of '" << c.name << "'";
+  if (o.threads) cmd << " --threads " << o.threads;
+  FILE* p = popen(cmd.str().c_str(), "r");
+  if (p == nullptr) return -1;
+  long long bytes = -1;
+  char line[256];
+  while (std::fgets(line, sizeof line, p)) std::sscanf(line, "peak_rss_bytes %lld", &bytes);
+  return pclose(p) == 0 ? bytes : -1;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void run(const Options& o) {
+  if (o.repeats < 1) throw Error("bench step: --repeats must be >= 1, got " + std::to_string(o.repeats));
+  if (o.warmup < 0) throw Error("bench step: --warmup must be >= 0, got " + std::to_string(o.warmup));
+  if (o.threads < 0) throw Error("bench step: --threads must be >= 1 (or 0 for the default)");
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const model::ModelConfig cfg = model_config(o);
+  if (!o.memory_of.empty()) {
+    StepRunner r(cfg, select(o.memory_of).at(0));
+    for (int i = 0; i < std::max(1, o.warmup); ++i) r.step();
+    std::printf("peak_rss_bytes %lld\n", static_cast<long long>(proc_status_bytes("VmHWM:")));
+    return;
+  }
+  const std::vector<StepConfig> configs = select(o.configs);
+  std::printf("s3r bench step: one training step (forward, backward, AdamW) of preset %s\n", o.preset.c_str());
+  std::printf("model: %s (%lld tokens per step)\n", cfg.describe().c_str(), static_cast<long long>(cfg.tokens()));
+  std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
+              omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
+  std::fflush(stdout);
+
+  std::vector<int64_t> memory(configs.size(), -1);
+  if (o.memory) {
+    int64_t total = 0;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      memory[i] = measure_memory(o, configs[i]);
+      if (memory[i] < 0) throw Error(std::string("bench step: measuring the memory of ") + configs[i].name + " failed");
+      total += memory[i];
+      std::printf("peak memory of %-12s %8.1f MB\n", configs[i].name, memory[i] / 1e6);
+      std::fflush(stdout);
+    }
+    const int64_t available = available_memory_bytes();
+    if (available > 0 && total > 0.9 * static_cast<double>(available)) {
+      std::ostringstream msg;
+      msg << "bench step: the " << configs.size() << " configurations need about " << total / 1e9
+          << " GB together, but only " << available / 1e9 << " GB are available; pass fewer --configs";
+      throw Error(msg.str());
+    }
+  }
+
+  std::vector<std::unique_ptr<StepRunner>> runners;
+  for (const StepConfig& c : configs) runners.push_back(std::make_unique<StepRunner>(cfg, c));
+  for (int w = 0; w < o.warmup; ++w) {
+    for (auto& r : runners) r->step();
+  }
+  std::vector<std::vector<double>> ms(configs.size());
+  for (int rep = 0; rep < o.repeats; ++rep) {
+    for (size_t j = 0; j < configs.size(); ++j) {
+      const size_t i = (j + rep) % configs.size();  // rotate the order: no configuration always first
+      ms[i].push_back(runners[i]->step());
+    }
+    std::printf("repeat %d/%d done\n", rep + 1, o.repeats);
+    std::fflush(stdout);
+  }
+
+  auto index_of = [&](const char* name) -> int {
+    for (size_t i = 0; i < configs.size(); ++i) {
+      if (std::string(configs[i].name) == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const int bf16 = index_of("bf16"), sr = index_of("sr");
+  std::printf("\n%-14s %10s %10s %11s %9s %9s %12s\n", "configuration", "median ms", "min ms", "tokens/s",
+              "vs bf16", "vs sr", "peak MB");
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const double med = median(ms[i]);
+    const double min = *std::min_element(ms[i].begin(), ms[i].end());
+    const double vs_bf16 = bf16 >= 0 ? median(ms[bf16]) / med : 0.0;
+    const double vs_sr = sr >= 0 ? median(ms[sr]) / med : 0.0;
+    char a[32] = "-", b[32] = "-", mem[32] = "-";
+    if (bf16 >= 0) std::snprintf(a, sizeof a, "%.2fx", vs_bf16);
+    if (sr >= 0) std::snprintf(b, sizeof b, "%.2fx", vs_sr);
+    if (memory[i] >= 0) std::snprintf(mem, sizeof mem, "%.1f", memory[i] / 1e6);
+    std::printf("%-14s %10.1f %10.1f %11.0f %9s %9s %12s\n", configs[i].name, med, min,
+                cfg.tokens() / (med / 1000.0), a, b, mem);
+    nlohmann::json row = {{"configuration", configs[i].name}, {"median_ms", med}, {"min_ms", min},
+                          {"ms", ms[i]}, {"tokens_per_s", cfg.tokens() / (med / 1000.0)}};
+    if (bf16 >= 0) row["speedup_vs_bf16"] = vs_bf16;
+    if (sr >= 0) row["speedup_vs_sr"] = vs_sr;
+    if (memory[i] >= 0) row["peak_rss_bytes"] = memory[i];
+    rows.push_back(row);
+  }
+  std::printf("(vs bf16, vs sr: that configuration's median time divided by this one's; > 1 is faster.\n"
+              " peak MB: the peak resident memory of a process that builds only that configuration and\n"
+              " runs its warm-up steps: model, optimizer, activations, oneDNN scratch and the program)\n");
+  if (!o.json_path.empty()) {
+    const nlohmann::json out = {{"preset", o.preset}, {"model", cfg.describe()}, {"tokens_per_step", cfg.tokens()},
+                                {"threads", omp_get_max_threads()}, {"warmup", o.warmup},
+                                {"repeats", o.repeats}, {"machine", machine_line()}, {"rows", rows}};
+    io::write_file_atomic(o.json_path, [&](std::ostream& f) { f << out.dump(1) << "\n"; });
+    std::printf("json: %s\n", o.json_path.c_str());
+  }
+}
+
+}  // namespace
+
+void register_bench_step(CLI::App& bench) {
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = bench.add_subcommand(
+      "step", "one full training step per configuration, against bf16 and sr (paper, Table IV)");
+  cmd->add_option("--preset", o->preset, "tiny | small | wide | paper")->capture_default_str();
+  cmd->add_option("--layers", o->layers, "L (default: the preset's)");
+  cmd->add_option("--width", o->width, "C");
+  cmd->add_option("--heads", o->heads, "attention heads");
+  cmd->add_option("--ffn", o->ffn, "F");
+  cmd->add_option("--seq-len", o->seq, "S");
+  cmd->add_option("--batch", o->batch, "B");
+  cmd->add_option("--configs", o->configs, "comma-separated configurations")->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "timed steps per configuration")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "untimed steps per configuration first")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
+  cmd->add_flag("!--no-memory", o->memory, "skip the per-configuration peak-memory children");
+  cmd->add_option("--json", o->json_path, "also write the results as JSON");
+  cmd->add_option("--memory-of", o->memory_of)->group("");  // internal (measure_memory)
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace s3r::tools

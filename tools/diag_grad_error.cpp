@@ -1,0 +1,325 @@
+// `s3r diag grad-error`: how far each rounding configuration's gradients are from the backward
+// pass with unquantized gradients through the same quantized forward (the paper's Table II), on
+// one checkpoint and one fixed batch, averaged over threshold keys; plus per-layer rounding
+// telemetry (the step D and the share of gradient elements that round to 0 under rtne).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "s3r/core/error.hpp"
+#include "s3r/core/machine.hpp"
+#include "s3r/data/dataloader.hpp"
+#include "s3r/data/token_shard.hpp"
+#include "s3r/io/atomic_file.hpp"
+#include "s3r/model/model.hpp"
+#include "s3r/nn/backward_probe.hpp"
+#include "s3r/train/trainer.hpp"
+
+namespace s3r::tools {
+
+namespace {
+
+using nn::Correction;
+using nn::LinearMode;
+
+struct DiagConfig {
+  const char* name;
+  LinearMode mode;
+  Correction correction;
+  std::optional<GradRounding> dw_rounding;  // causal ablation: G quantized again for dW
+  bool exact = false;                        // unquantized G through the int8 forward
+};
+
+const std::vector<DiagConfig>& all_configs() {
+  static const std::vector<DiagConfig> c = {
+      {"rtne", LinearMode::kRtne, Correction::kNone, {}},
+      {"sr", LinearMode::kSr, Correction::kNone, {}},
+      {"s3r", LinearMode::kS3r, Correction::kNone, {}},
+      {"s3r+dx", LinearMode::kS3r, Correction::kDx, {}},
+      {"s3r+two-way", LinearMode::kS3r, Correction::kTwoWay, {}},
+      {"s3r-bcast", LinearMode::kS3rBcast, Correction::kNone, {}},
+      {"s3r-bcast+dx", LinearMode::kS3rBcast, Correction::kDx, {}},
+      {"s3r-bcast+two-way", LinearMode::kS3rBcast, Correction::kTwoWay, {}},
+      // The paper's causal ablation: which product's shared threshold costs accuracy. "bcast" is
+      // one threshold per example (s3r-bcast); G is quantized separately for the two products.
+      {"dX=s3r/dW=bcast", LinearMode::kS3r, Correction::kNone, GradRounding::kS3rBcast},
+      {"dX=bcast/dW=s3r", LinearMode::kS3rBcast, Correction::kNone, GradRounding::kS3r},
+  };
+  return c;
+}
+
+constexpr const char* kProjections[7] = {"attn.q", "attn.k", "attn.v", "attn.o", "ffn.gate", "ffn.up", "ffn.down"};
+
+// The gradients the table compares, copied out of a model after backward().
+struct Grads {
+  std::vector<float> dx_first, dx_last, emb;
+  std::vector<std::vector<float>> w_first;  // 7 projections of block 0, in kProjections order
+};
+
+std::vector<float> param_grad(model::Model& m, const std::string& name) {
+  for (const model::ParamInfo& p : m.param_table()) {
+    if (p.name == name) return {m.grads().begin() + p.offset, m.grads().begin() + p.offset + p.size};
+  }
+  throw Error("diag: no parameter named '" + name + "'");
+}
+
+Grads collect(model::Model& m) {
+  Grads g;
+  const auto first = m.block_input_grad(0), last = m.block_input_grad(m.config().layers - 1);
+  g.dx_first.assign(first.begin(), first.end());
+  g.dx_last.assign(last.begin(), last.end());
+  g.emb = param_grad(m, "tok_emb");
+  for (const char* p : kProjections) g.w_first.push_back(param_grad(m, std::string("blocks.0.") + p));
+  return g;
+}
+
+// ||a - b|| / ||b|| over the concatenation of the pairs, in double.
+double rel_error(const std::vector<const std::vector<float>*>& a, const std::vector<const std::vector<float>*>& b) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (size_t j = 0; j < a[i]->size(); ++j) {
+      const double d = static_cast<double>((*a[i])[j]) - (*b[i])[j];
+      num += d * d;
+      den += static_cast<double>((*b[i])[j]) * (*b[i])[j];
+    }
+  }
+  return den > 0.0 ? std::sqrt(num / den) : (num > 0.0 ? INFINITY : 0.0);
+}
+
+// The quantities of the table: name -> pointers into a Grads.
+struct Quantity {
+  std::string key, title;
+  std::vector<const std::vector<float>*> (*pick)(const Grads&);
+};
+
+std::vector<Quantity> quantities() {
+  return {
+      {"dx_first_block", "dX block 0", [](const Grads& g) { return std::vector<const std::vector<float>*>{&g.dx_first}; }},
+      {"dx_last_block", "dX last block", [](const Grads& g) { return std::vector<const std::vector<float>*>{&g.dx_last}; }},
+      {"dw_first_block", "dW block 0", [](const Grads& g) {
+         std::vector<const std::vector<float>*> v;
+         for (const auto& w : g.w_first) v.push_back(&w);
+         return v;
+       }},
+      {"embedding", "embedding", [](const Grads& g) { return std::vector<const std::vector<float>*>{&g.emb}; }},
+  };
+}
+
+struct Stat {
+  double mean = 0, sd = 0, of_mean = 0;  // over keys; of_mean: error of the key-averaged gradient
+};
+
+struct Options {
+  std::string checkpoint, data_dir = "data/nlp-corpus", reference = "quantized-forward", json_path, configs;
+  int keys = 16;
+  int64_t batch_index = 0;
+  uint32_t seed = 0;
+};
+
+std::string layer_name(int64_t index) {
+  return "blocks." + std::to_string(index / 7) + "." + kProjections[index % 7];
+}
+
+void run(const Options& o) {
+  if (o.keys < 1) throw Error("diag grad-error: --keys must be >= 1, got " + std::to_string(o.keys));
+  if (o.reference != "quantized-forward" && o.reference != "bf16") {
+    throw Error("diag grad-error: --reference must be quantized-forward or bf16, got '" + o.reference + "'");
+  }
+  const train::CheckpointInfo info = train::read_checkpoint_info(o.checkpoint);
+  const model::ModelConfig& cfg = info.model;
+  namespace fs = std::filesystem;
+  const data::TokenShard val = data::read_shard((fs::path(o.data_dir) / "val.bin").string());
+  if (static_cast<int64_t>(val.vocab) != cfg.vocab) {
+    throw Error("diag grad-error: the data's vocabulary (" + std::to_string(val.vocab) +
+                ") differs from the checkpoint's V = " + std::to_string(cfg.vocab));
+  }
+  // The batch: validation batch --batch-index, in the order `s3r train` validates on.
+  data::DataLoader loader(val, cfg.seq_len, 0x5eed);
+  std::vector<int32_t> in(cfg.tokens()), tg(cfg.tokens());
+  for (int64_t i = 0; i <= o.batch_index; ++i) loader.next_batch(in, tg, cfg.batch);
+
+  std::vector<DiagConfig> configs;
+  if (o.configs.empty()) {
+    configs = all_configs();
+  } else {
+    std::stringstream list(o.configs);
+    std::string name;
+    while (std::getline(list, name, ',')) {
+      bool found = false;
+      for (const DiagConfig& c : all_configs()) {
+        if (name == c.name) configs.push_back(c), found = true;
+      }
+      if (!found) throw Error("diag grad-error: --configs: unknown configuration '" + name + "'");
+    }
+  }
+  if (o.reference == "bf16") configs.insert(configs.begin(), {"exact G, int8 forward", LinearMode::kRtne, Correction::kNone, {}, true});
+
+  std::printf("s3r diag grad-error\n  checkpoint  %s (step %lld, trained as %s%s%s)\n", o.checkpoint.c_str(),
+              static_cast<long long>(info.step + 1), std::string(nn::to_string(info.mode)).c_str(),
+              info.correction == Correction::kNone ? "" : " + ",
+              info.correction == Correction::kNone ? "" : std::string(nn::to_string(info.correction)).c_str());
+  std::printf("  model       %s\n", cfg.describe().c_str());
+  std::printf("  batch       validation batch %lld of %s (%lld tokens)\n", static_cast<long long>(o.batch_index),
+              o.data_dir.c_str(), static_cast<long long>(cfg.tokens()));
+  std::printf("  keys        %d (step keys fold_in(key(%u), k), k < %d)\n", o.keys, o.seed, o.keys);
+  std::printf("  reference   %s\n", o.reference == "bf16"
+                                        ? "the bf16 model's backward (bf16 forward and gradients)"
+                                        : "unquantized gradients through the same int8 forward");
+  std::printf("  machine     %s\n", machine_line().c_str());
+  std::fflush(stdout);
+
+  // Reference gradients and telemetry (from the exact-gradient pass through the int8 forward).
+  std::vector<nn::GradTelemetry> telemetry;
+  Grads ref;
+  double loss_int8 = 0.0, loss_ref = 0.0;
+  std::vector<float> weights;
+  {
+    model::Model m(cfg, LinearMode::kRtne, Correction::kNone);
+    train::load_checkpoint_weights(o.checkpoint, m);
+    weights.assign(m.params().begin(), m.params().end());
+    nn::BackwardProbe probe;
+    probe.exact_grad = true;
+    probe.telemetry = &telemetry;
+    m.set_backward_probe(&probe);
+    m.set_capture_input_grads(true);
+    loss_int8 = m.forward(in, tg);
+    m.backward(key_from_seed(o.seed));
+    if (o.reference == "quantized-forward") ref = collect(m), loss_ref = loss_int8;
+  }
+  if (o.reference == "bf16") {
+    model::Model m(cfg, LinearMode::kBf16, Correction::kNone);
+    std::copy(weights.begin(), weights.end(), m.params().begin());
+    m.set_capture_input_grads(true);
+    loss_ref = m.forward(in, tg);
+    m.backward(key_from_seed(o.seed));
+    ref = collect(m);
+  }
+  std::printf("  loss        %.5f (int8 forward)%s\n\n", loss_int8,
+              o.reference == "bf16" ? (", " + std::to_string(loss_ref) + " (bf16 forward)").c_str() : "");
+
+  const auto qs = quantities();
+  std::printf("relative L2 error ||g - g_ref|| / ||g_ref||, mean +- sd over %d keys\n", o.keys);
+  std::printf("%-24s", "configuration");
+  for (const auto& q : qs) std::printf("  %-19s", q.title.c_str());
+  std::printf("  | error of the %d-key mean: dX block 0, dW block 0\n", o.keys);
+  std::fflush(stdout);
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (const DiagConfig& c : configs) {
+    model::Model m(cfg, c.mode, c.correction);
+    std::copy(weights.begin(), weights.end(), m.params().begin());
+    nn::BackwardProbe probe;
+    probe.exact_grad = c.exact;
+    probe.dw_rounding = c.dw_rounding;
+    m.set_backward_probe(&probe);
+    m.set_capture_input_grads(true);
+    m.forward(in, tg);
+    const int keys = c.exact ? 1 : o.keys;
+    std::vector<std::vector<double>> errs(qs.size());
+    std::vector<std::vector<double>> proj_errs(7);
+    Grads sum;
+    for (int k = 0; k < keys; ++k) {
+      m.backward(fold_in(key_from_seed(o.seed), static_cast<uint32_t>(k)));
+      const Grads g = collect(m);
+      for (size_t i = 0; i < qs.size(); ++i) errs[i].push_back(rel_error(qs[i].pick(g), qs[i].pick(ref)));
+      for (int p = 0; p < 7; ++p) proj_errs[p].push_back(rel_error({&g.w_first[p]}, {&ref.w_first[p]}));
+      if (k == 0) {
+        sum = g;
+      } else {
+        auto add = [](std::vector<float>& a, const std::vector<float>& b) {
+          for (size_t j = 0; j < a.size(); ++j) a[j] += b[j];
+        };
+        add(sum.dx_first, g.dx_first), add(sum.dx_last, g.dx_last), add(sum.emb, g.emb);
+        for (int p = 0; p < 7; ++p) add(sum.w_first[p], g.w_first[p]);
+      }
+    }
+    auto scale = [keys](std::vector<float>& a) {
+      for (float& x : a) x /= static_cast<float>(keys);
+    };
+    scale(sum.dx_first), scale(sum.dx_last), scale(sum.emb);
+    for (auto& w : sum.w_first) scale(w);
+    auto stat = [](const std::vector<double>& v) {
+      Stat s;
+      for (double x : v) s.mean += x;
+      s.mean /= static_cast<double>(v.size());
+      for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+      s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
+      return s;
+    };
+    nlohmann::json row = {{"configuration", c.name}, {"mode", std::string(nn::to_string(c.mode))},
+                          {"correction", std::string(nn::to_string(c.correction))}, {"keys", keys}};
+    if (c.dw_rounding) row["dw_rounding"] = std::string(to_string(*c.dw_rounding));
+    if (c.exact) row["exact_gradients"] = true;
+    std::printf("%-24s", c.name);
+    for (size_t i = 0; i < qs.size(); ++i) {
+      Stat s = stat(errs[i]);
+      s.of_mean = rel_error(qs[i].pick(sum), qs[i].pick(ref));
+      std::printf("  %.4f +- %-9.4f", s.mean, s.sd);
+      row[qs[i].key] = {{"mean", s.mean}, {"sd", s.sd}, {"error_of_key_mean", s.of_mean}, {"per_key", errs[i]}};
+    }
+    std::printf("  | %.4f, %.4f\n", row["dx_first_block"]["error_of_key_mean"].get<double>(),
+                row["dw_first_block"]["error_of_key_mean"].get<double>());
+    std::fflush(stdout);
+    nlohmann::json per = nlohmann::json::object();
+    for (int p = 0; p < 7; ++p) {
+      const Stat s = stat(proj_errs[p]);
+      per[std::string("blocks.0.") + kProjections[p]] = {
+          {"mean", s.mean}, {"sd", s.sd}, {"error_of_key_mean", rel_error({&sum.w_first[p]}, {&ref.w_first[p]})}};
+    }
+    row["dw_first_block_per_projection"] = per;
+    rows.push_back(row);
+  }
+
+  std::printf("\nrounding telemetry per layer (G of the exact-gradient pass): D = max|G'|/127, and the share of\n"
+              "G' with |G'|/D <= 1/2, which rtne rounds to 0\n");
+  std::printf("%-18s %8s %8s %12s %18s\n", "layer", "tokens", "N", "D", "share <= D/2");
+  nlohmann::json tele = nlohmann::json::array();
+  std::sort(telemetry.begin(), telemetry.end(),
+            [](const nn::GradTelemetry& a, const nn::GradTelemetry& b) { return a.layer_index < b.layer_index; });
+  for (const nn::GradTelemetry& t : telemetry) {
+    std::printf("%-18s %8lld %8lld %12.4e %17.2f%%\n", layer_name(t.layer_index).c_str(),
+                static_cast<long long>(t.tokens), static_cast<long long>(t.channels), t.step,
+                100.0 * t.share_below_half_step);
+    tele.push_back({{"layer", layer_name(t.layer_index)}, {"index", t.layer_index}, {"tokens", t.tokens},
+                    {"channels", t.channels}, {"step", t.step},
+                    {"share_below_half_step", t.share_below_half_step}});
+  }
+  if (!o.json_path.empty()) {
+    const nlohmann::json out = {
+        {"checkpoint", o.checkpoint}, {"step", info.step + 1}, {"model", cfg.describe()},
+        {"batch_index", o.batch_index}, {"data", o.data_dir}, {"keys", o.keys}, {"seed", o.seed},
+        {"reference", o.reference}, {"loss_int8_forward", loss_int8}, {"loss_reference", loss_ref},
+        {"machine", machine_line()}, {"rows", rows}, {"telemetry", tele}};
+    io::write_file_atomic(o.json_path, [&](std::ostream& f) { f << out.dump(1) << "\n"; });
+    std::printf("json: %s\n", o.json_path.c_str());
+  }
+}
+
+}  // namespace
+
+void register_diag_grad_error(CLI::App& diag) {
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = diag.add_subcommand(
+      "grad-error", "gradient errors of every rounding configuration on one checkpoint (paper, Table II)");
+  cmd->add_option("--checkpoint", o->checkpoint, "run folder (or its checkpoint/) of s3r train")->required();
+  cmd->add_option("--data", o->data_dir, "folder with val.bin: the batch comes from it")->capture_default_str();
+  cmd->add_option("--keys", o->keys, "threshold keys to average over")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "keys are fold_in(key(seed), k)")->capture_default_str();
+  cmd->add_option("--batch-index", o->batch_index, "which validation batch")->capture_default_str();
+  cmd->add_option("--reference", o->reference,
+                  "quantized-forward (unquantized gradients, same int8 forward) | bf16 (full bf16 model)")
+      ->capture_default_str();
+  cmd->add_option("--configs", o->configs, "comma-separated subset (default: all)");
+  cmd->add_option("--json", o->json_path, "also write the results as JSON");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace s3r::tools
