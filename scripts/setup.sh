@@ -7,8 +7,7 @@ cd "$(dirname "$0")/.."
 
 # Build tools, tests, benchmarks, GEMMs (oneDNN), the CLI (CLI11, nlohmann-json), the tokenizer
 # (SentencePiece), gzip input (zlib), loss-curve PNGs (gnuplot) and the experiment scripts
-# (python3, standard library only). scripts/fetch_data.sh uses the
-# machine's npm.
+# (python3, standard library only). scripts/fetch_data.sh uses the machine's npm.
 packages=(g++ cmake make libgtest-dev libbenchmark-dev libdnnl-dev libcli11-dev nlohmann-json3-dev
           libsentencepiece-dev zlib1g-dev gnuplot-nox python3)
 
