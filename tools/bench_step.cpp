@@ -45,26 +45,13 @@ constexpr StepConfig kStepConfigs[] = {
 };
 
 struct Options {
-  std::string preset = "small";
-  int64_t layers = 0, width = 0, heads = 0, ffn = 0, seq = 0, batch = 0;
+  ModelOptions model;
   std::string configs = "bf16,rtne,sr,s3r,s3r+two-way,s3r+dx";
   int repeats = 5, warmup = 2, threads = 0;
   bool memory = true;
   std::string json_path;
   std::string memory_of;  // internal: measure this configuration's peak memory and exit
 };
-
-model::ModelConfig model_config(const Options& o) {
-  model::ModelConfig m = model::preset(o.preset);
-  if (o.layers) m.layers = o.layers;
-  if (o.width) m.width = o.width;
-  if (o.heads) m.heads = o.heads;
-  if (o.ffn) m.ffn_width = o.ffn;
-  if (o.seq) m.seq_len = o.seq;
-  if (o.batch) m.batch = o.batch;
-  m.validate();
-  return m;
-}
 
 std::vector<StepConfig> select(const std::string& list_text) {
   std::vector<StepConfig> out;
@@ -128,9 +115,10 @@ int64_t proc_status_bytes(const char* field) {
 int64_t measure_memory(const Options& o, const StepConfig& c) {
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
   std::ostringstream cmd;
-  cmd << "'" << exe << "' bench step --preset " << o.preset << " --layers " << o.layers << " --width "
-      << o.width << " --heads " << o.heads << " --ffn " << o.ffn << " --seq-len " << o.seq << " --batch "
-      << o.batch << " --warmup " << o.warmup << " --memory-of '" << c.name << "'";
+  const ModelOptions& m = o.model;
+  cmd << "'" << exe << "' bench step --preset " << m.preset << " --layers " << m.layers << " --width "
+      << m.width << " --heads " << m.heads << " --ffn " << m.ffn << " --vocab " << m.vocab << " --seq-len "
+      << m.seq << " --batch " << m.batch << " --warmup " << o.warmup << " --memory-of '" << c.name << "'";
   if (o.threads) cmd << " --threads " << o.threads;
   FILE* p = popen(cmd.str().c_str(), "r");
   if (p == nullptr) return -1;
@@ -151,7 +139,7 @@ void run(const Options& o) {
   if (o.warmup < 0) throw Error("bench step: --warmup must be >= 0, got " + std::to_string(o.warmup));
   if (o.threads < 0) throw Error("bench step: --threads must be >= 1 (or 0 for the default)");
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  const model::ModelConfig cfg = model_config(o);
+  const model::ModelConfig cfg = o.model.config();
   if (!o.memory_of.empty()) {
     StepRunner r(cfg, select(o.memory_of).at(0));
     for (int i = 0; i < std::max(1, o.warmup); ++i) r.step();
@@ -159,7 +147,7 @@ void run(const Options& o) {
     return;
   }
   const std::vector<StepConfig> configs = select(o.configs);
-  std::printf("s3r bench step: one training step (forward, backward, AdamW) of preset %s\n", o.preset.c_str());
+  std::printf("s3r bench step: one training step (forward, backward, AdamW) of preset %s\n", o.model.preset.c_str());
   std::printf("model: %s (%lld tokens per step)\n", cfg.describe().c_str(), static_cast<long long>(cfg.tokens()));
   std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
               omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
@@ -231,7 +219,7 @@ void run(const Options& o) {
               " peak MB: the peak resident memory of a process that builds only that configuration and\n"
               " runs its warm-up steps: model, optimizer, activations, oneDNN scratch and the program)\n");
   if (!o.json_path.empty()) {
-    const nlohmann::json out = {{"preset", o.preset}, {"model", cfg.describe()}, {"tokens_per_step", cfg.tokens()},
+    const nlohmann::json out = {{"preset", o.model.preset}, {"model", cfg.describe()}, {"tokens_per_step", cfg.tokens()},
                                 {"threads", omp_get_max_threads()}, {"warmup", o.warmup},
                                 {"repeats", o.repeats}, {"machine", machine_line()}, {"rows", rows}};
     io::write_file_atomic(o.json_path, [&](std::ostream& f) { f << out.dump(1) << "\n"; });
@@ -245,13 +233,7 @@ void register_bench_step(CLI::App& bench) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = bench.add_subcommand(
       "step", "one full training step per configuration, against bf16 and sr (paper, Table IV)");
-  cmd->add_option("--preset", o->preset, "tiny | small | wide | paper")->capture_default_str();
-  cmd->add_option("--layers", o->layers, "L (default: the preset's)");
-  cmd->add_option("--width", o->width, "C");
-  cmd->add_option("--heads", o->heads, "attention heads");
-  cmd->add_option("--ffn", o->ffn, "F");
-  cmd->add_option("--seq-len", o->seq, "S");
-  cmd->add_option("--batch", o->batch, "B");
+  o->model.add_to(cmd);
   cmd->add_option("--configs", o->configs, "comma-separated configurations")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "timed steps per configuration")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "untimed steps per configuration first")->capture_default_str();

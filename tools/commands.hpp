@@ -1,8 +1,21 @@
 #pragma once
 // Subcommands of the `s3r` tool: each registers its options on a CLI11 subcommand and runs.
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "s3r/model/config.hpp"
 
 namespace s3r::tools {
+
+// --preset and the per-field overrides --layers, --width, --heads, --ffn, --vocab, --seq-len,
+// --batch (0: the preset's value).
+struct ModelOptions {
+  std::string preset = "small";
+  int64_t layers = 0, width = 0, heads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;
+  void add_to(CLI::App* cmd);
+  model::ModelConfig config() const;  // validated; throws s3r::Error naming the bad field
+};
 
 // `s3r bench ffn`: forward + backward of one SwiGLU block per configuration (paper, Table III).
 void register_bench_ffn(CLI::App& bench);

@@ -20,11 +20,10 @@ namespace s3r::tools {
 namespace {
 
 struct TrainCli {
-  std::string preset = "small";
+  ModelOptions model;
   std::string data_dir = "data/nlp-corpus";
   std::string mode = "s3r", correction = "dx";
   std::string out = "data/runs/default", resume;
-  int64_t layers = 0, width = 0, heads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;  // 0: preset
   uint32_t seed = 0;
   int64_t steps = 600, schedule_steps = 0, warmup = 30, eval_every = 100, eval_batches = 8, checkpoint_every = 0;
   float lr = 3e-3f, min_lr = 3e-4f, weight_decay = 0.1f, clip = 1.0f;
@@ -62,15 +61,7 @@ void plot(const std::string& out_dir) {
 
 void run(const TrainCli& c) {
   train::TrainOptions o;
-  o.model = model::preset(c.preset);
-  if (c.layers) o.model.layers = c.layers;
-  if (c.width) o.model.width = c.width;
-  if (c.heads) o.model.heads = c.heads;
-  if (c.ffn) o.model.ffn_width = c.ffn;
-  if (c.vocab) o.model.vocab = c.vocab;
-  if (c.seq) o.model.seq_len = c.seq;
-  if (c.batch) o.model.batch = c.batch;
-  o.model.validate();
+  o.model = c.model.config();
   o.mode = nn::parse_linear_mode(c.mode);
   o.correction = nn::parse_correction(c.correction);
   if (!nn::is_int8(o.mode) && o.correction != nn::Correction::kNone) {
@@ -93,7 +84,7 @@ void run(const TrainCli& c) {
   std::printf("s3r train\n");
   const model::ModelConfig& m = o.model;
   std::printf("  %-12s %s (L=%lld C=%lld heads=%lld F=%lld V=%lld S=%lld B=%lld, %lld tokens/step)\n",
-              "model", c.preset.c_str(), (long long)m.layers, (long long)m.width, (long long)m.heads,
+              "model", c.model.preset.c_str(), (long long)m.layers, (long long)m.width, (long long)m.heads,
               (long long)m.ffn_width, (long long)m.vocab, (long long)m.seq_len, (long long)m.batch,
               (long long)m.tokens());
   std::printf("  %-12s %s, correction %s (7 projections per block; attention f32, LM head bf16)\n",
@@ -123,7 +114,7 @@ void run(const TrainCli& c) {
 void register_train(CLI::App& app) {
   auto c = std::make_shared<TrainCli>();
   CLI::App* cmd = app.add_subcommand("train", "train a Llama-style decoder with INT8 products in any rounding mode");
-  cmd->add_option("--preset", c->preset, "tiny | small | wide | paper")->capture_default_str();
+  c->model.add_to(cmd);
   cmd->add_option("--data", c->data_dir, "folder with train.bin and val.bin (s3r data prepare)")->capture_default_str();
   cmd->add_option("--mode", c->mode, "f32 | bf16 | rtne | sr | s3r | s3r-bcast")->capture_default_str();
   cmd->add_option("--correction", c->correction, "none | dx | two-way")->capture_default_str();
@@ -143,13 +134,6 @@ void register_train(CLI::App& app) {
   cmd->add_option("--checkpoint-every", c->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str();
   cmd->add_option("--out", c->out, "run folder: metrics.jsonl, checkpoint/, loss.png")->capture_default_str();
   cmd->add_option("--resume", c->resume, "continue bit-exactly from the checkpoint in this run folder");
-  cmd->add_option("--layers", c->layers, "L (default: the preset's)");
-  cmd->add_option("--width", c->width, "C");
-  cmd->add_option("--heads", c->heads, "attention heads");
-  cmd->add_option("--ffn", c->ffn, "F");
-  cmd->add_option("--vocab", c->vocab, "V (must equal the tokenizer's)");
-  cmd->add_option("--seq-len", c->seq, "S");
-  cmd->add_option("--batch", c->batch, "B");
   cmd->callback([c] { run(*c); });
 }
 

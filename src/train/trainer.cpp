@@ -100,39 +100,52 @@ struct Resumed {
   int bad_steps = 0;
 };
 
-Resumed load_checkpoint(const std::string& resume_dir, const TrainOptions& o, model::Model& model,
-                        Optimizer& opt) {
-  const fs::path dir = fs::path(resume_dir) / "checkpoint";
+// meta.json of a checkpoint folder, checked to be an s3r checkpoint of version 1. Errors start
+// with `context` (e.g. "--resume: ") and name the file.
+nlohmann::json read_meta(const fs::path& dir, const std::string& context) {
   const fs::path meta_path = dir / "meta.json";
   std::ifstream f(meta_path);
-  if (!f) throw Error("--resume: no checkpoint at '" + meta_path.string() + "'");
+  if (!f) throw Error(context + "no checkpoint at '" + meta_path.string() + "'");
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(f);
   } catch (const std::exception& e) {
-    throw Error("--resume: '" + meta_path.string() + "' is not valid JSON: " + e.what());
+    throw Error(context + "'" + meta_path.string() + "' is not valid JSON: " + e.what());
   }
   if (meta.value("format", "") != "s3r-checkpoint" || meta.value("version", 0) != 1) {
-    throw Error("--resume: '" + meta_path.string() + "' is not an s3r checkpoint of version 1");
+    throw Error(context + "'" + meta_path.string() + "' is not an s3r checkpoint of version 1");
   }
+  return meta;
+}
+
+// Copies tensor `name` (of `size` elements) of a safetensors file into dst.
+void copy_tensor(const io::SafetensorsFile& file, const fs::path& path, const std::string& name, float* dst,
+                 int64_t size, const std::string& context) {
+  const auto it = file.tensors.find(name);
+  if (it == file.tensors.end() || static_cast<int64_t>(it->second.data.size()) != size) {
+    throw Error(context + "tensor '" + name + "' is missing from '" + path.string() +
+                "' or does not have " + std::to_string(size) + " elements");
+  }
+  std::copy(it->second.data.begin(), it->second.data.end(), dst);
+}
+
+Resumed load_checkpoint(const std::string& resume_dir, const TrainOptions& o, model::Model& model,
+                        Optimizer& opt) {
+  const std::string context = "--resume: ";
+  const fs::path dir = fs::path(resume_dir) / "checkpoint";
+  const nlohmann::json meta = read_meta(dir, context);
   const nlohmann::json want = config_json(o);
   if (meta["config"] != want) {
-    throw Error("--resume: the checkpoint's configuration " + meta["config"].dump() +
+    throw Error(context + "the checkpoint's configuration " + meta["config"].dump() +
                 " differs from this run's " + want.dump());
   }
-  const io::SafetensorsFile weights = io::read_safetensors((dir / "model.safetensors").string());
-  const io::SafetensorsFile moments = io::read_safetensors((dir / "optimizer.safetensors").string());
-  auto copy = [&](const io::SafetensorsFile& file, const std::string& name, float* dst, int64_t size) {
-    const auto it = file.tensors.find(name);
-    if (it == file.tensors.end() || static_cast<int64_t>(it->second.data.size()) != size) {
-      throw Error("--resume: tensor '" + name + "' is missing from the checkpoint or has the wrong size");
-    }
-    std::copy(it->second.data.begin(), it->second.data.end(), dst);
-  };
+  const fs::path weights_path = dir / "model.safetensors", moments_path = dir / "optimizer.safetensors";
+  const io::SafetensorsFile weights = io::read_safetensors(weights_path.string());
+  const io::SafetensorsFile moments = io::read_safetensors(moments_path.string());
   for (const model::ParamInfo& p : model.param_table()) {
-    copy(weights, p.name, model.params().data() + p.offset, p.size);
-    copy(moments, p.name + ".m", opt.m.data() + p.offset, p.size);
-    copy(moments, p.name + ".v", opt.v.data() + p.offset, p.size);
+    copy_tensor(weights, weights_path, p.name, model.params().data() + p.offset, p.size, context);
+    copy_tensor(moments, moments_path, p.name + ".m", opt.m.data() + p.offset, p.size, context);
+    copy_tensor(moments, moments_path, p.name + ".v", opt.v.data() + p.offset, p.size, context);
   }
   Resumed r;
   r.step = meta.at("step").get<int64_t>();
@@ -182,18 +195,8 @@ fs::path checkpoint_folder(const std::string& dir) {
 }  // namespace
 
 CheckpointInfo read_checkpoint_info(const std::string& dir) {
-  const fs::path meta_path = checkpoint_folder(dir) / "meta.json";
-  std::ifstream f(meta_path);
-  if (!f) throw Error("no checkpoint at '" + meta_path.string() + "'");
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    throw Error("'" + meta_path.string() + "' is not valid JSON: " + e.what());
-  }
-  if (meta.value("format", "") != "s3r-checkpoint" || meta.value("version", 0) != 1) {
-    throw Error("'" + meta_path.string() + "' is not an s3r checkpoint of version 1");
-  }
+  const nlohmann::json meta = read_meta(checkpoint_folder(dir), "");
+  const std::string meta_path = (checkpoint_folder(dir) / "meta.json").string();
   try {
     const nlohmann::json& c = meta.at("config");
     CheckpointInfo info;
@@ -208,7 +211,7 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
     info.step = meta.at("step").get<int64_t>();
     return info;
   } catch (const nlohmann::json::exception& e) {
-    throw Error("'" + meta_path.string() + "': missing or malformed field: " + e.what());
+    throw Error("'" + meta_path + "': missing or malformed field: " + e.what());
   }
 }
 
@@ -216,12 +219,7 @@ void load_checkpoint_weights(const std::string& dir, model::Model& model) {
   const fs::path path = checkpoint_folder(dir) / "model.safetensors";
   const io::SafetensorsFile weights = io::read_safetensors(path.string());
   for (const model::ParamInfo& p : model.param_table()) {
-    const auto it = weights.tensors.find(p.name);
-    if (it == weights.tensors.end() || static_cast<int64_t>(it->second.data.size()) != p.size) {
-      throw Error("'" + path.string() + "': tensor '" + p.name + "' is missing or does not have " +
-                  std::to_string(p.size) + " elements");
-    }
-    std::copy(it->second.data.begin(), it->second.data.end(), model.params().data() + p.offset);
+    copy_tensor(weights, path, p.name, model.params().data() + p.offset, p.size, "");
   }
 }
 
