@@ -46,6 +46,8 @@ CONFIGS = [
     ("s3r-bcast+two-way", "s3r-bcast", "two-way"),
 ]
 WIDTH_CONFIGS = ["sr", "s3r", "s3r+dx"]
+# One colour per configuration (CONFIGS order) in val_curves.png.
+COLORS = ["#000000", "#e41a1c", "#377eb8", "#ff7f00", "#4daf4a", "#984ea3", "#ff7f00", "#4daf4a", "#984ea3"]
 REPO = Path(__file__).resolve().parent.parent
 # What `s3r train` says when it stops a run after consecutive non-finite steps.
 DIVERGED = "consecutive steps had a non-finite loss or gradient"
@@ -115,6 +117,19 @@ def welch(xs, ys):
     t = (statistics.fmean(xs) - statistics.fmean(ys)) / math.sqrt(vx + vy)
     df = (vx + vy) ** 2 / (vx * vx / (len(xs) - 1) + vy * vy / (len(ys) - 1))
     return t, df, t_two_sided_p(t, df)
+
+
+def paired(xs, ys):
+    """Paired t-test of xs - ys (equal length, matched by seed: the same seed gives the same
+    initial weights and data order in every configuration). (mean, sd, t, df, p) or None."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        return None
+    d = [x - y for x, y in zip(xs, ys)]
+    sd = statistics.stdev(d)
+    if sd == 0.0:
+        return None
+    t = statistics.fmean(d) / (sd / math.sqrt(len(d)))
+    return statistics.fmean(d), sd, t, len(d) - 1, t_two_sided_p(t, len(d) - 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,9 +361,12 @@ class Study:
         bf16 = finals.get("bf16", [])
         sr = finals.get("sr", [])
         md = ["| configuration | best lr | final validation loss (mean +- sd) | seeds | gap to bf16 | "
-              "Welch t vs sr | df | p |", "|---|---|---|---|---|---|---|---|"]
+              "Welch t vs sr | df | p | paired diff vs sr (mean +- sd) | paired t | paired p |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
         table = [["configuration", "mode", "correction", "best_lr", "mean", "sd", "n_seeds",
-                  "diverged", "gap_to_bf16", "welch_t_vs_sr", "welch_df", "welch_p", "values"]]
+                  "diverged", "gap_to_bf16", "welch_t_vs_sr", "welch_df", "welch_p",
+                  "paired_diff_vs_sr", "paired_sd", "paired_t", "paired_p", "values"]]
+        sr_vals = next((vals for name, _, vals in rows if name == "sr"), [])
         for name, lr, vals in rows:
             ok = [v for v in vals if finite(v)]
             mode, corr = {n: (m, c) for n, m, c in CONFIGS}[name][0:2]
@@ -358,12 +376,18 @@ class Study:
             w = welch(ok, sr) if name != "sr" else None
             t, df, p = w if w else (float("nan"),) * 3
             div = len(vals) - len(ok)
+            pr = None
+            if name != "sr" and not div and all(finite(v) for v in sr_vals):
+                pr = paired(vals, sr_vals)
+            pd, psd, pt, _, pp = pr if pr else (float("nan"),) * 5
             md.append(f"| {name} | {lr if lr is None else f'{lr:g}'} | {mean:.4f} +- {sd:.4f} | "
                       f"{len(ok)}{f' ({div} diverged)' if div else ''} | {gap:+.4f} | "
                       f"{'' if name == 'sr' else fmt(t, '+.2f')} | {'' if name == 'sr' else fmt(df, '.1f')} | "
-                      f"{'' if name == 'sr' else fmt(p, '.3f')} |")
+                      f"{'' if name == 'sr' else fmt(p, '.3f')} | "
+                      f"{'' if not pr else f'{pd:+.4f} +- {psd:.4f}'} | {fmt(pt, '+.2f')} | {fmt(pp, '.3f')} |")
             table.append([name, mode, corr, lr, fmt(mean, ".5f"), fmt(sd, ".5f"), len(ok), div,
                           fmt(gap, "+.5f"), fmt(t, "+.3f"), fmt(df, ".2f"), fmt(p, ".4f"),
+                          fmt(pd, "+.5f"), fmt(psd, ".5f"), fmt(pt, "+.3f"), fmt(pp, ".4f"),
                           " ".join(fmt(v, ".5f") for v in vals)])
         header = self.header()
         write_atomic(out / "table1.md", header + "\n".join(md) + "\n")
@@ -433,15 +457,17 @@ class Study:
             return
         png = self.out / "val_curves.png"
         plots = []
-        for i, (name, path) in enumerate(series):
+        for name, path in series:
+            color = COLORS[[c[0] for c in CONFIGS].index(name)]
+            dash = 2 if name.startswith("s3r-bcast") else 1  # the per-example family dashed
             plots.append(f"'{path}' using 1:3:4 with filledcurves fs transparent solid 0.15 noborder "
-                         f"lc {i + 1} notitle")
-            plots.append(f"'{path}' using 1:2 with lines lw 2 lc {i + 1} title '{name}'")
+                         f"lc rgb '{color}' notitle")
+            plots.append(f"'{path}' using 1:2 with lines lw 2 dt {dash} lc rgb '{color}' title '{name}'")
         half = self.args.steps // 2
         script = (f"set terminal pngcairo size 1400,560; set output '{png}'; set multiplot layout 1,2; "
                   f"set grid; set xlabel 'step'; set ylabel 'validation loss (nats)'; set key top right; "
                   f"set title 'validation loss, mean +- sd over seeds'; plot {', '.join(plots)}; "
-                  f"set title 'second half (zoom)'; set xrange [{half}:*]; set autoscale y; "
+                  f"set title 'second half (zoom)'; set key bottom left; set xrange [{half}:*]; set autoscale y; "
                   f"plot {', '.join(plots)}; unset multiplot")
         rc = subprocess.run(["gnuplot", "-e", script], capture_output=True, text=True)
         if rc.returncode != 0:

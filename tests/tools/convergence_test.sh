@@ -32,6 +32,9 @@ for t, df, p in ((2.0, 10, 0.073388), (2.776445, 4, 0.05), (12.706205, 1, 0.05),
 t, df, p = c.welch([1, 2, 3], [4, 5, 7])
 assert abs(t + 3.162278) < 1e-6 and abs(df - 3.448276) < 1e-6 and abs(p - 0.041915) < 2e-5, (t, df, p)
 assert c.welch([1.0], [2.0, 3.0]) is None
+# Paired: differences 1, 2, 3 -> mean 2, sd 1, t = 2 sqrt(3), df 2.
+m, sd, t, df, p = c.paired([2, 4, 6], [1, 2, 3])
+assert (m, sd, df) == (2.0, 1.0, 2) and abs(t - 2 * 3 ** 0.5) < 1e-12 and abs(p - c.t_two_sided_p(t, 2)) < 1e-15
 rows = list(csv.DictReader(open(sys.argv[2] + "/table1.csv")))
 assert [r["configuration"] for r in rows] == ["bf16", "sr", "s3r+dx"], rows
 for r in rows:
