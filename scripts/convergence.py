@@ -46,7 +46,8 @@ CONFIGS = [
     ("s3r-bcast+two-way", "s3r-bcast", "two-way"),
 ]
 WIDTH_CONFIGS = ["sr", "s3r", "s3r+dx"]
-# One colour per configuration (CONFIGS order) in val_curves.png.
+# Colours in val_curves.png (CONFIGS order): s3r-bcast and its corrections reuse the colours of
+# s3r and its corrections, dashed, so that each family reads as one.
 COLORS = ["#000000", "#e41a1c", "#377eb8", "#ff7f00", "#4daf4a", "#984ea3", "#ff7f00", "#4daf4a", "#984ea3"]
 REPO = Path(__file__).resolve().parent.parent
 # What `s3r train` says when it stops a run after consecutive non-finite steps.
@@ -144,7 +145,7 @@ class Run:
         mode, corr = {n: (m, c) for n, m, c in CONFIGS}[config]
         self.mode, self.correction = mode, corr
         sub = f"C={width}/" if width else ""
-        self.dir = study.out / group / config / f"{sub}lr={lr:g}" / f"seed={seed}"
+        self.dir = study.out / group / config / f"{sub}lr={lr:.10g}" / f"seed={seed}"
 
     def key(self):
         return (self.group, self.config, self.width, self.lr, self.seed)
@@ -159,7 +160,15 @@ class Run:
         return f"{self.config}{w} lr={self.lr:g} seed={self.seed}"
 
     def done(self):
-        return (self.dir / "done.json").is_file()
+        """Finished with these options; a finished run made with other options stops the study."""
+        path = self.dir / "done.json"
+        if not path.is_file():
+            return False
+        recorded = json.loads(path.read_text()).get("argv", [])
+        if options_of(recorded) != options_of(self.argv()):
+            raise StudyError(f"{self.dir} was trained with other options ({' '.join(recorded[1:])}); "
+                             f"use another --out or delete that folder")
+        return True
 
     def result(self):
         """(final validation loss or NaN if the run failed, wall seconds, validation curve)."""
@@ -170,7 +179,7 @@ class Run:
         a = self.study.args
         cmd = [str(a.s3r), "train", "--preset", a.preset, "--data", str(a.data), "--mode", self.mode,
                "--correction", self.correction, "--seed", str(self.seed), "--steps", str(a.steps),
-               "--lr", f"{self.lr:g}", "--min-lr", f"{self.lr * a.min_lr_ratio:g}",
+               "--lr", f"{self.lr:.10g}", "--min-lr", f"{self.lr * a.min_lr_ratio:.10g}",
                "--warmup", str(a.warmup), "--eval-every", str(a.eval_every),
                "--eval-batches", str(a.eval_batches), "--checkpoint-every", str(a.checkpoint_every),
                "--out", str(self.dir)]
@@ -199,6 +208,9 @@ class Run:
         wall = time.monotonic() - start
         curve = read_val_curve(self.dir / "metrics.jsonl")
         final = curve[-1][1] if rc == 0 and curve and curve[-1][0] == self.study.args.steps else float("nan")
+        if rc == 0 and math.isnan(final) and not (curve and curve[-1][0] == self.study.args.steps):
+            raise StudyError(f"{self.label()}: s3r train finished but {self.dir / 'metrics.jsonl'} has no "
+                             f"validation loss at step {self.study.args.steps}")
         if rc != 0:
             tail = " ".join((self.dir / "train.log").read_text().strip().splitlines()[-1:])
             if DIVERGED not in tail:  # bad input or a crash: not a result; stop the study
@@ -210,6 +222,19 @@ class Run:
                 "final_val_loss": final, "wall_s": wall, "val_curve": curve, "argv": cmd}
         write_atomic(self.dir / "done.json", json.dumps(info, indent=1))
         return final
+
+
+def options_of(argv):
+    """A train command line without the binary and without --resume DIR: the run's options."""
+    out, skip = [], False
+    for i, x in enumerate(argv[1:]):
+        if skip:
+            skip = False
+        elif x == "--resume":
+            skip = True
+        else:
+            out.append(x)
+    return out
 
 
 def read_val_curve(metrics):
@@ -349,12 +374,14 @@ class Study:
         a, out = self.args, self.out
         rows, curves, sweep_rows = [], {}, []
         finals = {}
+        by_seed = {}  # name -> {seed: final loss}, for the paired comparison
         for name in a.configs:
             for r in self.sweep_runs(name):
                 if r.done():
-                    sweep_rows.append([name, f"{r.lr:g}", fmt(r.result()[0])])
+                    sweep_rows.append([name, f"{r.lr:.10g}", fmt(r.result()[0])])
             runs = [r for r in self.seed_runs(name) if r.done()]
             vals = [r.result()[0] for r in runs]
+            by_seed[name] = {r.seed: r.result()[0] for r in runs}
             finals[name] = [v for v in vals if finite(v)]
             curves[name] = [r.result()[2] for r in runs if finite(r.result()[0])]
             rows.append((name, self.best_lr(name), vals))
@@ -366,7 +393,7 @@ class Study:
         table = [["configuration", "mode", "correction", "best_lr", "mean", "sd", "n_seeds",
                   "diverged", "gap_to_bf16", "welch_t_vs_sr", "welch_df", "welch_p",
                   "paired_diff_vs_sr", "paired_sd", "paired_t", "paired_p", "values"]]
-        sr_vals = next((vals for name, _, vals in rows if name == "sr"), [])
+        sr_seeds = by_seed.get("sr", {})
         for name, lr, vals in rows:
             ok = [v for v in vals if finite(v)]
             mode, corr = {n: (m, c) for n, m, c in CONFIGS}[name][0:2]
@@ -376,9 +403,10 @@ class Study:
             w = welch(ok, sr) if name != "sr" else None
             t, df, p = w if w else (float("nan"),) * 3
             div = len(vals) - len(ok)
+            common = sorted(set(by_seed[name]) & set(sr_seeds))  # pair on the seeds both have
             pr = None
-            if name != "sr" and not div and all(finite(v) for v in sr_vals):
-                pr = paired(vals, sr_vals)
+            if name != "sr" and all(finite(by_seed[name][k]) and finite(sr_seeds[k]) for k in common):
+                pr = paired([by_seed[name][k] for k in common], [sr_seeds[k] for k in common])
             pd, psd, pt, _, pp = pr if pr else (float("nan"),) * 5
             md.append(f"| {name} | {lr if lr is None else f'{lr:g}'} | {mean:.4f} +- {sd:.4f} | "
                       f"{len(ok)}{f' ({div} diverged)' if div else ''} | {gap:+.4f} | "
@@ -528,6 +556,10 @@ def parse_args(argv):
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if not a.lrs or any(not (x > 0) for x in a.lrs):
         p.error("--lrs: learning rates must be positive")
+    if any(w < 1 for w in a.widths):
+        p.error("--widths: widths must be >= 1")
+    a.lrs = sorted(set(a.lrs))
+    a.widths = sorted(set(a.widths))
     return a
 
 

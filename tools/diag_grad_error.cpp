@@ -130,6 +130,9 @@ std::string layer_name(int64_t index) {
 
 void run(const Options& o) {
   if (o.keys < 1) throw Error("diag grad-error: --keys must be >= 1, got " + std::to_string(o.keys));
+  if (o.batch_index < 0) {
+    throw Error("diag grad-error: --batch-index must be >= 0, got " + std::to_string(o.batch_index));
+  }
   if (o.reference != "quantized-forward" && o.reference != "bf16") {
     throw Error("diag grad-error: --reference must be quantized-forward or bf16, got '" + o.reference + "'");
   }

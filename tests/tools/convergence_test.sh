@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/convergence.py end to end on the tiny model and the train_smoke.sh corpus: a small
 # study (2 learning rates, 2 seeds, 3 configurations, a width sweep: 13 runs), its tables and plot, then
-# a second invocation that must reuse every run; plus Welch's test against known values.
+# a second invocation that must reuse every run, an interrupted run that must resume bit-exactly,
+# options that must not reuse runs made with others; plus the t-tests against known values.
 # Usage: convergence_test.sh S3R_BINARY TRAIN_SMOKE_DIR REPO
 set -euo pipefail
 s3r=$1; work=$2; repo=$3
@@ -17,6 +18,27 @@ if command -v gnuplot >/dev/null; then test -s "$out/val_curves.png"; fi
 python3 "$repo/scripts/convergence.py" "${args[@]}" > "$work/study2.log"
 grep -q "study: 13 runs planned (13 already done, reused)" "$work/study2.log"
 grep -q "ran 0 runs" "$work/study2.log"
+# An interrupted run resumes from its checkpoint and ends bit-exactly where it ended straight.
+python3 - "$out/runs/sr/lr=0.003/seed=0" <<'PY'
+import json, shutil, subprocess, sys
+run = sys.argv[1]
+done = json.load(open(run + "/done.json"))
+argv = done["argv"]
+argv[argv.index("--steps") + 1] = "6"  # stopped after 6 of its 12 steps, with a checkpoint
+argv += ["--schedule-steps", "12"]
+shutil.rmtree(run)
+subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+json.dump(done["final_val_loss"], open(run + ".want", "w"))
+PY
+python3 "$repo/scripts/convergence.py" "${args[@]}" > "$work/study3.log"
+grep -q "ran 1 runs" "$work/study3.log"
+grep -q "resumed from" "$out/runs/sr/lr=0.003/seed=0/train.log"
+python3 -c "import json,sys; r='$out/runs/sr/lr=0.003/seed=0'; w=json.load(open(r+'.want')); g=json.load(open(r+'/done.json'))['final_val_loss']; sys.exit(0 if g == w else f'resumed {g} != straight {w}')"
+# Finished runs made with other options are not silently reused.
+if python3 "$repo/scripts/convergence.py" "${args[@]}" --warmup 3 > "$work/other.log" 2>&1; then
+  echo "FAIL: runs of other options were reused"; exit 1
+fi
+grep -q "was trained with other options" "$work/other.log"
 # A bad input stops the study with the trainer's message (not recorded as a divergence).
 if python3 "$repo/scripts/convergence.py" "${args[@]/300/256}" --out "$work/bad" > "$work/bad.log" 2>&1; then
   echo "FAIL: a vocabulary mismatch did not stop the study"; exit 1
