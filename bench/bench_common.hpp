@@ -34,17 +34,25 @@ inline std::vector<int> thread_counts() {
   return out;
 }
 
-inline const char* isa_label(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : "ref"; }
+inline const char* isa_label(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kReference: break;
+  }
+  return "ref";
+}
 
-// Both ISAs, AVX-512 first (benchmarks of an ISA the CPU lacks report an error and are skipped).
-inline constexpr Isa kIsas[] = {Isa::kAvx512, Isa::kReference};
+// Every tier, widest first (benchmarks of a tier the CPU lacks report an error and are skipped).
+inline constexpr Isa kIsas[] = {Isa::kAvx512, Isa::kAvx2, Isa::kReference};
 
 // Start of every benchmark run: sets the OpenMP thread count and returns true when the CPU can
 // run `isa` (the caller then selects it with a ScopedIsa); otherwise reports the benchmark as
-// skipped (state.SkipWithError) and returns false.
+// skipped (state.SkipWithError, with the reason) and returns false.
 inline bool enter(benchmark::State& state, Isa isa, int threads) {
-  if (isa == Isa::kAvx512 && !cpu_has_avx512()) {
-    state.SkipWithError("AVX-512 is not available on this CPU (or not compiled in)");
+  std::string why;
+  if (!isa_supported(isa, &why)) {
+    state.SkipWithError(why.c_str());
     return false;
   }
   omp_set_num_threads(threads);

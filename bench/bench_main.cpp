@@ -8,6 +8,7 @@
 #include <iostream>
 #include <string>
 
+#include "s3r/core/cpu_features.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/core/machine.hpp"
 
@@ -22,7 +23,8 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::AddCustomContext("cpu_model", s3r::cpu_model_name());
     benchmark::AddCustomContext("s3r_active_isa", std::string(s3r::isa_name(s3r::active_isa())));
-    benchmark::AddCustomContext("s3r_cpu_has_avx512", s3r::cpu_has_avx512() ? "true" : "false");
+    benchmark::AddCustomContext("s3r_cpu_features", s3r::describe(s3r::cpu_features()));
+    benchmark::AddCustomContext("s3r_machine", s3r::machine_line());
     benchmark::AddCustomContext("omp_max_threads", std::to_string(omp_get_max_threads()));
     benchmark::AddCustomContext("omp_num_procs", std::to_string(omp_get_num_procs()));
     benchmark::AddCustomContext("s3r_build_type", S3R_BUILD_TYPE);

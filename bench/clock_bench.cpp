@@ -5,8 +5,9 @@
 //   clock/avx512_add_chain   a dependent chain of 512-bit vpaddd (1 cycle each)
 // items/s = adds/s = cycles/s. x86-64 only (elsewhere the benchmarks report an error). Only the
 // AVX-512 chain's function is compiled for AVX-512 (a target attribute), and it runs only where
-// s3r::cpu_has_avx512() is true.
+// s3r::isa_supported(Isa::kAvx512) is true.
 #include <cstdint>
+#include <string>
 
 #include "bench_common.hpp"
 
@@ -61,8 +62,9 @@ __attribute__((target("avx512f"))) uint64_t avx512_chain(int64_t iterations) {
 
 void bm_avx512_chain(benchmark::State& state) {
 #if defined(__x86_64__)
-  if (!cpu_has_avx512()) {
-    state.SkipWithError("AVX-512 is not available on this CPU (or not compiled in)");
+  std::string why;
+  if (!isa_supported(Isa::kAvx512, &why)) {
+    state.SkipWithError(why.c_str());
     return;
   }
   for (auto _ : state) benchmark::DoNotOptimize(avx512_chain(1));

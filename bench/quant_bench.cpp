@@ -5,10 +5,11 @@
 //     MODE   rtne | sr | s3r | s3r-bcast
 //     W      1 when the S3R-EC statistics are requested (want_stats), else 0
 //     N      2048 | 8192 output channels (G is 16 | 64 MiB in f32)
-//     ISA    avx512 | ref (the scalar reference twin; f32 and N = 2048 only, to save time)
+//     ISA    avx512 | avx2 | ref (the scalar reference twin; f32 and N = 2048 only, to save
+//            time)
 //     bytes  G read twice (pass 1: absmax; pass 2: quantize) + the int8 codes written (twice
 //            under sr: one code tensor per backward product)
-//   grad_quant_l2/f32/MODE/stats:W/T:512/N:512/threads:P/avx512
+//   grad_quant_l2/f32/MODE/stats:W/T:512/N:512/threads:P/ISA   (ISA: avx512 | avx2)
 //                                       the same on a cache-resident G (T = S = N = 512, 1 MiB):
 //                                       the compute cost alone
 //   fwd_quant/rows/TxK/threads:P/ISA    s3r::quantize_rows_rtne, (2048, 2048); bytes: x read once
@@ -165,15 +166,19 @@ const bool registered = [] {
     }
   }
   // Cache-resident problem (G is 1 MiB, half of one core's L2 here): the compute cost alone.
-  for (int t : thread_counts()) {
-    for (bool stats : {false, true}) {
-      for (GradRounding mode : kModes) {
-        const std::string name = std::string("grad_quant_l2/f32/") + std::string(to_string(mode)) +
-                                 "/stats:" + (stats ? "1" : "0") + "/T:512/N:512/threads:" +
-                                 std::to_string(t) + "/avx512";
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-          bm_grad_quant<float>(s, mode, stats, 512, 512, t, Isa::kAvx512);
-        })->UseRealTime();
+  for (Isa isa : kIsas) {
+    if (isa == Isa::kReference) continue;
+    for (int t : thread_counts()) {
+      for (bool stats : {false, true}) {
+        for (GradRounding mode : kModes) {
+          const std::string name = std::string("grad_quant_l2/f32/") +
+                                   std::string(to_string(mode)) + "/stats:" + (stats ? "1" : "0") +
+                                   "/T:512/N:512/threads:" + std::to_string(t) + "/" +
+                                   isa_label(isa);
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+            bm_grad_quant<float>(s, mode, stats, 512, 512, t, isa);
+          })->UseRealTime();
+        }
       }
     }
   }

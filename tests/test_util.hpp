@@ -1,9 +1,12 @@
 #pragma once
 // Helpers shared by the test suites: ISA and thread-count sweeps, known-answer files.
+#include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,12 +15,47 @@
 
 namespace s3r::testing {
 
-// Every ISA this machine can run (reference always; avx512 where supported).
+// Records on the running test that `isa` was not exercised and why: a test property
+// "skipped_tier_<name>" (in the XML/JSON report) and one line on stdout per test and tier.
+inline void record_skipped_tier(Isa isa, const std::string& why) {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string test = info ? std::string(info->test_suite_name()) + "." + info->name() : "";
+  static std::set<std::string> reported;
+  if (!reported.insert(test + "/" + std::string(isa_name(isa))).second) return;
+  if (info != nullptr) ::testing::Test::RecordProperty("skipped_tier_" + std::string(isa_name(isa)), why);
+  std::printf("[ SKIPPED TIER ] %s: %s not tested: %s\n", test.c_str(),
+              std::string(isa_name(isa)).c_str(), why.c_str());
+}
+
+// Every tier this machine can run, reference first. Each tier it cannot run is recorded as
+// skipped on the running test, with the reason (never a silent reference-only pass).
 inline std::vector<Isa> runnable_isas() {
-  std::vector<Isa> isas{Isa::kReference};
-  if (cpu_has_avx512()) isas.push_back(Isa::kAvx512);
+  std::vector<Isa> isas;
+  for (Isa isa : all_isas()) {
+    std::string why;
+    if (isa_supported(isa, &why)) {
+      isas.push_back(isa);
+    } else {
+      record_skipped_tier(isa, why);
+    }
+  }
   return isas;
 }
+
+// The runnable tiers other than the reference: the twins that a comparison test holds against
+// it. Use with S3R_SKIP_WITHOUT_VECTOR_TIERS so that a CPU with none skips visibly.
+inline std::vector<Isa> vector_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : runnable_isas()) {
+    if (isa != Isa::kReference) isas.push_back(isa);
+  }
+  return isas;
+}
+
+#define S3R_SKIP_WITHOUT_VECTOR_TIERS(isas)                                                    \
+  if ((isas).empty())                                                                          \
+  GTEST_SKIP() << "no vectorized kernel tier runs on this CPU: nothing to compare with the " \
+                  "reference"
 
 // Sets the OpenMP thread count for a scope.
 class ScopedThreads {

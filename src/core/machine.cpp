@@ -5,7 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "s3r/core/cpu_features.hpp"
 #include "s3r/core/isa.hpp"
+#include "s3r/gemm/backend.hpp"
 #include "s3r/gemm/matmul.hpp"
 
 namespace s3r {
@@ -36,8 +38,9 @@ int64_t available_memory_bytes() {
 
 std::string machine_line() {
   std::ostringstream s;
-  s << cpu_model_name() << ", " << omp_get_num_procs() << " logical cores, ISA "
-    << isa_name(active_isa()) << ", " << omp_get_max_threads() << " OpenMP threads, oneDNN "
+  s << cpu_model_name() << ", " << omp_get_num_procs() << " logical cores ("
+    << describe(cpu_features()) << "); kernels " << isa_name(active_isa()) << "; "
+    << gemm::backends_line() << "; " << omp_get_max_threads() << " OpenMP threads, oneDNN "
     << gemm::onednn_version();
   return s.str();
 }

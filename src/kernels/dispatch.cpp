@@ -1,48 +1,25 @@
+// The one place that chooses a kernel tier: which tiers this build and CPU can run, the S3R_ISA
+// override, and the table of each tier.
 #include "kernels/dispatch.hpp"
 
 #include <atomic>
 #include <cstdlib>
 #include <string>
 
+#include "s3r/core/cpu_features.hpp"
 #include "s3r/core/error.hpp"
 
 namespace s3r {
 
 namespace {
 
-constexpr kernels::KernelTable kRefTable = {
-    kernels::ref::threefry_bits,      kernels::ref::philox_bits, kernels::ref::quantize_rows_rtne,
-    kernels::ref::absmax_cols,        kernels::ref::quantize_cols_rtne,
-    kernels::ref::grad_absmax,        kernels::ref::grad_quantize,
-    kernels::ref::gemv_s8_f32,        kernels::ref::dx_epilogue,
-    kernels::ref::swiglu_forward_ew,  kernels::ref::swiglu_backward_ew,
-};
-
-#ifdef S3R_HAVE_AVX512
-constexpr kernels::KernelTable kAvx512Table = {
-    kernels::avx512::threefry_bits,   kernels::avx512::philox_bits,
-    kernels::avx512::quantize_rows_rtne, kernels::avx512::absmax_cols,
-    kernels::avx512::quantize_cols_rtne, kernels::avx512::grad_absmax,
-    kernels::avx512::grad_quantize,      kernels::avx512::gemv_s8_f32,
-    kernels::avx512::dx_epilogue,        kernels::avx512::swiglu_forward_ew,
-    kernels::avx512::swiglu_backward_ew,
-};
-#endif
-
 Isa initial_isa() {
   const char* env = std::getenv("S3R_ISA");
-  if (env != nullptr && *env != '\0') {
-    const std::string name(env);
-    if (name == "reference") return Isa::kReference;
-    if (name == "avx512") {
-      if (!cpu_has_avx512()) {
-        throw Error("S3R_ISA=avx512, but this CPU (or build) has no AVX-512 F/BW/VL support");
-      }
-      return Isa::kAvx512;
-    }
-    throw Error("S3R_ISA='" + name + "' is not an ISA; use 'reference' or 'avx512'");
-  }
-  return cpu_has_avx512() ? Isa::kAvx512 : Isa::kReference;
+  if (env == nullptr || *env == '\0') return best_isa();
+  const Isa isa = parse_isa(env);
+  std::string why;
+  if (!isa_supported(isa, &why)) throw Error("S3R_ISA=" + std::string(env) + ": " + why);
+  return isa;
 }
 
 std::atomic<Isa>& isa_slot() {
@@ -52,34 +29,80 @@ std::atomic<Isa>& isa_slot() {
 
 }  // namespace
 
-bool cpu_has_avx512() {
-#ifdef S3R_HAVE_AVX512
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return has;
-#else
-  return false;
+std::vector<Isa> all_isas() { return {Isa::kReference, Isa::kAvx2, Isa::kAvx512}; }
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kReference: return "reference";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa parse_isa(std::string_view name) {
+  for (Isa isa : all_isas()) {
+    if (name == isa_name(isa)) return isa;
+  }
+  throw Error("'" + std::string(name) + "' is not a kernel tier; use reference, avx2 or avx512");
+}
+
+bool isa_supported(Isa isa, std::string* why_not) {
+  const CpuFeatures& f = cpu_features();
+  const char* missing = nullptr;
+  bool built = true;
+  switch (isa) {
+    case Isa::kReference: return true;
+    case Isa::kAvx2:
+#ifndef S3R_HAVE_AVX2
+      built = false;
 #endif
+      if (!f.has_avx2_tier()) missing = "AVX2 + FMA";
+      break;
+    case Isa::kAvx512:
+#ifndef S3R_HAVE_AVX512
+      built = false;
+#endif
+      if (!f.has_avx512_tier()) missing = "AVX-512 F/BW/VL";
+      break;
+  }
+  if (built && missing == nullptr) return true;
+  if (why_not != nullptr) {
+    *why_not = !built ? "this build has no " + std::string(isa_name(isa)) +
+                            " kernels (configured with -DS3R_" +
+                            (isa == Isa::kAvx2 ? "AVX2" : "AVX512") + "=OFF)"
+                      : "this CPU lacks " + std::string(missing) + " (it has: " + describe(f) + ")";
+  }
+  return false;
+}
+
+Isa best_isa() {
+  if (isa_supported(Isa::kAvx512)) return Isa::kAvx512;
+  if (isa_supported(Isa::kAvx2)) return Isa::kAvx2;
+  return Isa::kReference;
 }
 
 Isa active_isa() { return isa_slot().load(std::memory_order_relaxed); }
 
 void set_isa(Isa isa) {
-  if (isa == Isa::kAvx512 && !cpu_has_avx512()) {
-    throw Error("set_isa(avx512): this CPU (or build) has no AVX-512 F/BW/VL support");
-  }
+  std::string why;
+  if (!isa_supported(isa, &why)) throw Error("kernel tier " + std::string(isa_name(isa)) + ": " + why);
   isa_slot().store(isa, std::memory_order_relaxed);
 }
 
-std::string_view isa_name(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : "reference"; }
-
 namespace kernels {
 const KernelTable& kernels_for(Isa isa) {
-#ifdef S3R_HAVE_AVX512
-  if (isa == Isa::kAvx512) return kAvx512Table;
+  switch (isa) {
+    case Isa::kReference: return ref::table();
+#ifdef S3R_HAVE_AVX2
+    case Isa::kAvx2: return avx2::table();
 #endif
-  (void)isa;
-  return kRefTable;
+#ifdef S3R_HAVE_AVX512
+    case Isa::kAvx512: return avx512::table();
+#endif
+    default: break;
+  }
+  throw Error("kernels_for: this build has no " + std::string(isa_name(isa)) + " kernels");
 }
 }  // namespace kernels
 

@@ -1,15 +1,22 @@
 #pragma once
-// Internal kernel interface. Every kernel exists twice with the same signature:
+// Internal kernel interface. Every kernel exists once per tier with the same signature:
 //   kernels::ref::NAME     (src/kernels/ref/)    plain scalar loops: the executable spec and the
-//                                                fallback on CPUs without AVX-512
-//   kernels::avx512::NAME  (src/kernels/avx512/) intrinsics, compiled with their own -m flags
+//                                                fallback on any x86-64 CPU
+//   kernels::avx2::NAME    (src/kernels/avx2/)   AVX2 + FMA intrinsics, own -m flags
+//   kernels::avx512::NAME  (src/kernels/avx512/) AVX-512 F/BW/VL intrinsics, own -m flags
+// and each tier folder has one table of them (TIER::table(), src/kernels/TIER/table_TIER.cpp);
+// kernels/dispatch.cpp is the one place that chooses. A new tier (NEON, SVE, a GPU) is one
+// folder, one table and one line there.
 // Kernels are single-threaded over the range they are given; the drivers in src/rng and
 // src/quant split the work into fixed blocks and thread over them with OpenMP, so results never
-// depend on the thread count. Integer results are bit-exact between the twins.
+// depend on the thread count. Integer results are bit-exact between the tiers.
+// This folder depends on nothing above it: only s3r/core and the constexpr definitions of the
+// random bits, thresholds and rounding modes.
 #include <cstdint>
 
 #include "s3r/core/bf16.hpp"
-#include "s3r/quant/grad_quant.hpp"
+#include "s3r/quant/grad_rounding.hpp"
+#include "s3r/quant/thresholds.hpp"
 #include "s3r/rng/philox.hpp"
 #include "s3r/rng/threefry.hpp"
 
@@ -77,12 +84,44 @@ struct GradBlockOut {
   void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1,            \
                           const float* h3, int64_t i0, int64_t i1);
 
+struct KernelTable;
+
 namespace ref {
 S3R_DECLARE_KERNELS
-}
+const KernelTable& table();
+}  // namespace ref
+namespace avx2 {
+S3R_DECLARE_KERNELS
+const KernelTable& table();
+}  // namespace avx2
 namespace avx512 {
 S3R_DECLARE_KERNELS
-}
+const KernelTable& table();
+}  // namespace avx512
 #undef S3R_DECLARE_KERNELS
+
+// One tier's kernels, as function pointers.
+struct KernelTable {
+  decltype(&ref::threefry_bits) threefry_bits;
+  decltype(&ref::philox_bits) philox_bits;
+  decltype(&ref::quantize_rows_rtne) quantize_rows_rtne;
+  decltype(&ref::absmax_cols) absmax_cols;
+  decltype(&ref::quantize_cols_rtne) quantize_cols_rtne;
+  decltype(&ref::grad_absmax) grad_absmax;
+  decltype(&ref::grad_quantize) grad_quantize;
+  decltype(&ref::gemv_s8_f32) gemv_s8_f32;
+  decltype(&ref::dx_epilogue) dx_epilogue;
+  decltype(&ref::swiglu_forward_ew) swiglu_forward_ew;
+  decltype(&ref::swiglu_backward_ew) swiglu_backward_ew;
+};
+
+// The table of every tier, in the same order everywhere (a tier's table_TIER.cpp is this macro
+// inside its namespace).
+#define S3R_KERNEL_TABLE                                                                   \
+  KernelTable {                                                                            \
+    threefry_bits, philox_bits, quantize_rows_rtne, absmax_cols, quantize_cols_rtne,       \
+        grad_absmax, grad_quantize, gemv_s8_f32, dx_epilogue, swiglu_forward_ew,           \
+        swiglu_backward_ew                                                                 \
+  }
 
 }  // namespace s3r::kernels

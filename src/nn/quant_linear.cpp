@@ -8,6 +8,7 @@
 #include "nn/phase_clock.hpp"
 #include "nn/probe_backward.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/backend.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/quant/forward_quant.hpp"
 
@@ -26,11 +27,25 @@ void expect_size(const char* fn, const char* what, size_t got, int64_t expected)
   }
 }
 
-void to_bf16(std::vector<bf16>& out, std::span<const float> in) {
+// bf16 operands: the values rounded to bf16 and, when this CPU's bf16 products are emulated in
+// f32 (s3r/gemm/backend.hpp), the same values widened back to f32 once, so that the products
+// that read them (forward and backward) do not widen them again.
+void to_bf16(std::vector<bf16>& out, std::vector<float>& widened, std::span<const float> in) {
   out.resize(in.size());
+  const bool widen = gemm::bf16_backend() == gemm::Bf16Backend::kF32;
+  widened.resize(widen ? in.size() : 0);
   const int64_t n = static_cast<int64_t>(in.size());
+  bf16* o = out.data();
+  float* w = widened.data();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = s3r::to_bf16(in[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    o[i] = s3r::to_bf16(in[i]);
+    if (widen) w[i] = s3r::to_float(o[i]);
+  }
+}
+
+gemm::Bf16Operand bf16_operand(const std::vector<bf16>& values, const std::vector<float>& widened) {
+  return {values.data(), widened.empty() ? nullptr : widened.data()};
 }
 
 void check_modes(const LinearInput& x, const LinearWeight& w, const char* fn) {
@@ -55,7 +70,7 @@ void prepare_input(LinearInput& out, std::span<const float> x, int64_t tokens, i
   out.features = features;
   switch (mode) {
     case LinearMode::kF32: out.f32_values.assign(x.begin(), x.end()); break;
-    case LinearMode::kBf16: to_bf16(out.bf16_values, x); break;
+    case LinearMode::kBf16: to_bf16(out.bf16_values, out.f32_values, x); break;
     default:
       out.codes.resize(x.size());
       out.scales.resize(static_cast<size_t>(tokens));
@@ -71,7 +86,7 @@ void prepare_weight(LinearWeight& out, std::span<const float> w, int64_t in, int
   out.out = out_features;
   switch (mode) {
     case LinearMode::kF32: out.f32_values.assign(w.begin(), w.end()); break;
-    case LinearMode::kBf16: to_bf16(out.bf16_values, w); break;
+    case LinearMode::kBf16: to_bf16(out.bf16_values, out.f32_values, w); break;
     default: {
       out.codes.resize(w.size());
       out.scales.resize(static_cast<size_t>(out_features));
@@ -95,7 +110,8 @@ void linear_forward(std::span<float> y, const LinearInput& x, const LinearWeight
   switch (x.mode) {
     case LinearMode::kF32: gemm::matmul_f32(y.data(), x.f32_values.data(), w.f32_values.data(), shape); break;
     case LinearMode::kBf16:
-      gemm::matmul_bf16(y.data(), x.bf16_values.data(), w.bf16_values.data(), shape);
+      gemm::matmul_bf16(y.data(), bf16_operand(x.bf16_values, x.f32_values),
+                        bf16_operand(w.bf16_values, w.f32_values), shape);
       break;
     default:
       // Y = sx[t] * sw[n] * sum_k Xq[t, k] Wq[k, n]
@@ -118,11 +134,13 @@ void float_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
     gemm::matmul_f32(dw.data(), x.f32_values.data(), g.data(), dw_shape);
     return;
   }
-  to_bf16(ws.g_bf16, g);
+  to_bf16(ws.g_bf16, ws.g_widened, g);
+  const gemm::Bf16Operand gq = bf16_operand(ws.g_bf16, ws.g_widened);
   if (!dx.empty()) {
-    gemm::matmul_bf16(dx.data(), ws.g_bf16.data(), w.bf16_values.data(), dx_shape, accumulate_dx);
+    gemm::matmul_bf16(dx.data(), gq, bf16_operand(w.bf16_values, w.f32_values), dx_shape,
+                      accumulate_dx);
   }
-  gemm::matmul_bf16(dw.data(), x.bf16_values.data(), ws.g_bf16.data(), dw_shape);
+  gemm::matmul_bf16(dw.data(), bf16_operand(x.bf16_values, x.f32_values), gq, dw_shape);
 }
 
 }  // namespace

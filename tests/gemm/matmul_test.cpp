@@ -1,16 +1,21 @@
-// oneDNN matmul wrappers against a scalar reference, for the three layouts of a linear layer.
+// Matrix products of every backend against exact or double-precision references computed here,
+// for the three layouts of a linear layer, around the tiles of s3r's own int8 GEMM.
 #include "s3r/gemm/matmul.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
+#include "gemm/onednn_matmul.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/backend.hpp"
+#include "test_util.hpp"
 
 namespace s3r::gemm {
 namespace {
@@ -65,17 +70,100 @@ std::vector<float> random_f32(size_t n, uint32_t seed) {
 
 MatmulShape shape_of(const Case& c) { return MatmulShape{c.M, c.N, c.K, c.ta, c.tb}; }
 
-TEST(Matmul, Int8ToInt32IsExact) {
-  for (const Case& c : cases()) {
-    const auto a = random_s8(c.M * c.K, 1), b = random_s8(c.K * c.N, 2);
-    // Extremes: a full row/column of -127 * -127 products.
-    std::vector<int32_t> out(c.M * c.N, -1);
-    matmul_s8(out.data(), a.data(), b.data(), shape_of(c));
-    for (int64_t m = 0; m < c.M; ++m) {
-      for (int64_t n = 0; n < c.N; ++n) {
-        int64_t ref = 0;
-        for (int64_t k = 0; k < c.K; ++k) ref += int64_t{at_a(a, c, m, k)} * at_b(b, c, k, n);
-        ASSERT_EQ(out[m * c.N + n], ref) << describe(c) << " at [" << m << ", " << n << "]";
+// Every int8 backend this process can run, reference first; each one it cannot run is recorded
+// as skipped on the running test, with the reason (never a silent pass of fewer backends).
+std::vector<Int8Backend> int8_backends() {
+  std::vector<Int8Backend> out;
+  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn}) {
+    std::string why;
+    if (int8_backend_available(b, &why)) {
+      out.push_back(b);
+    } else {
+      ::testing::Test::RecordProperty("skipped_int8_backend_" + std::string(to_string(b)), why);
+      std::printf("[ SKIPPED BACKEND ] int8 %s: %s\n", std::string(to_string(b)).c_str(), why.c_str());
+    }
+  }
+  return out;
+}
+
+std::vector<Bf16Backend> bf16_backends() {
+  std::vector<Bf16Backend> out;
+  for (Bf16Backend b : {Bf16Backend::kF32, Bf16Backend::kOnednn}) {
+    std::string why;
+    if (bf16_backend_available(b, &why)) {
+      out.push_back(b);
+    } else {
+      ::testing::Test::RecordProperty("skipped_bf16_backend_" + std::string(to_string(b)), why);
+      std::printf("[ SKIPPED BACKEND ] bf16 %s: %s\n", std::string(to_string(b)).c_str(), why.c_str());
+    }
+  }
+  return out;
+}
+
+// Shapes around s3r's own GEMM's tiles and blocks (6 x 16 micro-tiles, 96 x 256 blocks, K slices
+// of 512): crossing each edge by one, with odd K.
+std::vector<Case> blocked_cases() {
+  std::vector<Case> c;
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{6, 16, 2}, {7, 17, 3}, {5, 15, 511},
+                         {97, 257, 513}, {7, 17, 1031}, {12, 32, 1024}}) {
+    for (auto [ta, tb] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, false},
+                          std::pair{true, true}}) {
+      c.push_back({M, N, K, ta, tb});
+    }
+  }
+  return c;
+}
+
+int64_t exact_sum(const std::vector<int8_t>& a, const std::vector<int8_t>& b, const Case& c,
+                  int64_t m, int64_t n) {
+  int64_t sum = 0;
+  for (int64_t k = 0; k < c.K; ++k) sum += int64_t{at_a(a, c, m, k)} * at_b(b, c, k, n);
+  return sum;
+}
+
+// Codes that break a kernel which sums pairs of products in saturating int16 (oneDNN 2.6 without
+// VNNI): +127 x +127 and +127 x -127 everywhere, and -127 x -127 (the worst case of int32 too).
+struct Fill {
+  const char* name;
+  int a, b;  // constants, or 0: random codes
+};
+constexpr Fill kFills[] = {{"random", 0, 0}, {"+127 x +127", 127, 127}, {"+127 x -127", 127, -127},
+                           {"-127 x -127", -127, -127}};
+
+std::vector<int8_t> filled(size_t n, int value, uint32_t seed) {
+  return value == 0 ? random_s8(n, seed) : std::vector<int8_t>(n, static_cast<int8_t>(value));
+}
+
+// The exact sums of a case, computed once for every backend and thread count.
+std::vector<int64_t> exact_sums(const std::vector<int8_t>& a, const std::vector<int8_t>& b,
+                                const Case& c) {
+  std::vector<int64_t> sums(c.M * c.N);
+  for (int64_t m = 0; m < c.M; ++m) {
+    for (int64_t n = 0; n < c.N; ++n) sums[m * c.N + n] = exact_sum(a, b, c, m, n);
+  }
+  return sums;
+}
+
+TEST(Matmul, Int8ToInt32IsExactInEveryBackend) {
+  std::vector<Case> all = cases();
+  for (const Case& c : blocked_cases()) all.push_back(c);
+  const auto backends = int8_backends();
+  for (const Case& c : all) {
+    for (const Fill& fill : kFills) {
+      const auto a = filled(c.M * c.K, fill.a, 1), b = filled(c.K * c.N, fill.b, 2);
+      const auto want = exact_sums(a, b, c);
+      for (Int8Backend backend : backends) {
+        ScopedInt8Backend scoped(backend);
+        for (int threads : {1, 2}) {
+          testing::ScopedThreads st(threads);
+          std::vector<int32_t> out(c.M * c.N, -1);
+          matmul_s8(out.data(), a.data(), b.data(), shape_of(c));
+          for (int64_t i = 0; i < c.M * c.N; ++i) {
+            ASSERT_EQ(out[i], want[i]) << to_string(backend) << " " << describe(c) << " "
+                                       << fill.name << " threads " << threads << " at ["
+                                       << i / c.N << ", " << i % c.N << "]";
+          }
+        }
       }
     }
   }
@@ -84,38 +172,143 @@ TEST(Matmul, Int8ToInt32IsExact) {
 TEST(Matmul, Int8WorstCaseSumsAreExact) {
   const Case c{4, 3, 4096, false, true};
   std::vector<int8_t> a(c.M * c.K, -127), b(c.K * c.N, -127);
-  std::vector<int32_t> out(c.M * c.N);
-  matmul_s8(out.data(), a.data(), b.data(), shape_of(c));
-  for (int32_t v : out) EXPECT_EQ(v, 4096 * 127 * 127);
+  for (Int8Backend backend : int8_backends()) {
+    ScopedInt8Backend scoped(backend);
+    std::vector<int32_t> out(c.M * c.N);
+    matmul_s8(out.data(), a.data(), b.data(), shape_of(c));
+    for (int32_t v : out) EXPECT_EQ(v, 4096 * 127 * 127) << to_string(backend);
+  }
 }
 
-// Scaled int8: exact int32 sum times two f32 scales; allow 4 f32 ulps of the result.
+// Scaled int8: the exact int32 sum, then (float(sum) * col) * row (+ C) in f32. The expected value
+// is computed here in exactly that order from the exact sum, so every backend must match it bit
+// for bit, for any thread count.
 TEST(Matmul, Int8ScaledFusesRowAndColumnScales) {
-  for (const Case& c : cases()) {
+  std::vector<Case> all = cases();
+  const size_t small_cases = all.size();
+  for (const Case& c : blocked_cases()) all.push_back(c);
+  const auto backends = int8_backends();
+  for (size_t ci = 0; ci < all.size(); ++ci) {
+    const Case& c = all[ci];
     const auto a = random_s8(c.M * c.K, 3), b = random_s8(c.K * c.N, 4);
+    const auto sums = exact_sums(a, b, c);
     std::vector<float> rs(c.M), cs(c.N);
     for (int64_t m = 0; m < c.M; ++m) rs[m] = 0.01f * static_cast<float>(m + 1);
     for (int64_t n = 0; n < c.N; ++n) cs[n] = 0.003f * static_cast<float>(n % 7 + 1);
+    // Every scale variant on the small shapes; no scales and both scales on the blocked ones.
     for (int variant = 0; variant < 4; ++variant) {
+      if (ci >= small_cases && (variant == 1 || variant == 2)) continue;
       const float* row = variant & 1 ? rs.data() : nullptr;
       const float* col = variant & 2 ? cs.data() : nullptr;
       for (bool accumulate : {false, true}) {
-        std::vector<float> out(c.M * c.N, 0.5f);
-        matmul_s8_scaled(out.data(), a.data(), b.data(), shape_of(c), row, col, accumulate);
-        for (int64_t m = 0; m < c.M; ++m) {
-          for (int64_t n = 0; n < c.N; ++n) {
-            int64_t sum = 0;
-            for (int64_t k = 0; k < c.K; ++k) sum += int64_t{at_a(a, c, m, k)} * at_b(b, c, k, n);
-            const double ref = (row ? row[m] : 1.0) * (col ? col[n] : 1.0) * static_cast<double>(sum) +
-                               (accumulate ? 0.5 : 0.0);
-            ASSERT_NEAR(out[m * c.N + n], ref, 4.0 * 0x1p-24 * (std::fabs(ref) + 1.0))
-                << describe(c) << " variant " << variant << " acc " << accumulate << " at [" << m
-                << ", " << n << "]";
+        std::vector<float> want(c.M * c.N);
+        for (int64_t i = 0; i < c.M * c.N; ++i) {
+          float v = static_cast<float>(sums[i]);
+          if (col) v = v * col[i % c.N];
+          if (row) v = v * row[i / c.N];
+          want[i] = accumulate ? 0.5f + v : v;
+        }
+        for (Int8Backend backend : backends) {
+          ScopedInt8Backend scoped(backend);
+          for (int threads : {1, 2}) {
+            testing::ScopedThreads st(threads);
+            std::vector<float> out(c.M * c.N, 0.5f);
+            matmul_s8_scaled(out.data(), a.data(), b.data(), shape_of(c), row, col, accumulate);
+            for (int64_t i = 0; i < c.M * c.N; ++i) {
+              ASSERT_EQ(out[i], want[i]) << to_string(backend) << " " << describe(c) << " variant "
+                                         << variant << " acc " << accumulate << " threads "
+                                         << threads << " at [" << i / c.N << ", " << i % c.N << "]";
+            }
           }
         }
       }
     }
   }
+}
+
+// Leading dimensions of int8 operands and outputs (column slices), every layout and backend.
+TEST(Matmul, Int8LeadingDimensions) {
+  const int64_t M = 13, N = 21, K = 37, pad = 5;
+  for (Int8Backend backend : int8_backends()) {
+    ScopedInt8Backend scoped(backend);
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+        const auto a = random_s8((ta ? K : M) * lda, 5), b = random_s8((tb ? N : K) * ldb, 6);
+        std::vector<int32_t> out(M * ldc, -7);
+        matmul_s8(out.data(), a.data(), b.data(), {M, N, K, ta, tb, lda, ldb, ldc});
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < ldc; ++n) {
+            if (n >= N) {
+              ASSERT_EQ(out[m * ldc + n], -7) << to_string(backend) << ": wrote into the padding";
+              continue;
+            }
+            int64_t sum = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              sum += int64_t{a[ta ? k * lda + m : m * lda + k]} * b[tb ? n * ldb + k : k * ldb + n];
+            }
+            ASSERT_EQ(out[m * ldc + n], sum) << to_string(backend) << " ta " << ta << " tb " << tb
+                                             << " at [" << m << ", " << n << "]";
+          }
+        }
+      }
+    }
+  }
+}
+
+// oneDNN's int8 self-check must catch a oneDNN that sums in saturating int16. The raw oneDNN
+// product (no backend choice in between) on a saturating pattern tells whether this process's
+// oneDNN is such a one (it is under S3R_MAX_ISA=avx2 or avx512, which cap oneDNN too, see
+// tests/CMakeLists.txt); if it is, the self-check must fail and oneDNN must not be chosen.
+TEST(Matmul, OnednnInt8SelfCheckCatchesSaturation) {
+  // oneDNN picks kernels by shape: probe a few, every one with +127 x +127 codes everywhere.
+  bool raw_exact = true;
+  std::string example;
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 64}, {7, 19, 37}, {64, 64, 256}}) {
+    const std::vector<int8_t> a(M * K, 127), b(K * N, 127);
+    std::vector<int32_t> out(M * N, 0);
+    onednn::run({onednn::Type::kS8, onednn::Type::kS8, onednn::Type::kS32, {M, N, K, false, false, K, N, N}},
+                out.data(), a.data(), b.data());
+    for (int32_t v : out) {
+      if (v != K * 127 * 127 && raw_exact) {
+        raw_exact = false;
+        example = std::to_string(M) + " x " + std::to_string(N) + " x " + std::to_string(K) +
+                  ": " + std::to_string(v) + " for " + std::to_string(K * 127 * 127);
+      }
+    }
+  }
+  const Int8SelfCheck& check = onednn_int8_self_check();
+  if (raw_exact) {
+    EXPECT_TRUE(check.passed) << check.detail;
+    GTEST_SKIP() << "oneDNN's int8 matmul is exact in this process, so there is no saturation "
+                 << "for the self-check to catch; the S3R_MAX_ISA=avx2 run of this test "
+                 << "(avx2.Matmul.*) exercises it";
+  }
+  EXPECT_FALSE(check.passed) << "oneDNN gave " << example << ", yet the self-check passed: "
+                             << check.detail;
+  EXPECT_NE(int8_backend(), Int8Backend::kOnednn);
+  std::string why;
+  EXPECT_FALSE(int8_backend_available(Int8Backend::kOnednn, &why));
+  EXPECT_NE(why.find("not exact"), std::string::npos) << why;
+  EXPECT_THROW(set_int8_backend(Int8Backend::kOnednn), Error);
+}
+
+// Asking for a backend this process cannot run is a clear error; the backend in use stays.
+TEST(Matmul, UnavailableBackendsAreRefused) {
+  const Int8Backend before = int8_backend();
+  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn}) {
+    std::string why;
+    if (int8_backend_available(b, &why)) continue;
+    try {
+      set_int8_backend(b);
+      ADD_FAILURE() << "set_int8_backend(" << to_string(b) << ") accepted an unavailable backend";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(int8_backend(), before);
+  }
+  EXPECT_TRUE(int8_backend_available(Int8Backend::kReference));
+  EXPECT_TRUE(bf16_backend_available(Bf16Backend::kF32));
 }
 
 // Float products: the f32-accumulated result differs from the exact (double) one by at most
@@ -180,12 +373,40 @@ TEST(Matmul, F32MatchesReference) {
   check_float_product<float, float>("f32 accumulate", true);
 }
 
-TEST(Matmul, Bf16ToF32MatchesReference) {
-  check_float_product<bf16, float>("bf16->f32", false);
-  check_float_product<bf16, float>("bf16->f32 accumulate", true);
+TEST(Matmul, Bf16ToF32MatchesReferenceInEveryBackend) {
+  for (Bf16Backend backend : bf16_backends()) {
+    ScopedBf16Backend scoped(backend);
+    check_float_product<bf16, float>(backend == Bf16Backend::kF32 ? "bf16->f32 emulated" : "bf16->f32 onednn", false);
+    check_float_product<bf16, float>(backend == Bf16Backend::kF32 ? "bf16->f32 emulated acc" : "bf16->f32 onednn acc", true);
+  }
 }
 
-TEST(Matmul, Bf16ToBf16MatchesReference) { check_float_product<bf16, bf16>("bf16->bf16", false); }
+TEST(Matmul, Bf16ToBf16MatchesReferenceInEveryBackend) {
+  for (Bf16Backend backend : bf16_backends()) {
+    ScopedBf16Backend scoped(backend);
+    check_float_product<bf16, bf16>(backend == Bf16Backend::kF32 ? "bf16->bf16 emulated" : "bf16->bf16 onednn", false);
+  }
+}
+
+// The emulated backend reads caller-widened operands instead of widening again: a widened copy
+// that differs from the bf16 values must change the result (so the cache is really used), and
+// a faithful one must give the same bits as widening inside the call.
+TEST(Matmul, Bf16EmulationUsesTheWidenedOperands) {
+  ScopedBf16Backend scoped(Bf16Backend::kF32);
+  const int64_t M = 9, N = 11, K = 13;
+  const auto af = random_f32(M * K, 9), bf = random_f32(K * N, 10);
+  std::vector<bf16> a(af.size()), b(bf.size());
+  std::vector<float> aw(af.size()), bw(bf.size());
+  for (size_t i = 0; i < a.size(); ++i) aw[i] = to_float(a[i] = to_bf16(af[i]));
+  for (size_t i = 0; i < b.size(); ++i) bw[i] = to_float(b[i] = to_bf16(bf[i]));
+  std::vector<float> plain(M * N), cached(M * N), doubled(M * N);
+  matmul_bf16(plain.data(), a.data(), b.data(), {M, N, K});
+  matmul_bf16(cached.data(), Bf16Operand{a.data(), aw.data()}, Bf16Operand{b.data(), bw.data()}, {M, N, K});
+  EXPECT_EQ(plain, cached);
+  for (auto& v : aw) v *= 2.0f;
+  matmul_bf16(doubled.data(), Bf16Operand{a.data(), aw.data()}, Bf16Operand{b.data(), bw.data()}, {M, N, K});
+  for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(doubled[i], 2.0f * plain[i]) << i;
+}
 
 // Leading dimensions: products of column slices (one attention head of a (T, C) tensor), with
 // every transpose, from inside an OpenMP parallel region (each thread its own stream).
@@ -227,13 +448,13 @@ TEST(Matmul, LeadingDimensionsReadAndWriteColumnSlices) {
 }
 
 TEST(Matmul, PrimitivesAreCachedPerShape) {
-  const auto a = random_s8(8 * 8, 1), b = random_s8(8 * 8, 2);
-  std::vector<int32_t> out(64);
-  matmul_s8(out.data(), a.data(), b.data(), {8, 8, 8});
+  const auto a = random_f32(8 * 8, 1), b = random_f32(8 * 8, 2);
+  std::vector<float> out(64);
+  matmul_f32(out.data(), a.data(), b.data(), {8, 8, 8});
   const int64_t before = matmul_primitive_count();
-  for (int i = 0; i < 5; ++i) matmul_s8(out.data(), a.data(), b.data(), {8, 8, 8});
+  for (int i = 0; i < 5; ++i) matmul_f32(out.data(), a.data(), b.data(), {8, 8, 8});
   EXPECT_EQ(matmul_primitive_count(), before);
-  matmul_s8(out.data(), a.data(), b.data(), {8, 8, 8, true, false});
+  matmul_f32(out.data(), a.data(), b.data(), {8, 8, 8, true, false});
   EXPECT_EQ(matmul_primitive_count(), before + 1);
 }
 

@@ -1,14 +1,15 @@
-// Elementwise activation kernels: the polynomial exp against std::exp, and reference vs AVX-512
-// bit for bit.
+// Elementwise activation kernels: the polynomial exp against std::exp, and reference vs every
+// vectorized tier bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include "kernels/kernels.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/ref/numerics.hpp"
 #include "s3r/core/isa.hpp"
+#include "test_util.hpp"
 
 namespace s3r::kernels {
 namespace {
@@ -41,18 +42,27 @@ std::vector<float> test_values(size_t n, uint32_t seed) {
 }
 
 TEST(Elementwise, SwigluKernelsAreBitExact) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU: nothing to compare";
-  for (int64_t n : {1, 3, 15, 16, 17, 63, 64, 65, 127, 1000}) {
+  const auto tiers = testing::vector_isas();
+  S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
+  for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000}) {
     const auto h1 = test_values(n, 1), h3 = test_values(n, 2), dh = test_values(n, 3);
-    std::vector<float> a(n), b(n), a1(n), a3(n), b1(n), b3(n);
+    std::vector<float> a(n), a1(n), a3(n);
     ref::swiglu_forward_ew(a.data(), h1.data(), h3.data(), 0, n);
-    avx512::swiglu_forward_ew(b.data(), h1.data(), h3.data(), 0, n);
     ref::swiglu_backward_ew(a1.data(), a3.data(), dh.data(), h1.data(), h3.data(), 0, n);
-    avx512::swiglu_backward_ew(b1.data(), b3.data(), dh.data(), h1.data(), h3.data(), 0, n);
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(a[i], b[i]) << "forward n=" << n << " i=" << i << " h1=" << h1[i];
-      ASSERT_EQ(a1[i], b1[i]) << "dh1 n=" << n << " i=" << i << " h1=" << h1[i];
-      ASSERT_EQ(a3[i], b3[i]) << "dh3 n=" << n << " i=" << i << " h1=" << h1[i];
+    for (Isa isa : tiers) {
+      // One guard element past the end catches a kernel that writes beyond its range.
+      std::vector<float> b(n + 1, -7.0f), b1(n + 1, -7.0f), b3(n + 1, -7.0f);
+      const KernelTable& k = kernels_for(isa);
+      k.swiglu_forward_ew(b.data(), h1.data(), h3.data(), 0, n);
+      k.swiglu_backward_ew(b1.data(), b3.data(), dh.data(), h1.data(), h3.data(), 0, n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(a[i], b[i]) << isa_name(isa) << " forward n=" << n << " i=" << i << " h1=" << h1[i];
+        ASSERT_EQ(a1[i], b1[i]) << isa_name(isa) << " dh1 n=" << n << " i=" << i << " h1=" << h1[i];
+        ASSERT_EQ(a3[i], b3[i]) << isa_name(isa) << " dh3 n=" << n << " i=" << i << " h1=" << h1[i];
+      }
+      ASSERT_EQ(b[n], -7.0f) << isa_name(isa) << ": forward wrote past the end, n=" << n;
+      ASSERT_EQ(b1[n], -7.0f) << isa_name(isa) << ": dh1 written past the end, n=" << n;
+      ASSERT_EQ(b3[n], -7.0f) << isa_name(isa) << ": dh3 written past the end, n=" << n;
     }
   }
 }

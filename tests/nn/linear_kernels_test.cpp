@@ -1,4 +1,4 @@
-// The linear layer's correction kernels: reference vs AVX-512 over a sweep of shapes.
+// The linear layer's correction kernels: reference vs every vectorized tier over a sweep of shapes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,16 +6,18 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kernels.hpp"
+#include "kernels/dispatch.hpp"
 #include "s3r/core/isa.hpp"
+#include "test_util.hpp"
 
 namespace s3r::kernels {
 namespace {
 
-const int64_t kSizes[] = {1, 3, 15, 16, 17, 63, 64, 65, 127, 1000};
+const int64_t kSizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000};
 
 TEST(LinearKernels, DxEpilogueIsBitExact) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU: nothing to compare";
+  const auto tiers = testing::vector_isas();
+  S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
   std::mt19937 gen(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int32_t> acc_dist(-2000000, 2000000);
@@ -33,16 +35,22 @@ TEST(LinearKernels, DxEpilogueIsBitExact) {
       for (auto& v : init) v = normal(gen);
       for (bool correct : {false, true}) {
         for (bool accumulate : {false, true}) {
-          std::vector<float> a = init, b = init;
+          std::vector<float> a = init;
           const float* w = correct ? wa.data() : nullptr;
           ref::dx_epilogue(a.data(), acc.data(), 0, T, K, 3e-5f, sx.data(), w, delta.data(),
                            rowsum.data(), S, accumulate);
-          avx512::dx_epilogue(b.data(), acc.data(), 0, T, K, 3e-5f, sx.data(), w, delta.data(),
-                              rowsum.data(), S, accumulate);
-          for (int64_t i = 0; i < T * K; ++i) {
-            ASSERT_EQ(a[i], b[i]) << "T=" << T << " K=" << K << " correct=" << correct
-                                  << " accumulate=" << accumulate << " at [" << i / K << ", "
-                                  << i % K << "]";
+          for (Isa isa : tiers) {
+            std::vector<float> b = init;
+            b.push_back(-7.0f);  // a guard element past the end, which must stay untouched
+            kernels_for(isa).dx_epilogue(b.data(), acc.data(), 0, T, K, 3e-5f, sx.data(), w,
+                                         delta.data(), rowsum.data(), S, accumulate);
+            for (int64_t i = 0; i < T * K; ++i) {
+              ASSERT_EQ(a[i], b[i]) << isa_name(isa) << " T=" << T << " K=" << K
+                                    << " correct=" << correct << " accumulate=" << accumulate
+                                    << " at [" << i / K << ", " << i % K << "]";
+            }
+            ASSERT_EQ(b[T * K], -7.0f) << isa_name(isa) << ": wrote past the end, T=" << T
+                                       << " K=" << K;
           }
         }
       }
@@ -50,10 +58,12 @@ TEST(LinearKernels, DxEpilogueIsBitExact) {
   }
 }
 
-// gemv sums N products in f32 lanes with FMA (AVX-512) or in double (reference): they differ by
-// at most (N/16 + 4) * 2^-24 * sum_n |w a| (16-lane f32 summation bound); we allow twice that.
+// gemv sums N products in f32 lanes with FMA (vector tiers, L = 8 or 16 lanes) or in double
+// (reference): they differ by at most (N/L + 4) * 2^-24 * sum_n |w a| (L-lane f32 summation
+// bound); we allow twice the bound of the narrowest tier, L = 8.
 TEST(LinearKernels, GemvMatchesReference) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU: nothing to compare";
+  const auto tiers = testing::vector_isas();
+  S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
   std::mt19937 gen(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> code(-127, 127);
@@ -64,16 +74,19 @@ TEST(LinearKernels, GemvMatchesReference) {
         for (auto& v : w) v = static_cast<int8_t>(code(gen));
         std::vector<float> a(B * N);
         for (auto& v : a) v = normal(gen);
-        std::vector<float> r(B * K), v(B * K);
+        std::vector<float> r(B * K);
         ref::gemv_s8_f32(r.data(), w.data(), a.data(), B, K, N, 0, K);
-        avx512::gemv_s8_f32(v.data(), w.data(), a.data(), B, K, N, 0, K);
-        for (int64_t b = 0; b < B; ++b) {
-          for (int64_t k = 0; k < K; ++k) {
-            double mag = 0.0;
-            for (int64_t n = 0; n < N; ++n) mag += std::fabs(w[k * N + n] * a[b * N + n]);
-            const double tol = 2.0 * (static_cast<double>(N) / 16.0 + 4.0) * 0x1p-24 * mag;
-            ASSERT_NEAR(v[b * K + k], r[b * K + k], tol)
-                << "K=" << K << " N=" << N << " B=" << B << " at [" << b << ", " << k << "]";
+        for (Isa isa : tiers) {
+          std::vector<float> v(B * K);
+          kernels_for(isa).gemv_s8_f32(v.data(), w.data(), a.data(), B, K, N, 0, K);
+          for (int64_t b = 0; b < B; ++b) {
+            for (int64_t k = 0; k < K; ++k) {
+              double mag = 0.0;
+              for (int64_t n = 0; n < N; ++n) mag += std::fabs(w[k * N + n] * a[b * N + n]);
+              const double tol = 2.0 * (static_cast<double>(N) / 8.0 + 4.0) * 0x1p-24 * mag;
+              ASSERT_NEAR(v[b * K + k], r[b * K + k], tol) << isa_name(isa) << " K=" << K
+                  << " N=" << N << " B=" << B << " at [" << b << ", " << k << "]";
+            }
           }
         }
       }

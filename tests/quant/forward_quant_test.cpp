@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "s3r/core/error.hpp"
@@ -15,7 +16,7 @@
 namespace s3r {
 namespace {
 
-const int64_t kSizes[] = {1, 3, 15, 16, 17, 63, 64, 65, 127, 1000};
+const int64_t kSizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000};
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -33,15 +34,33 @@ struct Quantized {
   std::vector<float> scales;
 };
 
+// The outputs get one guard element past their end, which must stay untouched.
+constexpr int8_t kGuardCode = 0x5A;
+constexpr float kGuardScale = -7.0f;
+
 Quantized rows_rtne(const std::vector<float>& x, int64_t rows, int64_t cols) {
-  Quantized q{std::vector<int8_t>(x.size()), std::vector<float>(static_cast<size_t>(rows))};
-  quantize_rows_rtne(q.codes, q.scales, x, rows, cols, "X");
+  Quantized q{std::vector<int8_t>(x.size() + 1, kGuardCode),
+              std::vector<float>(static_cast<size_t>(rows) + 1, kGuardScale)};
+  quantize_rows_rtne(std::span(q.codes).first(x.size()),
+                     std::span(q.scales).first(static_cast<size_t>(rows)), x, rows, cols, "X");
+  EXPECT_EQ(q.codes.back(), kGuardCode)
+      << "rows: codes written past the end, " << rows << "x" << cols;
+  EXPECT_EQ(q.scales.back(), kGuardScale) << "rows: scales written past the end";
+  q.codes.pop_back();
+  q.scales.pop_back();
   return q;
 }
 
 Quantized cols_rtne(const std::vector<float>& w, int64_t rows, int64_t cols) {
-  Quantized q{std::vector<int8_t>(w.size()), std::vector<float>(static_cast<size_t>(cols))};
-  quantize_cols_rtne(q.codes, q.scales, w, rows, cols, "W");
+  Quantized q{std::vector<int8_t>(w.size() + 1, kGuardCode),
+              std::vector<float>(static_cast<size_t>(cols) + 1, kGuardScale)};
+  quantize_cols_rtne(std::span(q.codes).first(w.size()),
+                     std::span(q.scales).first(static_cast<size_t>(cols)), w, rows, cols, "W");
+  EXPECT_EQ(q.codes.back(), kGuardCode)
+      << "cols: codes written past the end, " << rows << "x" << cols;
+  EXPECT_EQ(q.scales.back(), kGuardScale) << "cols: scales written past the end";
+  q.codes.pop_back();
+  q.scales.pop_back();
   return q;
 }
 

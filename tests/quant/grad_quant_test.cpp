@@ -19,6 +19,9 @@ namespace s3r {
 namespace {
 
 const int64_t kSizes[] = {1, 3, 15, 16, 17, 63, 64, 65, 127, 1000};
+// Channel counts (N) of the sweep: kSizes plus every tail length around the AVX2 width (8) and
+// the AVX-512 width (16), odd and prime ones, so that a wrong lane or tail of a tier fails.
+const int64_t kChannels[] = {1, 3, 7, 8, 9, 15, 16, 17, 23, 24, 31, 63, 64, 65, 127, 1000};
 const GradRounding kModes[] = {GradRounding::kRtne, GradRounding::kSr, GradRounding::kS3r,
                                GradRounding::kS3rBcast};
 
@@ -115,12 +118,13 @@ void expect_stats_close(const QuantizedGrad& got, const QuantizedGrad& ref, cons
   }
 }
 
-// The sweep of the issue: T, N in kSizes, S dividing T, every mode, statistics on; the reference
-// with one thread is the baseline; every ISA with 1 and 2 threads must give the same codes and D
-// bit for bit, statistics bit for bit within one ISA and to the stated tolerance across ISAs.
+// The sweep of the issue: T in kSizes, N in kChannels, S dividing T, every mode, statistics on;
+// the reference with one thread is the baseline; every ISA with 1 and 2 threads must give the
+// same codes and D bit for bit, statistics bit for bit within one ISA and to the stated
+// tolerance across ISAs.
 TEST(GradQuant, SweepReferenceAvx512AndThreadCounts) {
   for (int64_t T : kSizes) {
-    for (int64_t N : kSizes) {
+    for (int64_t N : kChannels) {
       for (int64_t S : example_lengths(T)) {
         const Problem p = make_problem(T, N, S, static_cast<uint32_t>(T * 7919 + N * 31 + S));
         for (GradRounding mode : kModes) {
@@ -156,21 +160,24 @@ TEST(GradQuant, SweepReferenceAvx512AndThreadCounts) {
 }
 
 TEST(GradQuant, Bf16InputMatchesReferenceAndItsF32Widening) {
-  const Problem p = make_problem(64, 65, 16, 99);
-  Problem widened = p;
-  for (size_t i = 0; i < p.g.size(); ++i) widened.g[i] = to_float(p.g_bf16[i]);
-  for (GradRounding mode : kModes) {
-    QuantizedGrad ref;
-    {
-      ScopedIsa isa(Isa::kReference);
-      ref = run(p, mode, true, /*use_bf16=*/true);
-    }
-    for (Isa isa : testing::runnable_isas()) {
-      ScopedIsa scoped(isa);
-      const QuantizedGrad got = run(p, mode, true, true);
-      expect_codes_equal(got, ref, where(p, mode) + " bf16");
-      expect_stats_close(got, ref, where(p, mode) + " bf16", isa == Isa::kReference);
-      expect_codes_equal(run(widened, mode, true), ref, where(p, mode) + " bf16 vs widened f32");
+  // N: full vectors plus tails of 1..15 lanes of both vector widths.
+  for (int64_t N : {7, 9, 15, 23, 65}) {
+    const Problem p = make_problem(64, N, 16, static_cast<uint32_t>(99 + N));
+    Problem widened = p;
+    for (size_t i = 0; i < p.g.size(); ++i) widened.g[i] = to_float(p.g_bf16[i]);
+    for (GradRounding mode : kModes) {
+      QuantizedGrad ref;
+      {
+        ScopedIsa isa(Isa::kReference);
+        ref = run(p, mode, true, /*use_bf16=*/true);
+      }
+      for (Isa isa : testing::runnable_isas()) {
+        ScopedIsa scoped(isa);
+        const QuantizedGrad got = run(p, mode, true, true);
+        expect_codes_equal(got, ref, where(p, mode) + " bf16");
+        expect_stats_close(got, ref, where(p, mode) + " bf16", isa == Isa::kReference);
+        expect_codes_equal(run(widened, mode, true), ref, where(p, mode) + " bf16 vs widened f32");
+      }
     }
   }
 }

@@ -21,9 +21,12 @@ std::vector<Range> ranges() {
     for (int64_t len = 1; len <= 100; ++len) r.push_back({first, len});
   }
   // Crossing 2^32 (the counter's high word changes inside a vector) and large threaded ranges.
-  for (int64_t len : {1, 15, 16, 17, 63, 64, 65, 100, 1000}) {
+  // Philox's 64-bit block index crosses 2^32 at word 2^34. Lengths around the 8- and 16-lane
+  // vectors and the 32- and 64-word iterations.
+  for (int64_t len : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1000}) {
     r.push_back({(uint64_t{1} << 32) - 7, len});
     r.push_back({(uint64_t{5} << 32) - 33, len});
+    r.push_back({(uint64_t{1} << 34) - 37, len});
   }
   r.push_back({(uint64_t{1} << 32) - 40000, 100000});
   r.push_back({12345, 300001});

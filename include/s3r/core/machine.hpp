@@ -11,7 +11,8 @@ std::string cpu_model_name();
 // MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read.
 int64_t available_memory_bytes();
 
-// One line: CPU model, logical cores, active ISA, OpenMP threads, oneDNN version.
+// One line: CPU model, logical cores and features, the kernel tier, the GEMM backend of each
+// type (int8, bf16 native or emulated, f32), OpenMP threads, oneDNN version.
 std::string machine_line();
 
 }  // namespace s3r

@@ -1,5 +1,7 @@
 #pragma once
-// Matrix products on oneDNN's matmul primitive (primitives cached per shape, layout and type).
+// Matrix products of every type s3r needs. Which code computes them is chosen per type and per
+// CPU (s3r/gemm/backend.hpp): oneDNN where it is exact and fast, s3r's own exact int8 GEMM
+// elsewhere, bf16 emulated in f32 on CPUs without bf16 hardware.
 //
 //   C (M, N) = op(A) (M, K) x op(B) (K, N), row-major storage everywhere.
 //   A is stored (M, K), or (K, M) when a_transposed; B is stored (K, N), or (N, K) when
@@ -11,8 +13,9 @@
 //
 // Accumulation: f32 for f32 and bf16 operands, exact int32 for int8 operands. `accumulate`
 // adds the product to C instead of overwriting it (oneDNN's sum post-op).
-// Threads: oneDNN's OpenMP pool (omp_get_max_threads()); called from inside an OpenMP parallel
-// region, a product runs on the calling thread (each thread has its own oneDNN stream).
+// Threads: the OpenMP pool (omp_get_max_threads()); called from inside an OpenMP parallel
+// region, a product runs on the calling thread (each thread has its own oneDNN stream and
+// scratch). Every int8 backend gives the same bits for any thread count.
 #include <cstdint>
 #include <string>
 
@@ -32,7 +35,17 @@ struct MatmulShape {
 void matmul_f32(float* C, const float* A, const float* B, const MatmulShape& shape,
                 bool accumulate = false);
 
+// A bf16 operand as stored, and optionally the same values widened to f32 (to_float of each,
+// same layout), which the f32-emulated backend then reads instead of widening them on every
+// call (a weight used by several products is widened once). Ignored by native backends.
+struct Bf16Operand {
+  const bf16* values = nullptr;
+  const float* widened = nullptr;
+};
+
 // bf16 x bf16 with f32 accumulation, f32 or bf16 output.
+void matmul_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const MatmulShape& shape,
+                 bool accumulate = false);
 void matmul_bf16(float* C, const bf16* A, const bf16* B, const MatmulShape& shape,
                  bool accumulate = false);
 void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape);
@@ -41,10 +54,12 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
 void matmul_s8(int32_t* C, const int8_t* A, const int8_t* B, const MatmulShape& shape);
 
 // int8 x int8 with the dequantization fused into the product:
-//   C[m, n] (+)= row_scale[m] * col_scale[n] * sum_k op(A)[m, k] op(B)[k, n]   (f32)
-// row_scale (M) and col_scale (N) may be null (= 1). The int32 sum is exact. The column scale and
-// the accumulation are fused into oneDNN's kernel (binary-multiply and sum post-ops); the row
-// scale is one extra pass over C, since oneDNN 2.6 has no fast kernel for a per-row post-op.
+//   C[m, n] (+)= (float(sum) * col_scale[n]) * row_scale[m],  sum = sum_k op(A)[m, k] op(B)[k, n]
+// in this order of f32 operations (the same bits in every backend); row_scale (M) and
+// col_scale (N) may be null (= 1). The int32 sum is exact. On oneDNN the column scale and the
+// accumulation are fused into its kernel (binary-multiply and sum post-ops) and the row scale is
+// one extra pass over C (oneDNN 2.6 has no fast kernel for a per-row post-op); s3r's own GEMM
+// applies all three in its epilogue.
 void matmul_s8_scaled(float* C, const int8_t* A, const int8_t* B, const MatmulShape& shape,
                       const float* row_scale, const float* col_scale, bool accumulate = false);
 

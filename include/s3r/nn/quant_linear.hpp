@@ -37,7 +37,8 @@ struct LinearInput {
   std::vector<int8_t> codes;     // (T, K) int8 modes: Xq
   std::vector<float> scales;     // (T)    int8 modes: sx
   std::vector<bf16> bf16_values; // (T, K) bf16 mode
-  std::vector<float> f32_values; // (T, K) f32 mode
+  std::vector<float> f32_values; // (T, K) f32 mode; bf16 mode with f32-emulated bf16 products:
+                                 // bf16_values widened (exact), read by the products
 };
 
 // The weight as the layer's products read it.
@@ -49,7 +50,8 @@ struct LinearWeight {
   std::vector<float> scales;      // (N)    int8 modes: sw
   std::vector<float> code_row_sums;  // (K) int8 modes: rowsum(Wq)[k] = sum_n Wq[k, n] (exact)
   std::vector<bf16> bf16_values;  // (K, N) bf16 mode
-  std::vector<float> f32_values;  // (K, N) f32 mode
+  std::vector<float> f32_values;  // (K, N) f32 mode; bf16 mode with f32-emulated bf16 products:
+                                  // bf16_values widened (exact), read by the products
 };
 
 struct LinearBackwardConfig {
@@ -81,6 +83,7 @@ struct LinearWorkspace {
   std::vector<float> u;               // (B + 1, K) dW correction left factor
   std::vector<float> a_scaled;        // (B + 1, N) dW correction right factor
   std::vector<bf16> g_bf16;           // (T, N) bf16 mode
+  std::vector<float> g_widened;       // (T, N) bf16 mode, f32-emulated products: g_bf16 widened
   QuantizedGrad grad_dw;              // probe->dw_rounding: the second quantization, for dW
   std::vector<float> x_dequant, w_dequant;  // probe->exact_grad: sx Xq (T, K) and sw Wq (K, N)
 };

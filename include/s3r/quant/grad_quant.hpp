@@ -29,11 +29,10 @@
 
 #include "s3r/core/bf16.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/quant/grad_rounding.hpp"
 #include "s3r/rng/threefry.hpp"
 
 namespace s3r {
-
-enum class GradRounding { kRtne, kSr, kS3r, kS3rBcast };
 
 // "rtne" | "sr" | "s3r" | "s3r-bcast".
 std::string_view to_string(GradRounding mode);

@@ -1,0 +1,256 @@
+// Throughput of the matrix products and the instruction-level limits behind them.
+// items/s = multiply-adds per second (M * N * K per product).
+//
+//   gemm/TYPE/LAYOUT/M:4096/N:n/K:k/threads:P/BACKEND   one product through s3r::gemm
+//     TYPE     s8 (the production call of the layout: Y = X W with row and column scales,
+//              dX = G W^T to int32, dW = X^T G with the column scale) | bf16 (f32 output) | f32
+//     LAYOUT   xw (Y = X W) | gwt (dX = G W^T: B transposed) | xtg (dW = X^T G: A transposed)
+//     BACKEND  s8: onednn | avx2 | reference (reference only at N = K = 1024, 1 thread);
+//              bf16: onednn | f32 (emulated); f32: onednn
+//   peak/avx2_fma_f32            register-only loop of vfmadd231ps ymm (12 independent chains):
+//                                the f32 FMA limit of the core (8 multiply-adds per instruction)
+//   peak/avx2_madd_s16           vpmaddwd + vpaddd ymm (12 chains): the limit of s3r's exact int8
+//                                microkernel (16 multiply-adds per vpmaddwd)
+//   peak/avx2_maddubs_sign       vpsignb + vpmaddubsw + vpmaddwd + vpaddd ymm: ggml's sign trick
+//                                (32 multiply-adds per vpmaddubsw), the alternative we measured
+// A backend the process cannot run (S3R_MAX_ISA, no VNNI, a failed oneDNN self-check) reports
+// the reason and is skipped. Operands are random codes / normal values from a fixed seed, made
+// once per process; C is overwritten by every call.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "s3r/core/bf16.hpp"
+#include "s3r/core/cpu_features.hpp"
+#include "s3r/gemm/backend.hpp"
+#include "s3r/gemm/matmul.hpp"
+
+namespace s3r::bench {
+namespace {
+
+using gemm::Bf16Backend;
+using gemm::Int8Backend;
+
+constexpr int64_t kM = 4096;
+constexpr int64_t kMaxDim = 4096;
+
+struct Operands {
+  std::vector<int8_t> a8, b8;
+  std::vector<float> a32, b32, row_scale, col_scale;
+  std::vector<bf16> a16, b16;
+};
+
+const Operands& operands() {
+  static const Operands ops = [] {
+    Operands o;
+    std::mt19937 gen(7);
+    std::uniform_int_distribution<int> code(-127, 127);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const size_t n = static_cast<size_t>(kM * kMaxDim);
+    o.a8.resize(n);
+    o.b8.resize(n);
+    o.a32.resize(n);
+    o.b32.resize(n);
+    o.a16.resize(n);
+    o.b16.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      o.a8[i] = static_cast<int8_t>(code(gen));
+      o.b8[i] = static_cast<int8_t>(code(gen));
+      o.a32[i] = normal(gen);
+      o.b32[i] = normal(gen);
+      o.a16[i] = to_bf16(o.a32[i]);
+      o.b16[i] = to_bf16(o.b32[i]);
+    }
+    o.row_scale.assign(kMaxDim, 0.01f);
+    o.col_scale.assign(kMaxDim, 0.02f);
+    return o;
+  }();
+  return ops;
+}
+
+enum class Layout { kXw, kGwt, kXtg };
+const char* layout_name(Layout l) { return l == Layout::kXw ? "xw" : l == Layout::kGwt ? "gwt" : "xtg"; }
+
+gemm::MatmulShape shape_of(Layout l, int64_t N, int64_t K) {
+  return {kM, N, K, l == Layout::kXtg, l == Layout::kGwt};
+}
+
+void finish(benchmark::State& state, int64_t N, int64_t K) {
+  state.SetItemsProcessed(state.iterations() * kM * N * K);
+}
+
+void bm_s8(benchmark::State& state, Layout layout, int64_t N, int64_t K, Int8Backend backend,
+           int threads) {
+  if (!enter(state, Isa::kReference, threads)) return;
+  std::string why;
+  if (!gemm::int8_backend_available(backend, &why)) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const gemm::ScopedInt8Backend scoped(backend);
+  const Operands& o = operands();
+  std::vector<float> c(static_cast<size_t>(kM * N));
+  std::vector<int32_t> c32(static_cast<size_t>(kM * N));
+  const gemm::MatmulShape s = shape_of(layout, N, K);
+  for (auto _ : state) {
+    switch (layout) {
+      case Layout::kXw:
+        gemm::matmul_s8_scaled(c.data(), o.a8.data(), o.b8.data(), s, o.row_scale.data(),
+                               o.col_scale.data());
+        break;
+      case Layout::kGwt: gemm::matmul_s8(c32.data(), o.a8.data(), o.b8.data(), s); break;
+      case Layout::kXtg:
+        gemm::matmul_s8_scaled(c.data(), o.a8.data(), o.b8.data(), s, nullptr, o.col_scale.data());
+        break;
+    }
+    benchmark::ClobberMemory();
+  }
+  finish(state, N, K);
+}
+
+void bm_bf16(benchmark::State& state, Layout layout, int64_t N, int64_t K, Bf16Backend backend,
+             int threads) {
+  if (!enter(state, Isa::kReference, threads)) return;
+  std::string why;
+  if (!gemm::bf16_backend_available(backend, &why)) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const gemm::ScopedBf16Backend scoped(backend);
+  const Operands& o = operands();
+  std::vector<float> c(static_cast<size_t>(kM * N));
+  for (auto _ : state) {
+    gemm::matmul_bf16(c.data(), o.a16.data(), o.b16.data(), shape_of(layout, N, K));
+    benchmark::ClobberMemory();
+  }
+  finish(state, N, K);
+}
+
+void bm_f32(benchmark::State& state, Layout layout, int64_t N, int64_t K, int threads) {
+  if (!enter(state, Isa::kReference, threads)) return;
+  const Operands& o = operands();
+  std::vector<float> c(static_cast<size_t>(kM * N));
+  for (auto _ : state) {
+    gemm::matmul_f32(c.data(), o.a32.data(), o.b32.data(), shape_of(layout, N, K));
+    benchmark::ClobberMemory();
+  }
+  finish(state, N, K);
+}
+
+// ---- instruction-level limits (register-only loops) -------------------------------------------
+
+constexpr int64_t kPeakIterations = 1 << 16;
+
+// The loops are written in assembly so that the compiler can neither hoist the loop-invariant
+// products nor merge the independent chains: per iteration, exactly the instructions listed.
+// Accumulators ymm0..ymm11 (ymm0..ymm7 for the sign trick); the register contents are whatever
+// they are (only the instruction throughput matters; integer overflow is harmless here).
+__attribute__((target("avx2,fma"))) void fma_loop(int64_t iterations) {
+  for (int64_t it = 0; it < iterations; ++it) {
+    __asm__ volatile(
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm0\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm1\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm2\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm3\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm4\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm5\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm6\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm7\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm8\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm9\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm10\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm11\n\t"
+        ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+        "xmm10", "xmm11", "xmm12", "xmm13");
+  }
+}
+
+__attribute__((target("avx2"))) void madd_loop(int64_t iterations) {
+  for (int64_t it = 0; it < iterations; ++it) {
+    __asm__ volatile(
+"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm0, %%ymm0\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm1, %%ymm1\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm2, %%ymm2\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm3, %%ymm3\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm4, %%ymm4\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm5, %%ymm5\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm6, %%ymm6\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm7, %%ymm7\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm8, %%ymm8\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm9, %%ymm9\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm10, %%ymm10\n\t"
+"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm11, %%ymm11\n\t"
+        ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+  }
+}
+
+// ymm8 = a (signed), ymm9 = |a| (held in a packed panel by a real kernel), ymm10 = b,
+// ymm11 = int16 ones: sign(b, a), maddubs(|a|, .) -> int16 pair sums (exact for codes in
+// [-127, 127]), madd with ones -> int32 sums of 4 products, add.
+__attribute__((target("avx2"))) void maddubs_loop(int64_t iterations) {
+  for (int64_t it = 0; it < iterations; ++it) {
+    __asm__ volatile(
+"vpsignb %%ymm8, %%ymm10, %%ymm12\n\tvpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\tvpmaddwd %%ymm11, %%ymm12, %%ymm13\n\tvpaddd %%ymm13, %%ymm0, %%ymm0\n\t"
+"vpsignb %%ymm8, %%ymm10, %%ymm14\n\tvpmaddubsw %%ymm14, %%ymm9, %%ymm14\n\tvpmaddwd %%ymm11, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm1, %%ymm1\n\t"
+"vpsignb %%ymm8, %%ymm10, %%ymm12\n\tvpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\tvpmaddwd %%ymm11, %%ymm12, %%ymm13\n\tvpaddd %%ymm13, %%ymm2, %%ymm2\n\t"
+"vpsignb %%ymm8, %%ymm10, %%ymm14\n\tvpmaddubsw %%ymm14, %%ymm9, %%ymm14\n\tvpmaddwd %%ymm11, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm3, %%ymm3\n\t"
+"vpsignb %%ymm8, %%ymm10, %%ymm12\n\tvpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\tvpmaddwd %%ymm11, %%ymm12, %%ymm13\n\tvpaddd %%ymm13, %%ymm4, %%ymm4\n\t"
+"vpsignb %%ymm8, %%ymm10, %%ymm14\n\tvpmaddubsw %%ymm14, %%ymm9, %%ymm14\n\tvpmaddwd %%ymm11, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm5, %%ymm5\n\t"
+"vpsignb %%ymm8, %%ymm10, %%ymm12\n\tvpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\tvpmaddwd %%ymm11, %%ymm12, %%ymm13\n\tvpaddd %%ymm13, %%ymm6, %%ymm6\n\t"
+"vpsignb %%ymm8, %%ymm10, %%ymm14\n\tvpmaddubsw %%ymm14, %%ymm9, %%ymm14\n\tvpmaddwd %%ymm11, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm7, %%ymm7\n\t"
+        ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+  }
+}
+
+void bm_peak(benchmark::State& state, int which) {
+  if (!enter(state, Isa::kAvx2, 1)) return;
+  const int64_t macs_per_iteration = which == 0 ? 12 * 8 : which == 1 ? 12 * 16 : 8 * 32;
+  for (auto _ : state) {
+    switch (which) {
+      case 0: fma_loop(kPeakIterations); break;
+      case 1: madd_loop(kPeakIterations); break;
+      default: maddubs_loop(kPeakIterations);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kPeakIterations * macs_per_iteration);
+}
+
+const bool registered = [] {
+  for (Layout layout : {Layout::kXw, Layout::kGwt, Layout::kXtg}) {
+    for (int64_t N : {int64_t{1024}, int64_t{4096}}) {
+      for (int64_t K : {int64_t{1024}, int64_t{4096}}) {
+        for (int threads : thread_counts()) {
+          const std::string dims = std::string(layout_name(layout)) + "/M:4096/N:" +
+                                   std::to_string(N) + "/K:" + std::to_string(K) +
+                                   "/threads:" + std::to_string(threads);
+          for (Int8Backend b : {Int8Backend::kOnednn, Int8Backend::kAvx2, Int8Backend::kReference}) {
+            if (b == Int8Backend::kReference && (N != 1024 || K != 1024 || threads != 1)) continue;
+            benchmark::RegisterBenchmark(("gemm/s8/" + dims + "/" + std::string(gemm::to_string(b))).c_str(),
+                                         bm_s8, layout, N, K, b, threads)
+                ->UseRealTime()->Unit(benchmark::kMillisecond);
+          }
+          for (Bf16Backend b : {Bf16Backend::kOnednn, Bf16Backend::kF32}) {
+            benchmark::RegisterBenchmark(("gemm/bf16/" + dims + "/" + std::string(gemm::to_string(b))).c_str(),
+                                         bm_bf16, layout, N, K, b, threads)
+                ->UseRealTime()->Unit(benchmark::kMillisecond);
+          }
+          benchmark::RegisterBenchmark(("gemm/f32/" + dims + "/onednn").c_str(), bm_f32, layout, N, K, threads)
+              ->UseRealTime()->Unit(benchmark::kMillisecond);
+        }
+      }
+    }
+  }
+  benchmark::RegisterBenchmark("peak/avx2_fma_f32", bm_peak, 0)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx2_madd_s16", bm_peak, 1)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx2_maddubs_sign", bm_peak, 2)->UseRealTime();
+  return true;
+}();
+
+}  // namespace
+}  // namespace s3r::bench

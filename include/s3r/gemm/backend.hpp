@@ -1,0 +1,85 @@
+#pragma once
+// Which code computes each type of matrix product (s3r/gemm/matmul.hpp), chosen once per process
+// from the CPU's features (s3r/core/cpu_features.hpp):
+//
+//   int8 x int8 -> int32 (exact in every backend):
+//     onednn     oneDNN's kernels: chosen only on CPUs with hardware int8 dot products (AVX-512
+//                VNNI, AVX-VNNI or AMX), and only after a self-check at first use (below)
+//     avx2       s3r's own GEMM: packed panels, an AVX2 register-tiled microkernel that widens
+//                codes to int16 and multiplies with vpmaddwd (exact for codes in [-127, 127]),
+//                OpenMP over output blocks; the choice on every other CPU with AVX2
+//     reference  plain loops (the oracle of the tests; the fallback without AVX2)
+//   bf16 x bf16 -> f32 accumulation:
+//     onednn     native bf16 products (AVX-512 BF16 or AMX-BF16)
+//     f32        emulated: operands widened to f32 (exact) and multiplied by the f32 GEMM; the
+//                same products, summed in f32 in another order
+//   f32: oneDNN on every CPU.
+//
+// oneDNN 2.6's int8 kernels for CPUs without VNNI add pairs of u8 x s8 products in saturating
+// int16 (wrong sums, silently), so before oneDNN computes a single int8 product, a self-check
+// runs its int8 path on patterns that saturate such a kernel (+127 x +127, +127 x -127,
+// -127 x -127, random codes, odd K; the three layouts; every output type and fused op used in
+// production) and compares with exact sums; on any mismatch oneDNN int8 is not used in this
+// process and the machine line says why.
+//
+// Overrides (tests, benchmarks): S3R_GEMM_INT8=auto|onednn|avx2|reference and
+// S3R_GEMM_BF16=auto|onednn|f32, read at first use, or set_int8_backend / set_bf16_backend.
+// Asking for a backend this CPU cannot run (or whose self-check failed) is an s3r::Error.
+#include <string>
+#include <string_view>
+
+namespace s3r::gemm {
+
+enum class Int8Backend { kOnednn, kAvx2, kReference };
+enum class Bf16Backend { kOnednn, kF32 };
+
+std::string_view to_string(Int8Backend b);  // "onednn" | "avx2" | "reference"
+std::string_view to_string(Bf16Backend b);  // "onednn" | "f32"
+
+// True when this process can use the backend; otherwise *why_not says why. For Int8Backend::
+// kOnednn this runs the self-check (once).
+bool int8_backend_available(Int8Backend b, std::string* why_not = nullptr);
+bool bf16_backend_available(Bf16Backend b, std::string* why_not = nullptr);
+
+// The backends in use (chosen at first call: the environment, else the best available).
+Int8Backend int8_backend();
+Bf16Backend bf16_backend();
+
+// Process-wide overrides; throw s3r::Error when the backend is not available.
+void set_int8_backend(Int8Backend b);
+void set_bf16_backend(Bf16Backend b);
+
+// The outcome of oneDNN's int8 self-check (run at most once per process).
+struct Int8SelfCheck {
+  bool passed = false;
+  std::string detail;  // the first mismatch ("layout dW (X^T G), K = 37, +127 x +127: ..."), or
+                       // what was checked when it passed
+};
+const Int8SelfCheck& onednn_int8_self_check();
+
+// "int8 avx2 (oneDNN int8 not exact here: ...), bf16 f32-emulated, f32 onednn".
+std::string backends_line();
+
+class ScopedInt8Backend {
+ public:
+  explicit ScopedInt8Backend(Int8Backend b) : previous_(int8_backend()) { set_int8_backend(b); }
+  ~ScopedInt8Backend() { set_int8_backend(previous_); }
+  ScopedInt8Backend(const ScopedInt8Backend&) = delete;
+  ScopedInt8Backend& operator=(const ScopedInt8Backend&) = delete;
+
+ private:
+  Int8Backend previous_;
+};
+
+class ScopedBf16Backend {
+ public:
+  explicit ScopedBf16Backend(Bf16Backend b) : previous_(bf16_backend()) { set_bf16_backend(b); }
+  ~ScopedBf16Backend() { set_bf16_backend(previous_); }
+  ScopedBf16Backend(const ScopedBf16Backend&) = delete;
+  ScopedBf16Backend& operator=(const ScopedBf16Backend&) = delete;
+
+ private:
+  Bf16Backend previous_;
+};
+
+}  // namespace s3r::gemm

@@ -1,0 +1,156 @@
+// oneDNN matmul with a primitive cache keyed by (types, shape, layout, fused ops).
+#include "gemm/onednn_matmul.hpp"
+
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "s3r/core/cpu_features.hpp"
+#include "s3r/core/error.hpp"
+
+namespace s3r::gemm::onednn {
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+dt to_dt(Type t) {
+  switch (t) {
+    case Type::kF32: return dt::f32;
+    case Type::kBf16: return dt::bf16;
+    case Type::kS8: return dt::s8;
+    case Type::kS32: return dt::s32;
+  }
+  return dt::undef;
+}
+
+struct PrimitiveKey {
+  Type a, b, c;
+  int64_t M, N, K;
+  bool ta, tb, col_scale, accumulate;
+  int64_t lda, ldb, ldc;
+  auto tie() const {
+    return std::tie(a, b, c, M, N, K, ta, tb, col_scale, accumulate, lda, ldb, ldc);
+  }
+  bool operator<(const PrimitiveKey& o) const { return tie() < o.tie(); }
+};
+
+PrimitiveKey key_of(const Call& call) {
+  const MatmulShape& s = call.shape;
+  return PrimitiveKey{call.a, call.b, call.c, s.M, s.N, s.K, s.a_transposed, s.b_transposed,
+                      call.col_scale != nullptr, call.accumulate, s.lda, s.ldb, s.ldc};
+}
+
+// The S3R_MAX_ISA cap, applied before oneDNN dispatches anything (it may be set only once).
+void cap_onednn_isa() {
+  const std::string& cap = cpu_features().cap;
+  if (cap.empty()) return;
+  const dnnl::cpu_isa isa = cap == "reference" ? dnnl::cpu_isa::sse41
+                            : cap == "avx2"    ? dnnl::cpu_isa::avx2
+                                               : dnnl::cpu_isa::avx512_core;
+  try {
+    dnnl::set_max_cpu_isa(isa);
+  } catch (const dnnl::error& e) {
+    throw Error("S3R_MAX_ISA=" + cap + ": oneDNN refused the ISA cap: " + e.what());
+  }
+}
+
+struct Context {
+  Context() : engine((cap_onednn_isa(), dnnl::engine::kind::cpu), 0) {}
+  dnnl::engine engine;
+  std::mutex mutex;
+  std::map<PrimitiveKey, dnnl::matmul> cache;
+};
+
+Context& context() {
+  static Context ctx;
+  return ctx;
+}
+
+// oneDNN streams are not to be shared between threads: one per thread.
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream{context().engine};
+  return stream;
+}
+
+dnnl::memory::desc a_desc(const PrimitiveKey& k) {
+  return dnnl::memory::desc({k.M, k.K}, to_dt(k.a),
+                            k.ta ? dnnl::memory::dims{1, k.lda} : dnnl::memory::dims{k.lda, 1});
+}
+dnnl::memory::desc b_desc(const PrimitiveKey& k) {
+  return dnnl::memory::desc({k.K, k.N}, to_dt(k.b),
+                            k.tb ? dnnl::memory::dims{1, k.ldb} : dnnl::memory::dims{k.ldb, 1});
+}
+dnnl::memory::desc c_desc(const PrimitiveKey& k) {
+  return dnnl::memory::desc({k.M, k.N}, to_dt(k.c), dnnl::memory::dims{k.ldc, 1});
+}
+dnnl::memory::desc col_scale_desc(const PrimitiveKey& k) {
+  return dnnl::memory::desc({1, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
+}
+
+dnnl::matmul make_primitive(const PrimitiveKey& key, const dnnl::engine& engine) {
+  // The column scale is a (1 x N) binary-multiply post-op: oneDNN 2.6 runs it in its brgemm
+  // kernels, whereas run-time output scales send int8 products to the slower gemm:jit kernel.
+  dnnl::primitive_attr attr;
+  dnnl::post_ops ops;
+  if (key.col_scale) ops.append_binary(dnnl::algorithm::binary_mul, col_scale_desc(key));
+  if (key.accumulate) ops.append_sum(1.0f);
+  attr.set_post_ops(ops);
+  try {
+    const dnnl::matmul::desc desc(a_desc(key), b_desc(key), c_desc(key));
+    const dnnl::matmul::primitive_desc pd(desc, attr, engine);
+    return dnnl::matmul(pd);
+  } catch (const dnnl::error& e) {
+    std::ostringstream msg;
+    msg << "oneDNN cannot create a matmul for M x N x K = " << key.M << " x " << key.N << " x "
+        << key.K << " (a_transposed=" << key.ta << ", b_transposed=" << key.tb << "): " << e.what();
+    throw Error(msg.str());
+  }
+}
+
+const dnnl::matmul& cached_primitive(const PrimitiveKey& key) {
+  Context& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  auto it = ctx.cache.find(key);
+  if (it != ctx.cache.end()) return it->second;
+  return ctx.cache.emplace(key, make_primitive(key, ctx.engine)).first->second;
+}
+
+}  // namespace
+
+void run(const Call& call, void* C, const void* A, const void* B, bool cached) {
+  const PrimitiveKey key = key_of(call);
+  Context& ctx = context();
+  dnnl::matmul uncached;
+  if (!cached) uncached = make_primitive(key, ctx.engine);
+  const dnnl::matmul& mm = cached ? cached_primitive(key) : uncached;
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, dnnl::memory(a_desc(key), ctx.engine, const_cast<void*>(A))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(b_desc(key), ctx.engine, const_cast<void*>(B))},
+      {DNNL_ARG_DST, dnnl::memory(c_desc(key), ctx.engine, C)},
+  };
+  if (call.col_scale != nullptr) {
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                 dnnl::memory(col_scale_desc(key), ctx.engine, const_cast<float*>(call.col_scale)));
+  }
+  dnnl::stream& stream = thread_stream();
+  mm.execute(stream, args);
+  stream.wait();
+}
+
+int64_t primitive_count() {
+  Context& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  return static_cast<int64_t>(ctx.cache.size());
+}
+
+std::string version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+}  // namespace s3r::gemm::onednn

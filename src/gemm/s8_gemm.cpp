@@ -1,0 +1,204 @@
+// s3r's exact int8 GEMM: packing into int16-pair panels, cache blocking, OpenMP over output
+// blocks, and the dequantizing epilogue (gemm/s8_gemm.hpp).
+//
+// Blocking (GotoBLAS style, sized for a 32-48 KiB L1 and a >= 512 KiB L2): the whole of op(A)
+// and op(B) is packed once per call (2 bytes per code), in parallel; then every task computes
+// one block of C, MC x NC (at most 96 x 256), K in slices of KC = 512 (256 pairs): for each
+// slice, each 16-column B micro-panel (16 KiB, L1) meets every 6-row A micro-panel of the block
+// (96 KiB, L2). A task's int32 sums live in a per-thread scratch tile that the epilogue turns
+// into the output, so edges (M % 6, N % 16) and leading dimensions cost nothing in the kernel.
+// Integer sums are exact, so the result does not depend on the blocking or the thread count.
+#include "gemm/s8_gemm.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/gemm_s8.hpp"
+#include "s3r/core/error.hpp"
+
+namespace s3r::gemm::s8 {
+
+namespace {
+
+using kernels::kS8Mr;
+using kernels::kS8Nr;
+
+constexpr int64_t kKcPairs = 256;     // K slice: 512 codes
+constexpr int64_t kMcPanels = 16;     // rows of a block: 16 x 6 = 96
+constexpr int64_t kNcPanels = 16;     // columns of a block: 16 x 16 = 256
+constexpr int64_t kMaxExactK = 133000;  // K * 127^2 < 2^31
+
+// op(X)[r, k] of an operand as rows r (of A: m; of B: n) and depth k: X[r * stride_r + k * stride_k].
+struct Operand {
+  const int8_t* data;
+  int64_t stride_r, stride_k;
+};
+
+inline uint32_t pair_word(int8_t lo, int8_t hi) {
+  return static_cast<uint32_t>(static_cast<uint16_t>(int16_t{lo})) |
+         (static_cast<uint32_t>(static_cast<uint16_t>(int16_t{hi})) << 16);
+}
+
+// Micro-panel `panel` (rows panel*W .. +W, zero beyond `rows`) of `x`: out[p * W + i] for all
+// pairs p < pairs (zero beyond K).
+template <int64_t W>
+void pack_panel(uint32_t* out, const Operand& x, int64_t panel, int64_t rows, int64_t K,
+                int64_t pairs) {
+  const int64_t r0 = panel * W;
+  const int64_t valid = std::min<int64_t>(W, rows - r0);
+  const int64_t full_pairs = K / 2;
+  if (valid < W) std::memset(out, 0, static_cast<size_t>(pairs * W) * sizeof(uint32_t));
+  if (x.stride_k == 1) {
+    // Pairs contiguous in memory (a row of a row-major operand): read along k, write at stride W.
+    for (int64_t i = 0; i < valid; ++i) {
+      const int8_t* row = x.data + (r0 + i) * x.stride_r;
+      for (int64_t p = 0; p < full_pairs; ++p) out[p * W + i] = pair_word(row[2 * p], row[2 * p + 1]);
+      if (K % 2) out[full_pairs * W + i] = pair_word(row[K - 1], 0);
+    }
+  } else {
+    // Rows contiguous (pairs across two stored rows): interleave two runs of `valid` codes.
+    for (int64_t p = 0; p < full_pairs; ++p) {
+      const int8_t* lo = x.data + r0 * x.stride_r + 2 * p * x.stride_k;
+      const int8_t* hi = lo + x.stride_k;
+      uint32_t* o = out + p * W;
+      for (int64_t i = 0; i < valid; ++i) o[i] = pair_word(lo[i * x.stride_r], hi[i * x.stride_r]);
+    }
+    if (K % 2) {
+      const int8_t* lo = x.data + r0 * x.stride_r + (K - 1) * x.stride_k;
+      uint32_t* o = out + full_pairs * W;
+      for (int64_t i = 0; i < valid; ++i) o[i] = pair_word(lo[i * x.stride_r], 0);
+    }
+  }
+}
+
+template <int64_t W>
+void pack_all(std::vector<uint32_t>& buf, const Operand& x, int64_t rows, int64_t K, int64_t pairs) {
+  const int64_t panels = (rows + W - 1) / W;
+  buf.resize(static_cast<size_t>(panels * pairs * W));
+  uint32_t* out = buf.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t panel = 0; panel < panels; ++panel) {
+    pack_panel<W>(out + panel * pairs * W, x, panel, rows, K, pairs);
+  }
+}
+
+// C rows [m0, m0 + rows), columns [n0, n0 + cols) from int32 sums at acc (ld_acc).
+void epilogue(const Output& out, int64_t ldc, const int32_t* acc, int64_t ld_acc, int64_t m0,
+              int64_t rows, int64_t n0, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t* a = acc + i * ld_acc;
+    const int64_t m = m0 + i;
+    if (out.s32 != nullptr) {
+      std::memcpy(out.s32 + m * ldc + n0, a, static_cast<size_t>(cols) * sizeof(int32_t));
+      continue;
+    }
+    float* c = out.f32 + m * ldc + n0;
+    const float* cs = out.col_scale ? out.col_scale + n0 : nullptr;
+    const float rs = out.row_scale ? out.row_scale[m] : 1.0f;
+    for (int64_t j = 0; j < cols; ++j) {
+      float v = static_cast<float>(a[j]);
+      if (cs) v = v * cs[j];
+      if (out.row_scale) v = v * rs;
+      c[j] = out.accumulate ? c[j] + v : v;
+    }
+  }
+}
+
+void check_depth(int64_t K) {
+  if (K >= kMaxExactK) {
+    throw Error("int8 GEMM: K = " + std::to_string(K) + " products of codes in [-127, 127] may " +
+                "overflow int32 (K must be < " + std::to_string(kMaxExactK) + ")");
+  }
+}
+
+struct Operands {
+  Operand a, b;
+};
+
+Operands operands(const int8_t* A, const int8_t* B, const MatmulShape& s) {
+  // op(A)[m, k] = A[ta ? k * lda + m : m * lda + k]; op(B)[k, n] = B[tb ? n * ldb + k : k * ldb + n]
+  return Operands{s.a_transposed ? Operand{A, 1, s.lda} : Operand{A, s.lda, 1},
+                  s.b_transposed ? Operand{B, s.ldb, 1} : Operand{B, 1, s.ldb}};
+}
+
+}  // namespace
+
+void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
+#ifndef S3R_HAVE_AVX2
+  throw Error("int8 GEMM: this build has no AVX2 kernels (configured with -DS3R_AVX2=OFF)");
+#endif
+  check_depth(s.K);
+  const int64_t M = s.M, N = s.N, K = s.K, pairs = (K + 1) / 2;
+  const Operands ops = operands(A, B, s);
+  thread_local std::vector<uint32_t> a_packed, b_packed;  // grown once, reused
+  pack_all<kS8Mr>(a_packed, ops.a, M, K, pairs);
+  pack_all<kS8Nr>(b_packed, ops.b, N, K, pairs);
+
+  const int64_t m_panels = (M + kS8Mr - 1) / kS8Mr, n_panels = (N + kS8Nr - 1) / kS8Nr;
+  // Blocks: at most kMcPanels x kNcPanels micro-panels; smaller when that leaves fewer than four
+  // blocks per thread (dW products have few rows and columns and a long K).
+  int64_t mc = std::min(kMcPanels, m_panels), nc = std::min(kNcPanels, n_panels);
+  const int64_t want = 4 * static_cast<int64_t>(omp_in_parallel() ? 1 : omp_get_max_threads());
+  auto blocks = [&] { return ((m_panels + mc - 1) / mc) * ((n_panels + nc - 1) / nc); };
+  while (blocks() < want && (nc > 2 || mc > 2)) {
+    if (nc >= mc) {
+      nc = (nc + 1) / 2;
+    } else {
+      mc = (mc + 1) / 2;
+    }
+  }
+  const int64_t m_blocks = (m_panels + mc - 1) / mc, n_blocks = (n_panels + nc - 1) / nc;
+  const int64_t ld_acc = nc * kS8Nr;
+  const int64_t ldc = s.ldc;
+#ifdef S3R_HAVE_AVX2
+  const auto tile = kernels::avx2::gemm_s8_tile;
+#else
+  const auto tile = kernels::ref::gemm_s8_tile;
+#endif
+  const uint32_t* ap = a_packed.data();
+  const uint32_t* bp = b_packed.data();
+
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < m_blocks * n_blocks; ++blk) {
+    thread_local std::vector<int32_t> acc;
+    acc.resize(static_cast<size_t>(mc * kS8Mr * ld_acc));
+    const int64_t ib = blk / n_blocks, jb = blk % n_blocks;
+    const int64_t i0 = ib * mc, i1 = std::min(m_panels, i0 + mc);
+    const int64_t j0 = jb * nc, j1 = std::min(n_panels, j0 + nc);
+    for (int64_t p0 = 0; p0 < pairs; p0 += kKcPairs) {
+      const int64_t kc = std::min(kKcPairs, pairs - p0);
+      for (int64_t j = j0; j < j1; ++j) {
+        const uint32_t* b = bp + (j * pairs + p0) * kS8Nr;
+        for (int64_t i = i0; i < i1; ++i) {
+          tile(ap + (i * pairs + p0) * kS8Mr, b, kc,
+                                      acc.data() + (i - i0) * kS8Mr * ld_acc + (j - j0) * kS8Nr,
+                                      ld_acc, p0 > 0);
+        }
+      }
+    }
+    const int64_t m0 = i0 * kS8Mr, n0 = j0 * kS8Nr;
+    epilogue(out, ldc, acc.data(), ld_acc, m0, std::min(M, i1 * kS8Mr) - m0, n0,
+             std::min(N, j1 * kS8Nr) - n0);
+  }
+}
+
+void gemm_reference(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
+  check_depth(s.K);
+  const int64_t M = s.M, N = s.N;
+  constexpr int64_t kRows = 16;
+  const int64_t blocks = (M + kRows - 1) / kRows;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    thread_local std::vector<int32_t> acc;
+    acc.resize(static_cast<size_t>(kRows * N));
+    const int64_t m0 = blk * kRows, m1 = std::min(M, m0 + kRows);
+    kernels::ref::gemm_s8_rows(acc.data(), N, A, s.lda, s.a_transposed, B, s.ldb,
+                               s.b_transposed, N, s.K, m0, m1);
+    epilogue(out, s.ldc, acc.data(), N, m0, m1 - m0, 0, N);
+  }
+}
+
+}  // namespace s3r::gemm::s8

@@ -1,0 +1,28 @@
+#pragma once
+// s3r's own exact int8 GEMM (internal; s3r/gemm/backend.hpp says when it is used):
+//   sum[m, n] = sum_k op(A)[m, k] op(B)[k, n]   exactly, in int32
+// then the epilogue of s3r/gemm/matmul.hpp: C = sum (int32 output) or
+//   C[m, n] (+)= (float(sum) * col_scale[n]) * row_scale[m]   (f32 output; a null scale is 1)
+// in this order of f32 operations, the same in every backend.
+#include <cstdint>
+
+#include "s3r/gemm/matmul.hpp"
+
+namespace s3r::gemm::s8 {
+
+struct Output {
+  int32_t* s32 = nullptr;  // exactly one of s32 / f32
+  float* f32 = nullptr;
+  const float* row_scale = nullptr;  // (M) or null
+  const float* col_scale = nullptr;  // (N) or null
+  bool accumulate = false;           // f32 only
+};
+
+// Packed panels and the AVX2 microkernel (kernels/gemm_s8.hpp), OpenMP over output blocks.
+// Bit-identical for any thread count. `shape` has its leading dimensions resolved.
+void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
+
+// Plain loops, OpenMP over rows: the fallback without AVX2, and the oracle of the tests.
+void gemm_reference(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
+
+}  // namespace s3r::gemm::s8

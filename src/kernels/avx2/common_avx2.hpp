@@ -1,0 +1,182 @@
+#pragma once
+// AVX2 building blocks shared by the kernels in this folder (compiled only with -mavx2 -mfma;
+// never include this from other translation units). The AVX2 twins mirror kernels/ref operation
+// for operation, like the AVX-512 ones; AVX2 has no lane masks, so partial vectors (the last
+// n < 8 lanes of a row) are read with vmaskmov (inactive lanes read as 0) and written through
+// the same masks or a small stack buffer.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "s3r/core/bf16.hpp"
+#include "s3r/rng/threefry.hpp"
+
+namespace s3r::kernels::avx2 {
+
+// Lanes 0..7.
+inline __m256i lane_iota() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+
+// All-ones in the first `n` 32-bit lanes (n in [0, 8]), zero in the others.
+inline __m256i first_lanes(int64_t n) {
+  const int active = n >= 8 ? 8 : static_cast<int>(n);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(active), lane_iota());
+}
+
+// a < b as unsigned 32-bit integers, per lane (all-ones where true).
+inline __m256i cmplt_epu32(__m256i a, __m256i b) {
+  const __m256i sign = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));
+  return _mm256_cmpgt_epi32(_mm256_xor_si256(b, sign), _mm256_xor_si256(a, sign));
+}
+
+// The 64-bit flat indices base + lane as (hi32, lo32) counter halves, carry included.
+inline void flat_index_halves(uint64_t base, __m256i* hi, __m256i* lo) {
+  const __m256i base_lo = _mm256_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(base)));
+  *lo = _mm256_add_epi32(base_lo, lane_iota());
+  const __m256i carry = cmplt_epu32(*lo, base_lo);  // all-ones = -1 where the low half wrapped
+  const __m256i base_hi = _mm256_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(base >> 32)));
+  *hi = _mm256_sub_epi32(base_hi, carry);
+}
+
+// Rotation left by R of every 32-bit lane. Multiples of 8 are one byte shuffle; the others two
+// shifts and an or (AVX2 has no vprold).
+template <int R>
+inline __m256i rotl(__m256i x) {
+  if constexpr (R == 8) {
+    return _mm256_shuffle_epi8(x, _mm256_setr_epi8(3, 0, 1, 2, 7, 4, 5, 6, 11, 8, 9, 10, 15, 12, 13, 14,
+                                                   3, 0, 1, 2, 7, 4, 5, 6, 11, 8, 9, 10, 15, 12, 13, 14));
+  } else if constexpr (R == 16) {
+    return _mm256_shuffle_epi8(x, _mm256_setr_epi8(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13,
+                                                   2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+  } else if constexpr (R == 24) {
+    return _mm256_shuffle_epi8(x, _mm256_setr_epi8(1, 2, 3, 0, 5, 6, 7, 4, 9, 10, 11, 8, 13, 14, 15, 12,
+                                                   1, 2, 3, 0, 5, 6, 7, 4, 9, 10, 11, 8, 13, 14, 15, 12));
+  } else {
+    return _mm256_or_si256(_mm256_slli_epi32(x, R), _mm256_srli_epi32(x, 32 - R));
+  }
+}
+
+// Threefry-2x32-20 on 8 counters (c0 = high halves, c1 = low halves); returns y0 ^ y1, the word
+// of JAX's partitionable layout. Mirrors s3r::threefry2x32 exactly.
+inline __m256i threefry_xor8(Key key, __m256i c0, __m256i c1) {
+  const __m256i ks0 = _mm256_set1_epi32(static_cast<int32_t>(key.k0));
+  const __m256i ks1 = _mm256_set1_epi32(static_cast<int32_t>(key.k1));
+  const __m256i ks2 =
+      _mm256_set1_epi32(static_cast<int32_t>(key.k0 ^ key.k1 ^ threefry_detail::kParity));
+  __m256i x0 = _mm256_add_epi32(c0, ks0);
+  __m256i x1 = _mm256_add_epi32(c1, ks1);
+#define S3R_TF_ROUND(R)            \
+  x0 = _mm256_add_epi32(x0, x1);   \
+  x1 = rotl<R>(x1);                \
+  x1 = _mm256_xor_si256(x1, x0);
+#define S3R_TF_INJECT(A, B, S)     \
+  x0 = _mm256_add_epi32(x0, A);    \
+  x1 = _mm256_add_epi32(x1, _mm256_add_epi32(B, _mm256_set1_epi32(S)));
+  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
+  S3R_TF_INJECT(ks1, ks2, 1)
+  S3R_TF_ROUND(17) S3R_TF_ROUND(29) S3R_TF_ROUND(16) S3R_TF_ROUND(24)
+  S3R_TF_INJECT(ks2, ks0, 2)
+  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
+  S3R_TF_INJECT(ks0, ks1, 3)
+  S3R_TF_ROUND(17) S3R_TF_ROUND(29) S3R_TF_ROUND(16) S3R_TF_ROUND(24)
+  S3R_TF_INJECT(ks1, ks2, 4)
+  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
+  S3R_TF_INJECT(ks2, ks0, 5)
+#undef S3R_TF_ROUND
+#undef S3R_TF_INJECT
+  return _mm256_xor_si256(x0, x1);
+}
+
+// random_bits32(key, base + lane) for 8 lanes.
+inline __m256i random_bits8(Key key, uint64_t base) {
+  __m256i hi, lo;
+  flat_index_halves(base, &hi, &lo);
+  return threefry_xor8(key, hi, lo);
+}
+
+// uniform23 on 8 words: (bits >> 9) * 2^-23, exact.
+inline __m256 uniform23_8(__m256i bits) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(bits, 9)),
+                       _mm256_set1_ps(1.0f / 8388608.0f));
+}
+
+// Loads of 8 f32 values, or of the first n < 8 of them (the others read as 0).
+inline __m256 load8(const float* p, int64_t n) {
+  return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, first_lanes(n));
+}
+// bf16 -> f32 is exact (the bits shifted up); the first n < 8 values through a stack buffer.
+inline __m256 load8(const bf16* p, int64_t n) {
+  __m128i raw;
+  if (n >= 8) {
+    raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  } else {
+    uint16_t buf[8] = {};
+    std::memcpy(buf, p, static_cast<size_t>(n) * sizeof(bf16));
+    raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(buf));
+  }
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+// Stores the first min(n, 8) lanes.
+inline void store8(float* p, int64_t n, __m256 v) {
+  if (n >= 8) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, first_lanes(n), v);
+  }
+}
+
+// All-ones in the lanes whose value is NaN or +-Inf (exponent all ones).
+inline __m256i nonfinite_lanes(__m256 v) {
+  const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), exp_mask), exp_mask);
+}
+
+inline __m256 abs8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+// clamp(q, -127, 127) to the symmetric int8 code range (ref::clamp_code).
+inline __m256 clamp_code8(__m256 q) {
+  return _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+}
+
+// The int8 codes of the first min(n, 8) lanes of an integer-valued q in [-127, 127].
+inline void store_codes8(int8_t* dst, int64_t n, __m256 q) {
+  const __m256i i32 = _mm256_cvtps_epi32(q);
+  const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+  const __m128i i8 = _mm_packs_epi16(i16, i16);  // exact: every value is in [-127, 127]
+  if (n >= 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), i8);
+  } else {
+    alignas(16) int8_t buf[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(buf), i8);
+    std::memcpy(dst, buf, static_cast<size_t>(n));
+  }
+}
+
+inline __m256 round_nearest_even(__m256 v) {
+  return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+inline __m256 round_floor(__m256 v) {
+  return _mm256_round_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+}
+
+// Horizontal max of 8 lanes (exact in any order).
+inline float reduce_max8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+// Horizontal sum of 8 lanes: (l0+l4) + (l2+l6) + ((l1+l5) + (l3+l7)), a fixed order.
+inline float reduce_add8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// True when any lane of the mask is set.
+inline bool any_lane(__m256i mask) { return _mm256_movemask_epi8(mask) != 0; }
+
+}  // namespace s3r::kernels::avx2

@@ -1,0 +1,78 @@
+// AVX2 correction kernels of the linear layer. dx_epilogue mirrors the reference operation for
+// operation (bit-exact, no FMA); gemv_s8_f32 sums in 8 f32 lanes with FMA (close, not bit-exact).
+#include <cstring>
+
+#include "kernels/avx2/common_avx2.hpp"
+#include "kernels/kernels.hpp"
+
+namespace s3r::kernels::avx2 {
+
+namespace {
+
+// 8 (or the first n < 8, the others 0) int8 values as f32, exact.
+inline __m256 load_s8_as_f32(const int8_t* p, int64_t n) {
+  __m128i raw;
+  if (n >= 8) {
+    raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  } else {
+    int8_t buf[16] = {};
+    std::memcpy(buf, p, static_cast<size_t>(n));
+    raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(buf));
+  }
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
+}
+
+// 8 (or the first n < 8, the others 0) int32 values.
+inline __m256i load8_i32(const int32_t* p, int64_t n) {
+  return n >= 8 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                : _mm256_maskload_epi32(reinterpret_cast<const int*>(p), first_lanes(n));
+}
+
+}  // namespace
+
+void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t K, int64_t N,
+                 int64_t k0, int64_t k1) {
+  constexpr int64_t kGroup = 8;  // vectors a_b kept in flight per pass over a row of w
+  for (int64_t k = k0; k < k1; ++k) {
+    const int8_t* row = w + k * N;
+    for (int64_t b0 = 0; b0 < B; b0 += kGroup) {
+      const int64_t nb = B - b0 < kGroup ? B - b0 : kGroup;
+      __m256 acc[kGroup];
+      for (int64_t j = 0; j < kGroup; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t n = 0; n < N; n += 8) {
+        const int64_t m = N - n;  // inactive lanes read w = a = 0 and add nothing
+        const __m256 wv = load_s8_as_f32(row + n, m);
+        for (int64_t j = 0; j < nb; ++j) {
+          acc[j] = _mm256_fmadd_ps(wv, load8(a + (b0 + j) * N + n, m), acc[j]);
+        }
+      }
+      for (int64_t j = 0; j < nb; ++j) out[(b0 + j) * K + k] = reduce_add8(acc[j]);
+    }
+  }
+}
+
+void dx_epilogue(float* dx, const int32_t* acc, int64_t t0, int64_t t1, int64_t K, float D,
+                 const float* sx, const float* wa, const float* delta, const float* rowsum,
+                 int64_t S, bool accumulate) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const float inv_s = 1.0f / sx[t];
+    const __m256 inv = _mm256_set1_ps(inv_s);
+    const __m256 scale = _mm256_set1_ps(D * inv_s);
+    const float* wa_b = wa ? wa + (t / S) * K : nullptr;
+    const __m256 dt = _mm256_set1_ps(wa ? delta[t] : 0.0f);
+    for (int64_t k = 0; k < K; k += 8) {
+      const int64_t m = K - k;
+      // v = float(acc) * scale - (wa + delta * rowsum) * inv, each product and sum rounded.
+      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(load8_i32(acc + t * K + k, m)), scale);
+      if (wa_b) {
+        const __m256 corr =
+            _mm256_add_ps(load8(wa_b + k, m), _mm256_mul_ps(dt, load8(rowsum + k, m)));
+        v = _mm256_sub_ps(v, _mm256_mul_ps(corr, inv));
+      }
+      if (accumulate) v = _mm256_add_ps(load8(dx + t * K + k, m), v);
+      store8(dx + t * K + k, m, v);
+    }
+  }
+}
+
+}  // namespace s3r::kernels::avx2

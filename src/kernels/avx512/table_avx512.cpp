@@ -1,0 +1,11 @@
+// The avx512 tier's kernel table (kernels/kernels.hpp).
+#include "kernels/kernels.hpp"
+
+namespace s3r::kernels::avx512 {
+
+const KernelTable& table() {
+  static constexpr KernelTable kTable = S3R_KERNEL_TABLE;
+  return kTable;
+}
+
+}  // namespace s3r::kernels::avx512
