@@ -147,9 +147,23 @@ constexpr int64_t kPeakIterations = 1 << 16;
 
 // The loops are written in assembly so that the compiler can neither hoist the loop-invariant
 // products nor merge the independent chains: per iteration, exactly the instructions listed.
-// Accumulators ymm0..ymm11 (ymm0..ymm7 for the sign trick); the register contents are whatever
-// they are (only the instruction throughput matters; integer overflow is harmless here).
+// Accumulators ymm0..ymm11 (ymm0..ymm7 for the sign trick). Every register starts at zero: left
+// over from other code, a denormal float would send the FMA loop through microcode assists
+// (100x slower); integer overflow in the other loops is harmless.
+#define S3R_ZERO_YMM                                                                          \
+  __asm__ volatile(                                                                           \
+      "vpxor %%xmm0, %%xmm0, %%xmm0\n\tvpxor %%xmm1, %%xmm1, %%xmm1\n\t"                        \
+      "vpxor %%xmm2, %%xmm2, %%xmm2\n\tvpxor %%xmm3, %%xmm3, %%xmm3\n\t"                        \
+      "vpxor %%xmm4, %%xmm4, %%xmm4\n\tvpxor %%xmm5, %%xmm5, %%xmm5\n\t"                        \
+      "vpxor %%xmm6, %%xmm6, %%xmm6\n\tvpxor %%xmm7, %%xmm7, %%xmm7\n\t"                        \
+      "vpxor %%xmm8, %%xmm8, %%xmm8\n\tvpxor %%xmm9, %%xmm9, %%xmm9\n\t"                        \
+      "vpxor %%xmm10, %%xmm10, %%xmm10\n\tvpxor %%xmm11, %%xmm11, %%xmm11\n\t"                  \
+      "vpxor %%xmm12, %%xmm12, %%xmm12\n\tvpxor %%xmm13, %%xmm13, %%xmm13\n\t"                  \
+      "vpxor %%xmm14, %%xmm14, %%xmm14\n\tvpxor %%xmm15, %%xmm15, %%xmm15" ::                     \
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",    \
+            "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15")
 __attribute__((target("avx2,fma"))) void fma_loop(int64_t iterations) {
+  S3R_ZERO_YMM;
   for (int64_t it = 0; it < iterations; ++it) {
     __asm__ volatile(
 "vfmadd231ps %%ymm13, %%ymm12, %%ymm0\n\t"
@@ -170,6 +184,7 @@ __attribute__((target("avx2,fma"))) void fma_loop(int64_t iterations) {
 }
 
 __attribute__((target("avx2"))) void madd_loop(int64_t iterations) {
+  S3R_ZERO_YMM;
   for (int64_t it = 0; it < iterations; ++it) {
     __asm__ volatile(
 "vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm0, %%ymm0\n\t"
@@ -193,6 +208,7 @@ __attribute__((target("avx2"))) void madd_loop(int64_t iterations) {
 // ymm11 = int16 ones: sign(b, a), maddubs(|a|, .) -> int16 pair sums (exact for codes in
 // [-127, 127]), madd with ones -> int32 sums of 4 products, add.
 __attribute__((target("avx2"))) void maddubs_loop(int64_t iterations) {
+  S3R_ZERO_YMM;
   for (int64_t it = 0; it < iterations; ++it) {
     __asm__ volatile(
 "vpsignb %%ymm8, %%ymm10, %%ymm12\n\tvpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\tvpmaddwd %%ymm11, %%ymm12, %%ymm13\n\tvpaddd %%ymm13, %%ymm0, %%ymm0\n\t"

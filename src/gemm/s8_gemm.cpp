@@ -1,12 +1,13 @@
 // s3r's exact int8 GEMM: packing into int16-pair panels, cache blocking, OpenMP over output
 // blocks, and the dequantizing epilogue (gemm/s8_gemm.hpp).
 //
-// Blocking (GotoBLAS style, sized for a 32-48 KiB L1 and a >= 512 KiB L2): the whole of op(A)
-// and op(B) is packed once per call (2 bytes per code), in parallel; then every task computes
-// one block of C, MC x NC (at most 96 x 256), K in slices of KC = 512 (256 pairs): for each
-// slice, each 16-column B micro-panel (16 KiB, L1) meets every 6-row A micro-panel of the block
-// (96 KiB, L2). A task's int32 sums live in a per-thread scratch tile that the epilogue turns
-// into the output, so edges (M % 6, N % 16) and leading dimensions cost nothing in the kernel.
+// Blocking (GotoBLAS style, sized for a 32-48 KiB L1 and a >= 512 KiB L2): the whole of op(B) is
+// packed once per call (2 bytes per code), in parallel; then every task computes one block of
+// C, MC x NC (at most 96 x 256), K in slices of KC = 512 (256 pairs): for each slice, each
+// 16-column B micro-panel (16 KiB, L1) meets every 6-row A micro-panel of the block (96 KiB,
+// L2). A thread packs the A rows of its blocks itself, once per block row. A task's int32 sums
+// live in a per-thread scratch tile that the epilogue turns into the output, so edges (M % 6,
+// N % 16) and leading dimensions cost nothing in the kernel.
 // Integer sums are exact, so the result does not depend on the blocking or the thread count.
 #include "gemm/s8_gemm.hpp"
 
@@ -85,7 +86,8 @@ void pack_all(std::vector<uint32_t>& buf, const Operand& x, int64_t rows, int64_
   }
 }
 
-// C rows [m0, m0 + rows), columns [n0, n0 + cols) from int32 sums at acc (ld_acc).
+// C rows [m0, m0 + rows), columns [n0, n0 + cols) from int32 sums at acc (ld_acc). One loop per
+// case, without branches inside, so that the compiler vectorizes each.
 void epilogue(const Output& out, int64_t ldc, const int32_t* acc, int64_t ld_acc, int64_t m0,
               int64_t rows, int64_t n0, int64_t cols) {
   for (int64_t i = 0; i < rows; ++i) {
@@ -95,14 +97,32 @@ void epilogue(const Output& out, int64_t ldc, const int32_t* acc, int64_t ld_acc
       std::memcpy(out.s32 + m * ldc + n0, a, static_cast<size_t>(cols) * sizeof(int32_t));
       continue;
     }
-    float* c = out.f32 + m * ldc + n0;
+    float* __restrict c = out.f32 + m * ldc + n0;
     const float* cs = out.col_scale ? out.col_scale + n0 : nullptr;
     const float rs = out.row_scale ? out.row_scale[m] : 1.0f;
-    for (int64_t j = 0; j < cols; ++j) {
-      float v = static_cast<float>(a[j]);
-      if (cs) v = v * cs[j];
-      if (out.row_scale) v = v * rs;
-      c[j] = out.accumulate ? c[j] + v : v;
+    const bool row = out.row_scale != nullptr;
+    if (cs && row) {
+      if (out.accumulate) {
+        for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + (static_cast<float>(a[j]) * cs[j]) * rs;
+      } else {
+        for (int64_t j = 0; j < cols; ++j) c[j] = (static_cast<float>(a[j]) * cs[j]) * rs;
+      }
+    } else if (cs || row) {  // one scale: per column, or the row's
+      if (cs) {
+        if (out.accumulate) {
+          for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + static_cast<float>(a[j]) * cs[j];
+        } else {
+          for (int64_t j = 0; j < cols; ++j) c[j] = static_cast<float>(a[j]) * cs[j];
+        }
+      } else if (out.accumulate) {
+        for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + static_cast<float>(a[j]) * rs;
+      } else {
+        for (int64_t j = 0; j < cols; ++j) c[j] = static_cast<float>(a[j]) * rs;
+      }
+    } else if (out.accumulate) {
+      for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + static_cast<float>(a[j]);
+    } else {
+      for (int64_t j = 0; j < cols; ++j) c[j] = static_cast<float>(a[j]);
     }
   }
 }
@@ -133,8 +153,7 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
   check_depth(s.K);
   const int64_t M = s.M, N = s.N, K = s.K, pairs = (K + 1) / 2;
   const Operands ops = operands(A, B, s);
-  thread_local std::vector<uint32_t> a_packed, b_packed;  // grown once, reused
-  pack_all<kS8Mr>(a_packed, ops.a, M, K, pairs);
+  thread_local std::vector<uint32_t> b_packed;  // grown once, reused
   pack_all<kS8Nr>(b_packed, ops.b, N, K, pairs);
 
   const int64_t m_panels = (M + kS8Mr - 1) / kS8Mr, n_panels = (N + kS8Nr - 1) / kS8Nr;
@@ -158,30 +177,44 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
 #else
   const auto tile = kernels::ref::gemm_s8_tile;
 #endif
-  const uint32_t* ap = a_packed.data();
   const uint32_t* bp = b_packed.data();
 
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < m_blocks * n_blocks; ++blk) {
+  // Blocks in row-major order, contiguous ranges per thread (schedule static): a thread packs
+  // the A panels of a block row once, into its own buffer (hot in its L2), and reuses them for
+  // the following blocks of the same row.
+#pragma omp parallel
+  {
+    thread_local std::vector<uint32_t> a_block;
     thread_local std::vector<int32_t> acc;
-    acc.resize(static_cast<size_t>(mc * kS8Mr * ld_acc));
-    const int64_t ib = blk / n_blocks, jb = blk % n_blocks;
-    const int64_t i0 = ib * mc, i1 = std::min(m_panels, i0 + mc);
-    const int64_t j0 = jb * nc, j1 = std::min(n_panels, j0 + nc);
-    for (int64_t p0 = 0; p0 < pairs; p0 += kKcPairs) {
-      const int64_t kc = std::min(kKcPairs, pairs - p0);
-      for (int64_t j = j0; j < j1; ++j) {
-        const uint32_t* b = bp + (j * pairs + p0) * kS8Nr;
+    int64_t packed_row = -1;
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < m_blocks * n_blocks; ++blk) {
+      const int64_t ib = blk / n_blocks, jb = blk % n_blocks;
+      const int64_t i0 = ib * mc, i1 = std::min(m_panels, i0 + mc);
+      const int64_t j0 = jb * nc, j1 = std::min(n_panels, j0 + nc);
+      if (ib != packed_row) {
+        a_block.resize(static_cast<size_t>(mc * pairs * kS8Mr));
         for (int64_t i = i0; i < i1; ++i) {
-          tile(ap + (i * pairs + p0) * kS8Mr, b, kc,
-                                      acc.data() + (i - i0) * kS8Mr * ld_acc + (j - j0) * kS8Nr,
-                                      ld_acc, p0 > 0);
+          pack_panel<kS8Mr>(a_block.data() + (i - i0) * pairs * kS8Mr, ops.a, i, M, K, pairs);
+        }
+        packed_row = ib;
+      }
+      acc.resize(static_cast<size_t>(mc * kS8Mr * ld_acc));
+      const uint32_t* ap = a_block.data();
+      for (int64_t p0 = 0; p0 < pairs; p0 += kKcPairs) {
+        const int64_t kc = std::min(kKcPairs, pairs - p0);
+        for (int64_t j = j0; j < j1; ++j) {
+          const uint32_t* b = bp + (j * pairs + p0) * kS8Nr;
+          for (int64_t i = 0; i < i1 - i0; ++i) {
+            tile(ap + (i * pairs + p0) * kS8Mr, b, kc,
+                 acc.data() + i * kS8Mr * ld_acc + (j - j0) * kS8Nr, ld_acc, p0 > 0);
+          }
         }
       }
+      const int64_t m0 = i0 * kS8Mr, n0 = j0 * kS8Nr;
+      epilogue(out, ldc, acc.data(), ld_acc, m0, std::min(M, i1 * kS8Mr) - m0, n0,
+               std::min(N, j1 * kS8Nr) - n0);
     }
-    const int64_t m0 = i0 * kS8Mr, n0 = j0 * kS8Nr;
-    epilogue(out, ldc, acc.data(), ld_acc, m0, std::min(M, i1 * kS8Mr) - m0, n0,
-             std::min(N, j1 * kS8Nr) - n0);
   }
 }
 
