@@ -13,6 +13,9 @@
 //                                microkernel (16 multiply-adds per vpmaddwd)
 //   peak/avx2_maddubs_sign       vpsignb + vpmaddubsw + vpmaddwd + vpaddd ymm: ggml's sign trick
 //                                (32 multiply-adds per vpmaddubsw), the alternative we measured
+//   peak/avx2_s8_tile_l2         s3r's int8 microkernel alone (kernels::avx2::gemm_s8_tile) on
+//                                one 96 x 256 block with K = 512, its panels in L1/L2 as inside
+//                                the GEMM's blocking: what the GEMM around it loses
 // A backend the process cannot run (S3R_MAX_ISA, no VNNI, a failed oneDNN self-check) reports
 // the reason and is skipped. Operands are random codes / normal values from a fixed seed, made
 // once per process; C is overwritten by every call.
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "kernels/gemm_s8.hpp"
 #include "s3r/core/bf16.hpp"
 #include "s3r/core/cpu_features.hpp"
 #include "s3r/gemm/backend.hpp"
@@ -237,6 +241,28 @@ void bm_peak(benchmark::State& state, int which) {
   state.SetItemsProcessed(state.iterations() * kPeakIterations * macs_per_iteration);
 }
 
+// The loop nest of one block of s8_gemm.cpp (for each B micro-panel, every A micro-panel), on
+// packed panels of small codes, K = 512 (256 pairs): 16 x 16 tiles of 6 x 16.
+void bm_s8_tile(benchmark::State& state) {
+  if (!enter(state, Isa::kAvx2, 1)) return;
+  constexpr int64_t kPairs = 256, kPanels = 16;
+  using kernels::kS8Mr;
+  using kernels::kS8Nr;
+  std::vector<uint32_t> a(kPanels * kPairs * kS8Mr, 0x00030002u), b(kPanels * kPairs * kS8Nr, 0x0005FFF9u);
+  std::vector<int32_t> c(kPanels * kS8Mr * kPanels * kS8Nr);
+  const int64_t ldc = kPanels * kS8Nr;
+  for (auto _ : state) {
+    for (int64_t j = 0; j < kPanels; ++j) {
+      for (int64_t i = 0; i < kPanels; ++i) {
+        kernels::avx2::gemm_s8_tile(a.data() + i * kPairs * kS8Mr, b.data() + j * kPairs * kS8Nr,
+                                    kPairs, c.data() + i * kS8Mr * ldc + j * kS8Nr, ldc, false);
+      }
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kPanels * kPanels * kS8Mr * kS8Nr * 2 * kPairs);
+}
+
 const bool registered = [] {
   for (Layout layout : {Layout::kXw, Layout::kGwt, Layout::kXtg}) {
     for (int64_t N : {int64_t{1024}, int64_t{4096}}) {
@@ -265,6 +291,7 @@ const bool registered = [] {
   benchmark::RegisterBenchmark("peak/avx2_fma_f32", bm_peak, 0)->UseRealTime();
   benchmark::RegisterBenchmark("peak/avx2_madd_s16", bm_peak, 1)->UseRealTime();
   benchmark::RegisterBenchmark("peak/avx2_maddubs_sign", bm_peak, 2)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx2_s8_tile_l2", bm_s8_tile)->UseRealTime();
   return true;
 }();
 

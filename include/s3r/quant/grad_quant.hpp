@@ -21,7 +21,7 @@
 // registers from the Threefry words (no full-size random or threshold tensor is written),
 // OpenMP-threaded over fixed blocks of tokens. Codes and D are bit-identical for every ISA and
 // thread count; the statistics are bit-identical for every thread count and agree between the
-// reference and AVX-512 kernels to a few f32 rounding errors (see tests/quant).
+// reference and the vectorized tiers to a few f32 rounding errors (see tests/quant).
 #include <cstdint>
 #include <span>
 #include <string_view>

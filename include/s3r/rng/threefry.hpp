@@ -5,7 +5,7 @@
 //
 // random_bits32(key, i) depends only on (key, i): any split of a tensor over threads, ranks or
 // shards gives bitwise-identical bits with no communication. The span overload is the
-// vectorized (AVX-512, 16 lanes) and OpenMP-threaded batch form; it equals the scalar function
+// vectorized (AVX-512: 16 lanes, AVX2: 8) and OpenMP-threaded batch form; it equals the scalar function
 // element for element, for any thread count.
 #include <array>
 #include <cstdint>

@@ -56,42 +56,67 @@ inline __m256i rotl(__m256i x) {
   }
 }
 
-// Threefry-2x32-20 on 8 counters (c0 = high halves, c1 = low halves); returns y0 ^ y1, the word
-// of JAX's partitionable layout. Mirrors s3r::threefry2x32 exactly.
-inline __m256i threefry_xor8(Key key, __m256i c0, __m256i c1) {
+#define S3R_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// Threefry-2x32-20 on kN x 8 counters, the kN chains interleaved round by round (one chain alone
+// is latency-bound). Mirrors s3r::threefry2x32 exactly: rounds add, rotate, xor; key injection
+// after every 4 rounds.
+template <int R, int kN>
+S3R_ALWAYS_INLINE void tf_round(__m256i* x0, __m256i* x1) {
+  for (int i = 0; i < kN; ++i) x0[i] = _mm256_add_epi32(x0[i], x1[i]);
+  for (int i = 0; i < kN; ++i) x1[i] = rotl<R>(x1[i]);
+  for (int i = 0; i < kN; ++i) x1[i] = _mm256_xor_si256(x1[i], x0[i]);
+}
+
+// Rounds 4g .. 4g + 3 for even and odd g.
+template <int kN>
+S3R_ALWAYS_INLINE void tf_rounds_even(__m256i* x0, __m256i* x1) {
+  tf_round<13, kN>(x0, x1);
+  tf_round<15, kN>(x0, x1);
+  tf_round<26, kN>(x0, x1);
+  tf_round<6, kN>(x0, x1);
+}
+template <int kN>
+S3R_ALWAYS_INLINE void tf_rounds_odd(__m256i* x0, __m256i* x1) {
+  tf_round<17, kN>(x0, x1);
+  tf_round<29, kN>(x0, x1);
+  tf_round<16, kN>(x0, x1);
+  tf_round<24, kN>(x0, x1);
+}
+
+// Key injection s: x0 += a, x1 += b + s.
+template <int kN>
+S3R_ALWAYS_INLINE void tf_inject(__m256i* x0, __m256i* x1, __m256i a, __m256i b, int s) {
+  const __m256i bs = _mm256_add_epi32(b, _mm256_set1_epi32(s));
+  for (int i = 0; i < kN; ++i) x0[i] = _mm256_add_epi32(x0[i], a);
+  for (int i = 0; i < kN; ++i) x1[i] = _mm256_add_epi32(x1[i], bs);
+}
+
+// y[i] = random_bits32(key, base + 8 i + lane) for i < kN: y0 ^ y1 of Threefry on the counters
+// (hi32, lo32) of the flat indices, JAX's partitionable layout.
+template <int kN>
+S3R_ALWAYS_INLINE void random_bits8xN(Key key, uint64_t base, __m256i* y) {
   const __m256i ks0 = _mm256_set1_epi32(static_cast<int32_t>(key.k0));
   const __m256i ks1 = _mm256_set1_epi32(static_cast<int32_t>(key.k1));
   const __m256i ks2 =
       _mm256_set1_epi32(static_cast<int32_t>(key.k0 ^ key.k1 ^ threefry_detail::kParity));
-  __m256i x0 = _mm256_add_epi32(c0, ks0);
-  __m256i x1 = _mm256_add_epi32(c1, ks1);
-#define S3R_TF_ROUND(R)            \
-  x0 = _mm256_add_epi32(x0, x1);   \
-  x1 = rotl<R>(x1);                \
-  x1 = _mm256_xor_si256(x1, x0);
-#define S3R_TF_INJECT(A, B, S)     \
-  x0 = _mm256_add_epi32(x0, A);    \
-  x1 = _mm256_add_epi32(x1, _mm256_add_epi32(B, _mm256_set1_epi32(S)));
-  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
-  S3R_TF_INJECT(ks1, ks2, 1)
-  S3R_TF_ROUND(17) S3R_TF_ROUND(29) S3R_TF_ROUND(16) S3R_TF_ROUND(24)
-  S3R_TF_INJECT(ks2, ks0, 2)
-  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
-  S3R_TF_INJECT(ks0, ks1, 3)
-  S3R_TF_ROUND(17) S3R_TF_ROUND(29) S3R_TF_ROUND(16) S3R_TF_ROUND(24)
-  S3R_TF_INJECT(ks1, ks2, 4)
-  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
-  S3R_TF_INJECT(ks2, ks0, 5)
-#undef S3R_TF_ROUND
-#undef S3R_TF_INJECT
-  return _mm256_xor_si256(x0, x1);
-}
-
-// random_bits32(key, base + lane) for 8 lanes.
-inline __m256i random_bits8(Key key, uint64_t base) {
-  __m256i hi, lo;
-  flat_index_halves(base, &hi, &lo);
-  return threefry_xor8(key, hi, lo);
+  __m256i x0[kN], x1[kN];
+  for (int i = 0; i < kN; ++i) {
+    flat_index_halves(base + static_cast<uint64_t>(8 * i), &x0[i], &x1[i]);
+    x0[i] = _mm256_add_epi32(x0[i], ks0);
+    x1[i] = _mm256_add_epi32(x1[i], ks1);
+  }
+  tf_rounds_even<kN>(x0, x1);
+  tf_inject<kN>(x0, x1, ks1, ks2, 1);
+  tf_rounds_odd<kN>(x0, x1);
+  tf_inject<kN>(x0, x1, ks2, ks0, 2);
+  tf_rounds_even<kN>(x0, x1);
+  tf_inject<kN>(x0, x1, ks0, ks1, 3);
+  tf_rounds_odd<kN>(x0, x1);
+  tf_inject<kN>(x0, x1, ks1, ks2, 4);
+  tf_rounds_even<kN>(x0, x1);
+  tf_inject<kN>(x0, x1, ks2, ks0, 5);
+  for (int i = 0; i < kN; ++i) y[i] = _mm256_xor_si256(x0[i], x1[i]);
 }
 
 // uniform23 on 8 words: (bits >> 9) * 2^-23, exact.

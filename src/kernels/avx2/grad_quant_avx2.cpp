@@ -8,63 +8,17 @@
 #include "kernels/kernels.hpp"
 #include "s3r/quant/thresholds.hpp"
 
-#define S3R_ALWAYS_INLINE inline __attribute__((always_inline))
 
 namespace s3r::kernels::avx2 {
 
 namespace {
 
-// Threefry-2x32-20 on two sets of 8 counters (a and b) with one key, the two chains interleaved
-// (one chain is latency-bound); the same operations as threefry_xor8 (common_avx2.hpp).
-S3R_ALWAYS_INLINE void threefry_xor8x2(Key key, __m256i a0, __m256i a1, __m256i b0, __m256i b1,
-                                       __m256i* ya, __m256i* yb) {
-  const __m256i ks0 = _mm256_set1_epi32(static_cast<int32_t>(key.k0));
-  const __m256i ks1 = _mm256_set1_epi32(static_cast<int32_t>(key.k1));
-  const __m256i ks2 =
-      _mm256_set1_epi32(static_cast<int32_t>(key.k0 ^ key.k1 ^ threefry_detail::kParity));
-  a0 = _mm256_add_epi32(a0, ks0);
-  a1 = _mm256_add_epi32(a1, ks1);
-  b0 = _mm256_add_epi32(b0, ks0);
-  b1 = _mm256_add_epi32(b1, ks1);
-#define S3R_TF_ROUND(R)          \
-  a0 = _mm256_add_epi32(a0, a1); \
-  b0 = _mm256_add_epi32(b0, b1); \
-  a1 = rotl<R>(a1);              \
-  b1 = rotl<R>(b1);              \
-  a1 = _mm256_xor_si256(a1, a0); \
-  b1 = _mm256_xor_si256(b1, b0);
-#define S3R_TF_INJECT(A, B, S)                                       \
-  {                                                                  \
-    const __m256i inj = _mm256_add_epi32(B, _mm256_set1_epi32(S));   \
-    a0 = _mm256_add_epi32(a0, A);                                    \
-    b0 = _mm256_add_epi32(b0, A);                                    \
-    a1 = _mm256_add_epi32(a1, inj);                                  \
-    b1 = _mm256_add_epi32(b1, inj);                                  \
-  }
-  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
-  S3R_TF_INJECT(ks1, ks2, 1)
-  S3R_TF_ROUND(17) S3R_TF_ROUND(29) S3R_TF_ROUND(16) S3R_TF_ROUND(24)
-  S3R_TF_INJECT(ks2, ks0, 2)
-  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
-  S3R_TF_INJECT(ks0, ks1, 3)
-  S3R_TF_ROUND(17) S3R_TF_ROUND(29) S3R_TF_ROUND(16) S3R_TF_ROUND(24)
-  S3R_TF_INJECT(ks1, ks2, 4)
-  S3R_TF_ROUND(13) S3R_TF_ROUND(15) S3R_TF_ROUND(26) S3R_TF_ROUND(6)
-  S3R_TF_INJECT(ks2, ks0, 5)
-#undef S3R_TF_ROUND
-#undef S3R_TF_INJECT
-  *ya = _mm256_xor_si256(a0, a1);
-  *yb = _mm256_xor_si256(b0, b1);
-}
-
 // sr thresholds uniform23(random_bits32(key, base + lane)) of the 16 elements base .. base + 15.
 S3R_ALWAYS_INLINE void sr_thresholds16(Key key, uint64_t base, __m256* r0, __m256* r1) {
-  __m256i hi0, lo0, hi1, lo1, y0, y1;
-  flat_index_halves(base, &hi0, &lo0);
-  flat_index_halves(base + 8, &hi1, &lo1);
-  threefry_xor8x2(key, hi0, lo0, hi1, lo1, &y0, &y1);
-  *r0 = uniform23_8(y0);
-  *r1 = uniform23_8(y1);
+  __m256i y[2];
+  random_bits8xN<2>(key, base, y);  // two chains interleaved: one alone is latency-bound
+  *r0 = uniform23_8(y[0]);
+  *r1 = uniform23_8(y[1]);
 }
 
 // x = ((sx * g) * sw) / step of the first m lanes (m >= 8: all); the others read g = sw = 0, so
@@ -202,7 +156,9 @@ void quantize_rows(const G* g, const GradProblem& p, float step, int64_t r0, int
       for (int q = 0; q < kCount; ++q) {
         __m256 th = shared_r;
         if constexpr (kMode == GradRounding::kSr) {
-          th = uniform23_8(random_bits8(p.keys[q], base + static_cast<uint64_t>(n0)));
+          __m256i bits;
+          random_bits8xN<1>(p.keys[q], base + static_cast<uint64_t>(n0), &bits);
+          th = uniform23_8(bits);
         }
         const __m256 qf = code8<kMode>(x, th);
         store_codes8(codes[q] + n0, m, qf);

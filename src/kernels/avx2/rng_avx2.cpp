@@ -4,7 +4,6 @@
 #include "kernels/avx2/common_avx2.hpp"
 #include "kernels/kernels.hpp"
 
-#define S3R_ALWAYS_INLINE inline __attribute__((always_inline))
 
 namespace s3r::kernels::avx2 {
 
@@ -12,65 +11,6 @@ namespace {
 
 S3R_ALWAYS_INLINE void store8_words(uint32_t* p, __m256i v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
-}
-
-// One Threefry round on kN interleaved chains (the operations of threefry_xor8).
-template <int R, int kN>
-S3R_ALWAYS_INLINE void tf_round(__m256i* x0, __m256i* x1) {
-  for (int i = 0; i < kN; ++i) x0[i] = _mm256_add_epi32(x0[i], x1[i]);
-  for (int i = 0; i < kN; ++i) x1[i] = rotl<R>(x1[i]);
-  for (int i = 0; i < kN; ++i) x1[i] = _mm256_xor_si256(x1[i], x0[i]);
-}
-
-// Rounds 4g .. 4g + 3 for even and odd g.
-template <int kN>
-S3R_ALWAYS_INLINE void tf_rounds_even(__m256i* x0, __m256i* x1) {
-  tf_round<13, kN>(x0, x1);
-  tf_round<15, kN>(x0, x1);
-  tf_round<26, kN>(x0, x1);
-  tf_round<6, kN>(x0, x1);
-}
-template <int kN>
-S3R_ALWAYS_INLINE void tf_rounds_odd(__m256i* x0, __m256i* x1) {
-  tf_round<17, kN>(x0, x1);
-  tf_round<29, kN>(x0, x1);
-  tf_round<16, kN>(x0, x1);
-  tf_round<24, kN>(x0, x1);
-}
-
-// Key injection s: x0 += a, x1 += b + s.
-template <int kN>
-S3R_ALWAYS_INLINE void tf_inject(__m256i* x0, __m256i* x1, __m256i a, __m256i b, int s) {
-  const __m256i bs = _mm256_add_epi32(b, _mm256_set1_epi32(s));
-  for (int i = 0; i < kN; ++i) x0[i] = _mm256_add_epi32(x0[i], a);
-  for (int i = 0; i < kN; ++i) x1[i] = _mm256_add_epi32(x1[i], bs);
-}
-
-// random_bits32(key, base + 8 i + lane) for i < kN (threefry_xor8 / random_bits8 on kN vectors,
-// round by round).
-template <int kN>
-S3R_ALWAYS_INLINE void random_bits8xN(Key key, uint64_t base, __m256i* y) {
-  const __m256i ks0 = _mm256_set1_epi32(static_cast<int32_t>(key.k0));
-  const __m256i ks1 = _mm256_set1_epi32(static_cast<int32_t>(key.k1));
-  const __m256i ks2 =
-      _mm256_set1_epi32(static_cast<int32_t>(key.k0 ^ key.k1 ^ threefry_detail::kParity));
-  __m256i x0[kN], x1[kN];
-  for (int i = 0; i < kN; ++i) {
-    flat_index_halves(base + static_cast<uint64_t>(8 * i), &x0[i], &x1[i]);
-    x0[i] = _mm256_add_epi32(x0[i], ks0);
-    x1[i] = _mm256_add_epi32(x1[i], ks1);
-  }
-  tf_rounds_even<kN>(x0, x1);
-  tf_inject<kN>(x0, x1, ks1, ks2, 1);
-  tf_rounds_odd<kN>(x0, x1);
-  tf_inject<kN>(x0, x1, ks2, ks0, 2);
-  tf_rounds_even<kN>(x0, x1);
-  tf_inject<kN>(x0, x1, ks0, ks1, 3);
-  tf_rounds_odd<kN>(x0, x1);
-  tf_inject<kN>(x0, x1, ks1, ks2, 4);
-  tf_rounds_even<kN>(x0, x1);
-  tf_inject<kN>(x0, x1, ks2, ks0, 5);
-  for (int i = 0; i < kN; ++i) y[i] = _mm256_xor_si256(x0[i], x1[i]);
 }
 
 }  // namespace
@@ -83,7 +23,8 @@ void threefry_bits(Key key, uint64_t first, uint32_t* out, int64_t n) {
     for (int i = 0; i < 4; ++i) store8_words(out + j + 8 * i, w[i]);
   }
   for (; j < n; j += 8) {  // the last 0..31 words, the last vector partial
-    const __m256i w = random_bits8(key, first + static_cast<uint64_t>(j));
+    __m256i w;
+    random_bits8xN<1>(key, first + static_cast<uint64_t>(j), &w);
     if (n - j >= 8) {
       store8_words(out + j, w);
     } else {

@@ -1,6 +1,6 @@
 #pragma once
 // Scalar numerics shared by the reference kernels and mirrored, operation for operation, by the
-// AVX-512 kernels (so that codes agree bit for bit).
+// vectorized tiers (so that codes agree bit for bit).
 #include <cmath>
 #include <cstdint>
 
@@ -27,8 +27,8 @@ inline int8_t sr_code(float x, float r) {
 // exp(x) by Cephes' single-precision method: x = n ln2 + r (Cody-Waite, two-part ln2), a
 // degree-5 polynomial for exp(r) on |r| <= ln2/2, times 2^n. Relative error <= 2^-21 on
 // [-87, 88] (tests/nn/elementwise_test.cpp); x is clamped to that range, so the result is finite
-// and, at the low end, a tiny normal number. The AVX-512 twin performs the same operations in
-// the same order (no FMA), so both give the same bits.
+// and, at the low end, a tiny normal number. The vectorized twins perform the same operations in
+// the same order (no FMA), so all give the same bits.
 inline float exp_poly(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);
