@@ -19,14 +19,18 @@ namespace {
 TEST(CpuFeatures, TiersFollowTheFeatures) {
   const CpuFeatures& f = cpu_features();
   // AVX-512 F/BW/VL CPUs all have AVX2 + FMA; the tier conditions encode that.
-  if (f.has_avx512_tier()) EXPECT_TRUE(f.has_avx2_tier());
+  if (f.has_avx512_tier()) {
+    EXPECT_TRUE(f.has_avx2_tier());
+  }
   EXPECT_EQ(isa_supported(Isa::kAvx2), f.has_avx2_tier());
   EXPECT_EQ(isa_supported(Isa::kAvx512), f.has_avx512_tier());
   EXPECT_TRUE(isa_supported(Isa::kReference));
   const Isa best = best_isa();
   EXPECT_EQ(best, f.has_avx512_tier() ? Isa::kAvx512 : f.has_avx2_tier() ? Isa::kAvx2 : Isa::kReference);
   const char* env = std::getenv("S3R_ISA");
-  if (env == nullptr || *env == '\0') EXPECT_EQ(active_isa(), best);
+  if (env == nullptr || *env == '\0') {
+    EXPECT_EQ(active_isa(), best);
+  }
 }
 
 TEST(CpuFeatures, CapHidesEverythingAboveIt) {
@@ -36,8 +40,12 @@ TEST(CpuFeatures, CapHidesEverythingAboveIt) {
   EXPECT_EQ(f.cap, cap);
   EXPECT_FALSE(f.avx512_vnni || f.avx512_bf16 || f.avx_vnni || f.amx_tile || f.amx_int8 || f.amx_bf16)
       << describe(f);
-  if (f.cap != "avx512") EXPECT_FALSE(f.avx512f || f.avx512bw || f.avx512vl) << describe(f);
-  if (f.cap == "reference") EXPECT_FALSE(f.avx2 || f.fma) << describe(f);
+  if (f.cap != "avx512") {
+    EXPECT_FALSE(f.avx512f || f.avx512bw || f.avx512vl) << describe(f);
+  }
+  if (f.cap == "reference") {
+    EXPECT_FALSE(f.avx2 || f.fma) << describe(f);
+  }
   EXPECT_NE(describe(f).find("[capped at " + f.cap + " by S3R_MAX_ISA]"), std::string::npos);
 }
 
