@@ -4,7 +4,7 @@
 Usage: capped_tests_check.py CTEST BUILD_DIR
 
 Reads `ctest --show-only=json-v1` of BUILD_DIR: each test named CAP.Suite.Test (CAP in avx2,
-avx512, reference) must carry ENVIRONMENT S3R_MAX_ISA=CAP and the label `capped`, and there
+avx512, reference) must carry ENVIRONMENT S3R_TEST_CAP=CAP (tests/test_main.cpp) and the label `capped`, and there
 must be such tests for each cap. Without this check a quoting slip in the CMake properties
 turns the capped runs into silent copies of the plain ones (it happened once).
 """
@@ -27,7 +27,7 @@ def main(ctest, build_dir):
         counts[cap] += 1
         props = {p["name"]: p["value"] for p in test.get("properties", [])}
         env = props.get("ENVIRONMENT", [])
-        if f"S3R_MAX_ISA={cap}" not in env or "capped" not in props.get("LABELS", []):
+        if f"S3R_TEST_CAP={cap}" not in env or "capped" not in props.get("LABELS", []):
             bad.append(f"{test['name']}: ENVIRONMENT {env}, LABELS {props.get('LABELS')}")
     for line in bad[:10]:
         print("not capped:", line)
