@@ -5,6 +5,7 @@
 // nothing random is written to memory. No FMA: every product and sum is rounded where the
 // reference rounds it. Row tails of 1..15 channels use masked / buffered loads and stores.
 #include "kernels/avx2/common_avx2.hpp"
+#include "kernels/grad_dispatch.hpp"
 #include "kernels/kernels.hpp"
 #include "s3r/quant/thresholds.hpp"
 
@@ -188,31 +189,6 @@ void quantize_dispatch_count(const G* g, const GradProblem& p, float step, int64
   }
 }
 
-template <bool kStats, typename G>
-void quantize_dispatch_mode(const G* g, const GradProblem& p, float step, int64_t r0, int64_t r1,
-                            const GradBlockOut& out) {
-  switch (p.mode) {
-    case GradRounding::kRtne:
-      return quantize_dispatch_count<GradRounding::kRtne, kStats>(g, p, step, r0, r1, out);
-    case GradRounding::kSr:
-      return quantize_dispatch_count<GradRounding::kSr, kStats>(g, p, step, r0, r1, out);
-    case GradRounding::kS3r:
-      return quantize_dispatch_count<GradRounding::kS3r, kStats>(g, p, step, r0, r1, out);
-    case GradRounding::kS3rBcast:
-      return quantize_dispatch_count<GradRounding::kS3rBcast, kStats>(g, p, step, r0, r1, out);
-  }
-}
-
-template <typename G>
-void quantize_dispatch(const G* g, const GradProblem& p, float step, int64_t r0, int64_t r1,
-                       const GradBlockOut& out) {
-  if (out.row_sums[0] != nullptr) {
-    quantize_dispatch_mode<true>(g, p, step, r0, r1, out);
-  } else {
-    quantize_dispatch_mode<false>(g, p, step, r0, r1, out);
-  }
-}
-
 }  // namespace
 
 float grad_absmax(const GradProblem& p, int64_t r0, int64_t r1, bool* nonfinite) {
@@ -222,11 +198,9 @@ float grad_absmax(const GradProblem& p, int64_t r0, int64_t r1, bool* nonfinite)
 
 void grad_quantize(const GradProblem& p, float step, int64_t r0, int64_t r1,
                    const GradBlockOut& out) {
-  if (p.g_f32) {
-    quantize_dispatch(p.g_f32, p, step, r0, r1, out);
-  } else {
-    quantize_dispatch(p.g_bf16, p, step, r0, r1, out);
-  }
+  for_grad_variant(p, out, [&]<GradRounding kMode, bool kStats>(const auto* g) {
+    quantize_dispatch_count<kMode, kStats>(g, p, step, r0, r1, out);
+  });
 }
 
 }  // namespace s3r::kernels::avx2

@@ -2,6 +2,7 @@
 // (bit-exact codes). Thresholds are made in registers: one scalar Threefry word per token for
 // s3r/s3r-bcast, 16-lane Threefry for sr. Nothing random is written to memory.
 #include "kernels/avx512/common_avx512.hpp"
+#include "kernels/grad_dispatch.hpp"
 #include "kernels/kernels.hpp"
 #include "s3r/quant/thresholds.hpp"
 
@@ -82,28 +83,6 @@ void quantize_rows(const G* g, const GradProblem& p, float step, int64_t r0, int
   }
 }
 
-template <bool kStats, typename G>
-void quantize_dispatch_mode(const G* g, const GradProblem& p, float step, int64_t r0, int64_t r1,
-                            const GradBlockOut& out) {
-  switch (p.mode) {
-    case GradRounding::kRtne: return quantize_rows<GradRounding::kRtne, kStats>(g, p, step, r0, r1, out);
-    case GradRounding::kSr: return quantize_rows<GradRounding::kSr, kStats>(g, p, step, r0, r1, out);
-    case GradRounding::kS3r: return quantize_rows<GradRounding::kS3r, kStats>(g, p, step, r0, r1, out);
-    case GradRounding::kS3rBcast:
-      return quantize_rows<GradRounding::kS3rBcast, kStats>(g, p, step, r0, r1, out);
-  }
-}
-
-template <typename G>
-void quantize_dispatch(const G* g, const GradProblem& p, float step, int64_t r0, int64_t r1,
-                       const GradBlockOut& out) {
-  if (out.row_sums[0] != nullptr) {
-    quantize_dispatch_mode<true>(g, p, step, r0, r1, out);
-  } else {
-    quantize_dispatch_mode<false>(g, p, step, r0, r1, out);
-  }
-}
-
 }  // namespace
 
 float grad_absmax(const GradProblem& p, int64_t r0, int64_t r1, bool* nonfinite) {
@@ -113,11 +92,9 @@ float grad_absmax(const GradProblem& p, int64_t r0, int64_t r1, bool* nonfinite)
 
 void grad_quantize(const GradProblem& p, float step, int64_t r0, int64_t r1,
                    const GradBlockOut& out) {
-  if (p.g_f32) {
-    quantize_dispatch(p.g_f32, p, step, r0, r1, out);
-  } else {
-    quantize_dispatch(p.g_bf16, p, step, r0, r1, out);
-  }
+  for_grad_variant(p, out, [&]<GradRounding kMode, bool kStats>(const auto* g) {
+    quantize_rows<kMode, kStats>(g, p, step, r0, r1, out);
+  });
 }
 
 }  // namespace s3r::kernels::avx512
