@@ -24,6 +24,7 @@ struct TrainCli {
   std::string data_dir = "data/nlp-corpus";
   std::string mode = "s3r", correction = "dx";
   std::string out = "data/runs/default", resume;
+  bool overwrite = false;
   uint32_t seed = 0;
   int64_t steps = 600, schedule_steps = 0, warmup = 30, eval_every = 100, eval_batches = 8, checkpoint_every = 0;
   float lr = 3e-3f, min_lr = 3e-4f, weight_decay = 0.1f, clip = 1.0f;
@@ -41,8 +42,13 @@ void plot(const std::string& out_dir) {
     while (std::getline(in, line)) {
       const auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded()) continue;
-      if (j.contains("val_loss")) v << j["step"].get<int64_t>() + 1 << " " << j["val_loss"].get<double>() << "\n";
-      if (j.contains("loss") && !j.value("skipped", false)) t << j["step"].get<int64_t>() + 1 << " " << j["loss"].get<double>() << "\n";
+      // Non-finite numbers are null in metrics.jsonl: left out of the curves.
+      if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+      const int64_t step = j["step"].get<int64_t>() + 1;
+      if (j.contains("val_loss") && j["val_loss"].is_number()) v << step << " " << j["val_loss"].get<double>() << "\n";
+      if (j.contains("loss") && j["loss"].is_number() && !j.value("skipped", false)) {
+        t << step << " " << j["loss"].get<double>() << "\n";
+      }
     }
   }
   const fs::path png = fs::path(out_dir) / "loss.png";
@@ -73,10 +79,12 @@ void run(const TrainCli& c) {
   o.adamw.weight_decay = c.weight_decay;
   o.adamw.clip_norm = c.clip;
   o.eval_every = c.eval_every;
-  if (c.eval_batches < 1) throw Error("--eval-batches must be >= 1, got " + std::to_string(c.eval_batches));
   o.eval_batches = c.eval_batches;
   o.checkpoint_every = c.checkpoint_every;
   o.out_dir = c.out;
+  o.overwrite = c.overwrite;
+  if (c.schedule_steps < 0) throw Error("--schedule-steps must be >= 0 (0: --steps), got " + std::to_string(c.schedule_steps));
+  train::validate_options(o);  // before the shards are read
   namespace fs = std::filesystem;
   const data::TokenShard train_shard = data::read_shard((fs::path(c.data_dir) / "train.bin").string());
   const data::TokenShard val_shard = data::read_shard((fs::path(c.data_dir) / "val.bin").string());
@@ -134,6 +142,7 @@ void register_train(CLI::App& app) {
   cmd->add_option("--checkpoint-every", c->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str();
   cmd->add_option("--out", c->out, "run folder: metrics.jsonl, checkpoint/, loss.png")->capture_default_str();
   cmd->add_option("--resume", c->resume, "continue bit-exactly from the checkpoint in this run folder");
+  cmd->add_flag("--overwrite", c->overwrite, "replace an earlier run in --out (without it such a folder is refused)");
   cmd->callback([c] { run(*c); });
 }
 

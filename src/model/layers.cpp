@@ -230,8 +230,10 @@ double cross_entropy_forward(std::span<float> probs, std::span<const float> logi
   expect_size("cross_entropy_forward", "logits", logits.size(), T * vocab);
   expect_size("cross_entropy_forward", "probs", probs.size(), T * vocab);
   check_ids("cross_entropy_forward", "target", targets, vocab);
-  double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
+  // Per-token losses, then one sum in token order: the same bits for any thread count (an
+  // OpenMP reduction would add the threads' partial sums in a thread-count-dependent grouping).
+  std::vector<double> token_loss(static_cast<size_t>(T));
+#pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const float* z = logits.data() + t * vocab;
     float* p = probs.data() + t * vocab;
@@ -241,8 +243,10 @@ double cross_entropy_forward(std::span<float> probs, std::span<const float> logi
     double sum = 0.0;
     for (int64_t i = 0; i < vocab; ++i) sum += std::exp(z[i] - mx);
     for (int64_t i = 0; i < vocab; ++i) p[i] = static_cast<float>(std::exp(z[i] - mx) / sum);
-    total += std::log(sum) + mx - z[y];
+    token_loss[t] = std::log(sum) + mx - z[y];
   }
+  double total = 0.0;
+  for (double l : token_loss) total += l;
   return total / static_cast<double>(T);
 }
 

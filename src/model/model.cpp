@@ -6,6 +6,7 @@
 #include <random>
 
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/backend.hpp"
 #include "s3r/model/layers.hpp"
 
 namespace s3r::model {
@@ -29,6 +30,33 @@ int64_t Model::add_param(const std::string& name, int64_t size, bool decay) {
   const int64_t offset = table_.empty() ? 0 : table_.back().offset + table_.back().size;
   table_.push_back(ParamInfo{name, offset, size, decay});
   return offset;
+}
+
+int64_t Model::parameter_count(const ModelConfig& c) {
+  const int64_t C = c.width, F = c.ffn_width, V = c.vocab;
+  return 2 * V * C + C + c.layers * (2 * C + 4 * C * C + 3 * C * F);
+}
+
+int64_t Model::estimate_bytes(const ModelConfig& c, nn::LinearMode mode) {
+  const double C = static_cast<double>(c.width), F = static_cast<double>(c.ffn_width);
+  const double V = static_cast<double>(c.vocab), T = static_cast<double>(c.tokens());
+  const double S = static_cast<double>(c.seq_len), B = static_cast<double>(c.batch);
+  const double NH = static_cast<double>(c.heads), L = static_cast<double>(c.layers);
+  // Bytes per element of a projection's operand copies: int8 codes, bf16 (plus its f32 widening
+  // where bf16 products are emulated), or f32.
+  const bool emulated = gemm::bf16_backend() != gemm::Bf16Backend::kOnednn;
+  const double operand = nn::is_int8(mode) ? 1.0 : mode == nn::LinearMode::kBf16 ? (emulated ? 6.0 : 2.0) : 4.0;
+  const double head = mode == nn::LinearMode::kF32 ? 4.0 : (emulated ? 6.0 : 2.0);
+  double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
+  f32 += L * (8.0 * T * C + 2.0 * T + B * NH * S * S);         // per block: saved activations
+  f32 += L * 6.0 * T * F;                                      // SwiGLU h1, h3, hidden and their gradients
+  f32 += 9.0 * T * C + T + 3.0 * T * V;                         // final norm, gradients, logits, probs
+  double bytes = 4.0 * f32;
+  bytes += L * operand * (3.0 * T * C + T * F);              // quantized or rounded inputs
+  bytes += L * operand * (4.0 * C * C + 3.0 * C * F);        // quantized or rounded weights
+  bytes += L * (4.0 + 1.0 + (nn::is_int8(mode) ? 0.0 : operand)) * T * F;  // per-block workspace
+  bytes += head * (T * C + C * V);                           // LM head operands
+  return static_cast<int64_t>(bytes);
 }
 
 Model::Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction correction)

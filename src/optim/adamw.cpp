@@ -51,24 +51,47 @@ bool adamw_step(std::span<const ParamRef> params, const AdamWConfig& c, float lr
     }
   }
   if (t < 1) throw Error("adamw_step: step t must be >= 1, got " + std::to_string(t));
+  if (!std::isfinite(lr)) throw Error("adamw_step: the learning rate is not finite (" + std::to_string(lr) + ")");
   const double norm = global_grad_norm(params);
   if (norm_out) *norm_out = norm;
   if (!std::isfinite(norm)) return false;
   const float clip = c.clip_norm > 0.0f && norm > c.clip_norm ? static_cast<float>(c.clip_norm / norm) : 1.0f;
   const float bc1 = 1.0f - static_cast<float>(std::pow(c.beta1, static_cast<double>(t)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(c.beta2, static_cast<double>(t)));
+  // The update of one element, used by both passes below (the same operations, so the check
+  // sees exactly the values the second pass writes).
+  const auto update = [&](const ParamRef& p, int64_t i, float decay, float& w, float& m, float& v) {
+    const float g = p.grad[i] * clip;
+    m = c.beta1 * p.m[i] + (1.0f - c.beta1) * g;
+    v = c.beta2 * p.v[i] + (1.0f - c.beta2) * g * g;
+    const float w0 = p.value[i];
+    w = w0 - lr * (m / bc1) / (std::sqrt(v / bc2) + c.eps) - decay * w0;
+  };
+  // Pass 1: would every new weight and moment be finite? (A finite gradient can still overflow
+  // them: a huge learning rate, or weights near FLT_MAX.) If not, the step is skipped whole.
+  for (const ParamRef& p : params) {
+    const float decay = p.decay ? lr * c.weight_decay : 0.0f;
+    const int64_t n = static_cast<int64_t>(p.value.size());
+    bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+    for (int64_t i = 0; i < n; ++i) {
+      float w, m, v;
+      update(p, i, decay, w, m, v);
+      ok = ok && std::isfinite(w) && std::isfinite(m) && std::isfinite(v);
+    }
+    if (!ok) return false;
+  }
+  // Pass 2: apply.
   for (const ParamRef& p : params) {
     const float decay = p.decay ? lr * c.weight_decay : 0.0f;
     const int64_t n = static_cast<int64_t>(p.value.size());
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-      const float g = p.grad[i] * clip;
-      const float m = c.beta1 * p.m[i] + (1.0f - c.beta1) * g;
-      const float v = c.beta2 * p.v[i] + (1.0f - c.beta2) * g * g;
+      float w, m, v;
+      update(p, i, decay, w, m, v);
       p.m[i] = m;
       p.v[i] = v;
-      const float w = p.value[i];
-      p.value[i] = w - lr * (m / bc1) / (std::sqrt(v / bc2) + c.eps) - decay * w;
+      p.value[i] = w;
     }
   }
   return true;

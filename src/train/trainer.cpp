@@ -1,17 +1,22 @@
 // The training loop; see s3r/train/trainer.hpp.
 #include "s3r/train/trainer.hpp"
 
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 
 #include "s3r/core/error.hpp"
-#include "s3r/io/safetensors.hpp"
+#include "s3r/core/machine.hpp"
+#include "s3r/io/atomic_file.hpp"
+#include "s3r/io/folder_lock.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/quant/grad_quant.hpp"
 
@@ -30,18 +35,6 @@ double unigram_entropy(const data::TokenShard& shard) {
   return h;
 }
 
-namespace {
-
-nlohmann::json config_json(const TrainOptions& o) {
-  const model::ModelConfig& m = o.model;
-  return {{"layers", m.layers}, {"width", m.width}, {"heads", m.heads}, {"ffn_width", m.ffn_width},
-          {"vocab", m.vocab}, {"seq_len", m.seq_len}, {"batch", m.batch},
-          {"mode", std::string(nn::to_string(o.mode))},
-          {"correction", std::string(nn::to_string(o.correction))}, {"seed", o.seed}};
-}
-
-}  // namespace
-
 Optimizer make_optimizer(model::Model& model) {
   Optimizer opt;
   opt.m.assign(model.params().size(), 0.0f);
@@ -57,101 +50,110 @@ Optimizer make_optimizer(model::Model& model) {
 
 namespace {
 
-std::vector<io::TensorView> views(const model::Model& model, std::span<const float> arena) {
-  std::vector<io::TensorView> out;
-  for (const model::ParamInfo& p : model.param_table()) {
-    out.push_back({p.name, {p.size}, arena.subspan(p.offset, p.size)});
-  }
-  return out;
+}  // namespace
+
+void validate_options(const TrainOptions& o) {
+  o.model.validate();
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw Error(what);
+  };
+  const auto num = [](double x) { std::ostringstream s; s << x; return s.str(); };
+  need(o.steps >= 1, "--steps must be >= 1, got " + std::to_string(o.steps));
+  need(std::isfinite(o.lr.max_lr) && o.lr.max_lr > 0.0f && o.lr.max_lr <= 1.0f,
+       "--lr must be a number in (0, 1], got " + num(o.lr.max_lr));
+  need(std::isfinite(o.lr.min_lr) && o.lr.min_lr >= 0.0f && o.lr.min_lr <= o.lr.max_lr,
+       "--min-lr must be a number in [0, --lr], got " + num(o.lr.min_lr));
+  need(o.lr.warmup >= 0, "--warmup must be >= 0, got " + std::to_string(o.lr.warmup));
+  need(o.lr.total >= 1, "--schedule-steps must be >= 1, got " + std::to_string(o.lr.total));
+  need(std::isfinite(o.adamw.weight_decay) && o.adamw.weight_decay >= 0.0f && o.adamw.weight_decay < 1.0f,
+       "--weight-decay must be a number in [0, 1), got " + num(o.adamw.weight_decay));
+  need(std::isfinite(o.adamw.clip_norm) && o.adamw.clip_norm >= 0.0f,
+       "--clip must be a finite number >= 0 (0: no clipping), got " + num(o.adamw.clip_norm));
+  need(std::isfinite(o.adamw.beta1) && o.adamw.beta1 >= 0.0f && o.adamw.beta1 < 1.0f &&
+           std::isfinite(o.adamw.beta2) && o.adamw.beta2 >= 0.0f && o.adamw.beta2 < 1.0f,
+       "AdamW betas must be in [0, 1)");
+  need(std::isfinite(o.adamw.eps) && o.adamw.eps > 0.0f, "AdamW eps must be > 0");
+  need(o.eval_every >= 0, "--eval-every must be >= 0 (0: only at the end), got " + std::to_string(o.eval_every));
+  need(o.eval_batches >= 1, "--eval-batches must be >= 1, got " + std::to_string(o.eval_batches));
+  need(o.checkpoint_every >= 0,
+       "--checkpoint-every must be >= 0 (0: only at the end), got " + std::to_string(o.checkpoint_every));
+  need(o.max_bad_steps >= 1, "max_bad_steps must be >= 1, got " + std::to_string(o.max_bad_steps));
 }
 
-// Writes out/checkpoint atomically: into checkpoint.tmp, then swapped in by renames.
-void save_checkpoint(const std::string& out, const TrainOptions& o, model::Model& model,
-                     const Optimizer& opt, int64_t step, const data::LoaderPosition& pos,
-                     int bad_steps) {
-  const fs::path dir = fs::path(out) / "checkpoint", tmp = fs::path(out) / "checkpoint.tmp",
-                 old = fs::path(out) / "checkpoint.old";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  io::write_safetensors((tmp / "model.safetensors").string(), views(model, model.params()));
-  std::vector<io::TensorView> moments;
-  for (const model::ParamInfo& p : model.param_table()) {
-    moments.push_back({p.name + ".m", {p.size}, std::span<const float>(opt.m).subspan(p.offset, p.size)});
-    moments.push_back({p.name + ".v", {p.size}, std::span<const float>(opt.v).subspan(p.offset, p.size)});
-  }
-  io::write_safetensors((tmp / "optimizer.safetensors").string(), moments);
-  nlohmann::json meta = {{"format", "s3r-checkpoint"}, {"version", 1}, {"step", step},
-                         {"config", config_json(o)}, {"loader_epoch", pos.epoch},
-                         {"loader_cursor", pos.cursor}, {"bad_steps", bad_steps}};
-  {
-    std::ofstream f(tmp / "meta.json");
-    f << meta.dump(2) << "\n";
-    if (!f) throw Error("checkpoint: writing " + (tmp / "meta.json").string() + " failed");
-  }
-  fs::remove_all(old);
-  if (fs::exists(dir)) fs::rename(dir, old);
-  fs::rename(tmp, dir);
-  fs::remove_all(old);
+namespace {
+
+std::string gigabytes(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+  return buf;
 }
 
-struct Resumed {
-  int64_t step = -1;
-  data::LoaderPosition pos;
-  int bad_steps = 0;
+// The run's memory (model, gradients, activations, AdamW moments) against MemAvailable.
+void check_memory(const TrainOptions& o) {
+  const double need = static_cast<double>(model::Model::estimate_bytes(o.model, o.mode)) +
+                      8.0 * static_cast<double>(model::Model::parameter_count(o.model));
+  const double available = static_cast<double>(available_memory_bytes());
+  if (available > 0 && need > 0.9 * available) {
+    throw Error("the run needs about " + gigabytes(need) + " of memory (" + o.model.describe() + "), but only " +
+                gigabytes(available) + " are available; use a smaller --batch or --seq-len, or a smaller model");
+  }
+}
+
+// The run folder, locked for the whole run (see TrainOptions::overwrite for the rules).
+struct RunFolder {
+  std::unique_ptr<io::FolderLock> lock;
+  bool resume_in_place = false;  // --resume names this same folder
 };
 
-// meta.json of a checkpoint folder, checked to be an s3r checkpoint of version 1. Errors start
-// with `context` (e.g. "--resume: ") and name the file.
-nlohmann::json read_meta(const fs::path& dir, const std::string& context) {
-  const fs::path meta_path = dir / "meta.json";
-  std::ifstream f(meta_path);
-  if (!f) throw Error(context + "no checkpoint at '" + meta_path.string() + "'");
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    throw Error(context + "'" + meta_path.string() + "' is not valid JSON: " + e.what());
-  }
-  if (meta.value("format", "") != "s3r-checkpoint" || meta.value("version", 0) != 1) {
-    throw Error(context + "'" + meta_path.string() + "' is not an s3r checkpoint of version 1");
-  }
-  return meta;
+bool same_folder(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return !a.empty() && !b.empty() && fs::exists(a) && fs::exists(b) && fs::equivalent(a, b, ec);
 }
 
-// Copies tensor `name` (of `size` elements) of a safetensors file into dst.
-void copy_tensor(const io::SafetensorsFile& file, const fs::path& path, const std::string& name, float* dst,
-                 int64_t size, const std::string& context) {
-  const auto it = file.tensors.find(name);
-  if (it == file.tensors.end() || static_cast<int64_t>(it->second.data.size()) != size) {
-    throw Error(context + "tensor '" + name + "' is missing from '" + path.string() +
-                "' or does not have " + std::to_string(size) + " elements");
+RunFolder open_run_folder(const TrainOptions& o, const std::string& resume_dir, std::ostream& log) {
+  RunFolder run;
+  if (o.out_dir.empty()) return run;
+  const fs::path out(o.out_dir);
+  std::error_code ec;
+  if (fs::exists(out) && !fs::is_directory(out)) throw Error("--out '" + o.out_dir + "' exists and is not a folder");
+  fs::create_directories(out, ec);
+  if (ec) throw Error("cannot create the run folder --out '" + o.out_dir + "': " + ec.message());
+  run.lock = std::make_unique<io::FolderLock>(o.out_dir);
+  run.resume_in_place = same_folder(o.out_dir, resume_dir);
+  const bool holds_run = train::has_checkpoint(o.out_dir) || fs::exists(out / "metrics.jsonl");
+  if (run.resume_in_place) {
+    if (o.overwrite) throw Error("--overwrite and --resume of the same folder '" + o.out_dir + "' contradict each other");
+    const std::string did = tidy_checkpoints(o.out_dir);
+    if (!did.empty()) log << "run folder " << o.out_dir << ": " << did << "\n";
+  } else if (holds_run) {
+    if (!o.overwrite) {
+      throw Error("--out '" + o.out_dir + "' already holds a run (checkpoint or metrics.jsonl); continue it with "
+                  "--resume " + o.out_dir + ", or replace it with --overwrite");
+    }
+    for (const char* name : {"checkpoint", "checkpoint.tmp", "checkpoint.old", "checkpoint.corrupt", "metrics.jsonl",
+                             "metrics.jsonl.tmp", "loss_train.dat", "loss_val.dat", "loss.png"}) {
+      fs::remove_all(out / name);
+    }
+    io::sync_path(o.out_dir);
+    log << "--overwrite: removed the earlier run in " << o.out_dir << "\n";
   }
-  std::copy(it->second.data.begin(), it->second.data.end(), dst);
-}
-
-Resumed load_checkpoint(const std::string& resume_dir, const TrainOptions& o, model::Model& model,
-                        Optimizer& opt) {
-  const std::string context = "--resume: ";
-  const fs::path dir = fs::path(resume_dir) / "checkpoint";
-  const nlohmann::json meta = read_meta(dir, context);
-  const nlohmann::json want = config_json(o);
-  if (meta["config"] != want) {
-    throw Error(context + "the checkpoint's configuration " + meta["config"].dump() +
-                " differs from this run's " + want.dump());
+  // Room for two checkpoints (the new one is written beside the previous one).
+  const double ckpt = 12.0 * static_cast<double>(model::Model::parameter_count(o.model)) + 1e6;
+  double existing = 0.0;
+  if (fs::exists(out / "checkpoint")) {
+    for (const auto& e : fs::recursive_directory_iterator(out / "checkpoint")) {
+      if (e.is_regular_file()) existing += static_cast<double>(e.file_size());
+    }
   }
-  const fs::path weights_path = dir / "model.safetensors", moments_path = dir / "optimizer.safetensors";
-  const io::SafetensorsFile weights = io::read_safetensors(weights_path.string());
-  const io::SafetensorsFile moments = io::read_safetensors(moments_path.string());
-  for (const model::ParamInfo& p : model.param_table()) {
-    copy_tensor(weights, weights_path, p.name, model.params().data() + p.offset, p.size, context);
-    copy_tensor(moments, moments_path, p.name + ".m", opt.m.data() + p.offset, p.size, context);
-    copy_tensor(moments, moments_path, p.name + ".v", opt.v.data() + p.offset, p.size, context);
+  struct statvfs st {};
+  if (::statvfs(o.out_dir.c_str(), &st) == 0) {
+    const double free_bytes = static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize);
+    if (free_bytes < 2.0 * ckpt - existing + 16e6) {
+      throw Error("--out '" + o.out_dir + "': " + gigabytes(free_bytes) + " free on its disk, but checkpoints of this model " +
+                  "need " + gigabytes(2.0 * ckpt - existing) + " (two of " + gigabytes(ckpt) + " while one replaces the other)");
+    }
   }
-  Resumed r;
-  r.step = meta.at("step").get<int64_t>();
-  r.pos = {meta.at("loader_epoch").get<int64_t>(), meta.at("loader_cursor").get<int64_t>()};
-  r.bad_steps = meta.value("bad_steps", 0);
-  return r;
+  return run;
 }
 
 double evaluate(model::Model& model, const data::TokenShard& val, const TrainOptions& o) {
@@ -169,71 +171,52 @@ double evaluate(model::Model& model, const data::TokenShard& val, const TrainOpt
   return total / static_cast<double>(o.eval_batches);
 }
 
-// Keeps the metrics lines of steps <= last_step (those the checkpoint covers).
-void truncate_metrics(const fs::path& path, int64_t last_step) {
+// Keeps the metrics lines of steps <= last_step (those the checkpoint covers), rewritten
+// atomically. Returns whether a validation line of last_step is among them.
+bool truncate_metrics(const fs::path& path, int64_t last_step) {
   std::ifstream in(path);
-  if (!in) return;
+  if (!in) return false;
   std::string line, kept;
+  bool validated = false;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("step", int64_t{0}) <= last_step) kept += line + "\n";
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    const int64_t step = j["step"].get<int64_t>();
+    if (step > last_step) continue;
+    if (step == last_step && j.contains("val_loss")) validated = true;
+    kept += line + "\n";
   }
   in.close();
-  std::ofstream(path, std::ios::trunc) << kept;
+  io::write_file_atomic(path.string(), [&](std::ostream& f) { f << kept; });
+  return validated;
 }
 
 }  // namespace
-
-namespace {
-
-fs::path checkpoint_folder(const std::string& dir) {
-  const fs::path d(dir);
-  return fs::is_regular_file(d / "meta.json") ? d : d / "checkpoint";
-}
-
-}  // namespace
-
-CheckpointInfo read_checkpoint_info(const std::string& dir) {
-  const nlohmann::json meta = read_meta(checkpoint_folder(dir), "");
-  const std::string meta_path = (checkpoint_folder(dir) / "meta.json").string();
-  try {
-    const nlohmann::json& c = meta.at("config");
-    CheckpointInfo info;
-    info.model = model::ModelConfig{c.at("layers").get<int64_t>(), c.at("width").get<int64_t>(),
-                                    c.at("heads").get<int64_t>(), c.at("ffn_width").get<int64_t>(),
-                                    c.at("vocab").get<int64_t>(), c.at("seq_len").get<int64_t>(),
-                                    c.at("batch").get<int64_t>()};
-    info.model.validate();
-    info.mode = nn::parse_linear_mode(c.at("mode").get<std::string>());
-    info.correction = nn::parse_correction(c.at("correction").get<std::string>());
-    info.seed = c.at("seed").get<uint32_t>();
-    info.step = meta.at("step").get<int64_t>();
-    return info;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("'" + meta_path + "': missing or malformed field: " + e.what());
-  }
-}
-
-void load_checkpoint_weights(const std::string& dir, model::Model& model) {
-  const fs::path path = checkpoint_folder(dir) / "model.safetensors";
-  const io::SafetensorsFile weights = io::read_safetensors(path.string());
-  for (const model::ParamInfo& p : model.param_table()) {
-    copy_tensor(weights, path, p.name, model.params().data() + p.offset, p.size, "");
-  }
-}
 
 TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
                   const data::TokenShard& val_shard, const std::string& resume_dir,
                   std::ostream& log) {
-  o.model.validate();
+  // Everything that could fail late is checked before step 0: options, shards, memory, the run
+  // folder (lock, an earlier run in it, disk space), the checkpoint to resume from.
+  validate_options(o);
   for (const auto* s : {&train_shard, &val_shard}) {
     if (static_cast<int64_t>(s->vocab) != o.model.vocab) {
       throw Error("the token shards' vocabulary (" + std::to_string(s->vocab) +
                   ") differs from the model's V = " + std::to_string(o.model.vocab));
     }
   }
-  if (o.steps < 1) throw Error("--steps must be >= 1");
+  const auto window_check = [&](const data::TokenShard& s, const char* which) {
+    if (static_cast<int64_t>(s.tokens.size()) < o.model.seq_len + 1) {
+      throw Error(std::string("the ") + which + " shard holds " + std::to_string(s.tokens.size()) +
+                  " tokens, fewer than one window of S + 1 = " + std::to_string(o.model.seq_len + 1) +
+                  "; use a smaller --seq-len or more " + which + " text");
+    }
+  };
+  window_check(train_shard, "training");
+  window_check(val_shard, "validation");
+  check_memory(o);
+  const RunFolder run = open_run_folder(o, resume_dir, log);
   model::Model model(o.model, o.mode, o.correction);
   model.init_weights(o.seed);
   Optimizer opt = make_optimizer(model);
@@ -241,23 +224,45 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   TrainResult result;
   result.unigram_entropy = unigram_entropy(train_shard);
 
+  const RunConfig config{o.model, o.mode, o.correction, o.seed};
   int64_t first = 0;
   int bad = 0;
-  std::ofstream metrics;
-  if (!o.out_dir.empty()) fs::create_directories(o.out_dir);
+  bool final_validated = false;
   const fs::path metrics_path = fs::path(o.out_dir) / "metrics.jsonl";
   if (!resume_dir.empty()) {
-    const Resumed r = load_checkpoint(resume_dir, o, model, opt);
-    loader.set_position(r.pos);
-    first = r.step + 1;
-    bad = r.bad_steps;
-    if (!o.out_dir.empty()) truncate_metrics(metrics_path, r.step);
-    log << "resumed from " << resume_dir << " at step " << first << "\n";
+    const std::string from = run.resume_in_place ? (fs::path(o.out_dir) / "checkpoint").string()
+                                                 : find_checkpoint(resume_dir);
+    const CheckpointInfo info = read_checkpoint_info(from);
+    if (!(info.config() == config)) {
+      throw Error("--resume: the checkpoint's configuration (" + describe(info.config()) + ") differs from this run's (" +
+                  describe(config) + ")");
+    }
+    load_checkpoint(from, model, opt.m, opt.v);
+    loader.set_position(info.loader);
+    first = info.step + 1;
+    bad = info.bad_steps;
+    if (run.resume_in_place) final_validated = truncate_metrics(metrics_path, info.step);
+    if (first >= o.steps && final_validated) {
+      throw Error("--resume: the run in '" + resume_dir + "' already finished at step " + std::to_string(first) +
+                  " (--steps " + std::to_string(o.steps) + "); give a larger --steps to train further");
+    }
+    log << "resumed from " << from << " at step " << first << "\n";
   }
+  std::ofstream metrics;
   if (!o.out_dir.empty()) {
-    metrics.open(metrics_path, resume_dir.empty() ? std::ios::trunc : std::ios::app);
+    metrics.open(metrics_path, run.resume_in_place ? std::ios::app : std::ios::trunc);
     if (!metrics) throw Error("cannot write '" + metrics_path.string() + "'");
   }
+  // Non-finite numbers (a skipped step's loss, a diverged validation) are written as JSON null.
+  const auto save = [&](int64_t step) {
+    metrics.flush();
+    CheckpointInfo info;
+    static_cast<RunConfig&>(info) = config;
+    info.step = step;
+    info.loader = loader.position();
+    info.bad_steps = bad;
+    save_checkpoint(o.out_dir, info, model, opt.m, opt.v);
+  };
 
   const Key seed_key = key_from_seed(o.seed);
   std::vector<int32_t> in(o.model.tokens()), tg(o.model.tokens());
@@ -271,6 +276,12 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
       if (!std::isfinite(rec.loss)) throw NonFiniteError("non-finite loss " + std::to_string(rec.loss));
       model.backward(fold_in(seed_key, static_cast<uint32_t>(step)));
       rec.skipped = !optim::adamw_step(opt.refs, o.adamw, rec.lr, step + 1, &rec.grad_norm);
+      if (rec.skipped) {
+        log << "step " << step << ": skipped ("
+            << (std::isfinite(rec.grad_norm) ? "the update would make a weight or moment non-finite"
+                                              : "non-finite gradient norm")
+            << ")\n";
+      }
     } catch (const NonFiniteError& e) {  // a NaN/Inf activation, loss or gradient
       rec.skipped = true;
       log << "step " << step << ": skipped (" << e.what() << ")\n";
@@ -296,26 +307,44 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
       log << line << std::flush;
     }
     if (bad >= o.max_bad_steps) {
-      if (!o.out_dir.empty()) {  // skipped steps left the weights and moments untouched
-        metrics.flush();
-        save_checkpoint(o.out_dir, o, model, opt, step, loader.position(), bad);
-        log << "checkpoint of the last good state: " << o.out_dir << "/checkpoint\n";
+      // Skipped steps leave weights and moments untouched, and adamw_step never makes them
+      // non-finite: the state is the finite one after the last applied step. It is saved only
+      // where no checkpoint exists yet; an existing one (an earlier save of this run, or the
+      // run resumed from) came from steps that were still finite and is kept.
+      if (!o.out_dir.empty()) {
+        if (!has_checkpoint(o.out_dir)) {
+          save(step);
+          log << "checkpoint of the last finite state: " << o.out_dir << "/checkpoint\n";
+        } else {
+          metrics.flush();
+          log << "kept the earlier checkpoint in " << o.out_dir << "/checkpoint (step "
+              << read_checkpoint_info(o.out_dir).step + 1 << ")\n";
+        }
       }
-      throw Error(std::to_string(bad) + " consecutive steps had a non-finite loss or gradient "
+      throw Error(std::to_string(bad) + " consecutive steps had a non-finite loss, gradient or update "
                   "(last at step " + std::to_string(step) + "); lower --lr or check the data");
     }
     const bool last = step + 1 == o.steps;
-    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
+    if (!last && o.eval_every > 0 && (step + 1) % o.eval_every == 0) {
       const double val = evaluate(model, val_shard, o);
       result.validation.emplace_back(step, val);
       if (metrics.is_open()) metrics << nlohmann::json{{"step", step}, {"val_loss", val}}.dump() << "\n";
       if (!o.quiet) log << "step " << step + 1 << ": validation loss " << val << "\n";
     }
-    if (!o.out_dir.empty() && (last || (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0))) {
-      metrics.flush();
-      save_checkpoint(o.out_dir, o, model, opt, step, loader.position(), bad);
-    }
+    // The final checkpoint comes before the final evaluation: nothing after it can lose the run.
+    if (!o.out_dir.empty() && (last || (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0))) save(step);
   }
+  // The final validation (also for a resumed run whose final checkpoint was saved but whose
+  // final validation was not yet logged).
+  const double val = evaluate(model, val_shard, o);
+  result.validation.emplace_back(o.steps - 1, val);
+  if (metrics.is_open()) {
+    metrics << nlohmann::json{{"step", o.steps - 1}, {"val_loss", val}}.dump() << "\n";
+    metrics.close();
+    if (!metrics) throw Error("writing '" + metrics_path.string() + "' failed (disk full?)");
+    io::sync_path(metrics_path.string());
+  }
+  if (!o.quiet) log << "step " << o.steps << ": validation loss " << val << "\n";
   return result;
 }
 

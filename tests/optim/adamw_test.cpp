@@ -81,6 +81,27 @@ TEST(AdamW, NonFiniteGradientSkipsTheStep) {
   EXPECT_EQ(a.v, before.v);
 }
 
+// A finite gradient whose update overflows a weight (here one near FLT_MAX in the second tensor)
+// skips the whole step: the first tensor, already checked and fine, is not touched either.
+TEST(AdamW, UpdateThatOverflowsAWeightSkipsTheStep) {
+  Tensor a{{1.0f, 2.0f}, {0.5f, -0.25f}, {0.1f, 0.2f}, {0.3f, 0.4f}};
+  Tensor b{{-3.3e38f, 1.0f}, {0.5f, 0.5f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
+  const Tensor a0 = a, b0 = b;
+  std::vector<ParamRef> params = {{"a", a.w, a.g, a.m, a.v, true}, {"b", b.w, b.g, b.m, b.v, false}};
+  double norm = 0.0;
+  // The decoupled decay is off for b, so only the step of size ~lr overflows -3.3e38.
+  EXPECT_FALSE(adamw_step(params, AdamWConfig{}, 1e38f, 1, &norm));
+  EXPECT_TRUE(std::isfinite(norm));
+  EXPECT_EQ(a.w, a0.w);
+  EXPECT_EQ(a.m, a0.m);
+  EXPECT_EQ(a.v, a0.v);
+  EXPECT_EQ(b.w, b0.w);
+  // The same step with a sane learning rate is applied.
+  EXPECT_TRUE(adamw_step(params, AdamWConfig{}, 1e-3f, 1, &norm));
+  EXPECT_NE(a.w, a0.w);
+  EXPECT_THROW(adamw_step(params, AdamWConfig{}, std::nanf(""), 2, &norm), Error);
+}
+
 TEST(AdamW, MismatchedStateIsRejected) {
   Tensor a{{1.0f, 2.0f}, {0.5f}, {0.1f, 0.2f}, {0.3f, 0.4f}};
   std::vector<ParamRef> params = {{"blocks.0.w", a.w, a.g, a.m, a.v, true}};

@@ -5,11 +5,16 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
 #include <filesystem>
 #include <sstream>
 #include <string>
 
 #include "s3r/core/error.hpp"
+#include "s3r/io/folder_lock.hpp"
 
 namespace s3r::train {
 namespace {
@@ -103,28 +108,165 @@ TEST(Trainer, BadInputGivesOneClearError) {
   EXPECT_NE(message(tiny_options(4, dir), dir).find("safetensors"), std::string::npos);
 }
 
-// A NaN learning rate poisons the weights at the first update; every later step meets NaN (in
-// the forward quantizers, or in the loss in f32 mode), is skipped and logged, and the run stops
-// after max_bad_steps in a row with a checkpoint of the last state.
-TEST(Trainer, NonFiniteStepsAreSkippedThenTheRunStops) {
-  const data::TokenShard train_shard = synthetic(6000, 1), val_shard = synthetic(2000, 2);
-  for (nn::LinearMode mode : {nn::LinearMode::kS3r, nn::LinearMode::kF32}) {
-    const std::string dir = temp_dir(std::string("nan_") + std::string(nn::to_string(mode)));
-    TrainOptions o = tiny_options(20, dir);
-    o.mode = mode;
-    o.correction = nn::Correction::kNone;
-    o.lr = optim::LrSchedule{std::nanf(""), std::nanf(""), 0, 20};
-    o.max_bad_steps = 3;
-    std::ostringstream log;
-    try {
-      train(o, train_shard, val_shard, "", log);
-      FAIL() << "expected the run to stop";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("3 consecutive steps"), std::string::npos) << e.what();
-    }
-    EXPECT_NE(log.str().find("skipped"), std::string::npos) << log.str();
-    EXPECT_TRUE(fs::exists(fs::path(dir) / "checkpoint" / "meta.json"));
+// Bytes of every file under `dir`, by relative path: to prove a folder was left untouched.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().filename() == ".lock") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    files[fs::relative(e.path(), dir).string()] = bytes.str();
   }
+  return files;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A NaN, infinite or absurd option is refused before anything is done.
+TEST(Trainer, NonFiniteOrOutOfRangeOptionsAreRefused) {
+  const data::TokenShard train_shard = synthetic(6000, 1), val_shard = synthetic(2000, 2);
+  std::ostringstream log;
+  const std::string dir = temp_dir("bad_options");
+  const std::string out = (fs::path(dir) / "run").string();
+  const auto check = [&](const std::function<void(TrainOptions&)>& change, const std::string& expected) {
+    TrainOptions o = tiny_options(4, out);
+    change(o);
+    const std::string what = error_of([&] { train(o, train_shard, val_shard, "", log); });
+    EXPECT_NE(what.find(expected), std::string::npos) << what;
+    EXPECT_FALSE(fs::exists(out)) << "the run folder was created for a refused run: " << expected;
+  };
+  check([](TrainOptions& o) { o.lr.max_lr = std::nanf(""); }, "--lr must be");
+  check([](TrainOptions& o) { o.lr.max_lr = 1e30f; }, "--lr must be");
+  check([](TrainOptions& o) { o.lr.min_lr = std::numeric_limits<float>::infinity(); }, "--min-lr must be");
+  check([](TrainOptions& o) { o.adamw.clip_norm = std::nanf(""); }, "--clip must be");
+  check([](TrainOptions& o) { o.adamw.weight_decay = -0.1f; }, "--weight-decay must be");
+  check([](TrainOptions& o) { o.eval_batches = 0; }, "--eval-batches must be >= 1");
+  check([](TrainOptions& o) { o.steps = 0; }, "--steps must be >= 1");
+  check([](TrainOptions& o) { o.checkpoint_every = -1; }, "--checkpoint-every must be >= 0");
+  // A validation shard shorter than one window: found before step 0, not at the final evaluation.
+  TrainOptions o = tiny_options(4, out);
+  const std::string what = error_of([&] { train(o, train_shard, synthetic(o.model.seq_len, 2), "", log); });
+  EXPECT_NE(what.find("the validation shard holds 32 tokens, fewer than one window"), std::string::npos) << what;
+  EXPECT_FALSE(fs::exists(out));
+  // A model whose activations cannot fit in memory: a clear error, not std::bad_alloc.
+  o.model.batch = 1 << 20;
+  EXPECT_NE(error_of([&] { train(o, train_shard, val_shard, "", log); }).find("of memory"), std::string::npos);
+}
+
+// A run folder that holds a run is refused without --resume or --overwrite (and left as it
+// was); --overwrite replaces it; a folder in use by another trainer is refused.
+TEST(Trainer, RunFoldersAreProtected) {
+  const data::TokenShard train_shard = synthetic(6000, 1), val_shard = synthetic(2000, 2);
+  std::ostringstream log;
+  const std::string dir = temp_dir("protected");
+  train(tiny_options(3, dir), train_shard, val_shard, "", log);
+  const auto before = snapshot(dir);
+  ASSERT_TRUE(before.count("checkpoint/meta.json"));
+  const std::string what = error_of([&] { train(tiny_options(3, dir), train_shard, val_shard, "", log); });
+  EXPECT_NE(what.find("already holds a run"), std::string::npos) << what;
+  EXPECT_EQ(snapshot(dir), before);
+  {
+    io::FolderLock other(dir);  // another trainer on the same folder
+    TrainOptions o = tiny_options(3, dir);
+    o.overwrite = true;
+    const std::string busy = error_of([&] { train(o, train_shard, val_shard, "", log); });
+    EXPECT_NE(busy.find("is in use by another s3r process (pid "), std::string::npos) << busy;
+    EXPECT_EQ(snapshot(dir), before);
+  }
+  TrainOptions o = tiny_options(2, dir);
+  o.overwrite = true;
+  train(o, train_shard, val_shard, "", log);
+  EXPECT_EQ(read_checkpoint_info(dir).step, 1);
+}
+
+// Resume finds the newest complete checkpoint wherever a crash left it, and names a corrupt one.
+TEST(Trainer, ResumeRecoversFromACrashDuringASave) {
+  const data::TokenShard train_shard = synthetic(6000, 1), val_shard = synthetic(2000, 2);
+  std::ostringstream log;
+  const std::string straight_dir = temp_dir("crash_straight"), dir = temp_dir("crash"), copy = temp_dir("crash_copy");
+  const TrainResult straight = train(tiny_options(12, straight_dir), train_shard, val_shard, "", log);
+  TrainOptions o = tiny_options(6, dir);
+  o.lr.total = 12;
+  train(o, train_shard, val_shard, "", log);  // checkpoint of step 6
+  fs::remove_all(copy);
+  fs::copy(fs::path(dir) / "checkpoint", copy, fs::copy_options::recursive);
+  o.steps = 9;
+  train(o, train_shard, val_shard, dir, log);  // checkpoint of step 9
+  // The state after "checkpoint/ -> checkpoint.old/" and before "checkpoint.tmp/ -> checkpoint/":
+  // no checkpoint/, the new one complete in checkpoint.tmp/, the previous one in checkpoint.old/.
+  fs::rename(fs::path(dir) / "checkpoint", fs::path(dir) / "checkpoint.tmp");
+  fs::copy(copy, fs::path(dir) / "checkpoint.old", fs::copy_options::recursive);
+  EXPECT_EQ(read_checkpoint_info(dir).step, 8);  // read-only: the newest complete one
+  std::ostringstream resume_log;
+  o.steps = 12;
+  const TrainResult rest = train(o, train_shard, val_shard, dir, resume_log);
+  EXPECT_NE(resume_log.str().find("recovered the checkpoint of step 9 from checkpoint.tmp/"), std::string::npos)
+      << resume_log.str();
+  ASSERT_EQ(rest.steps.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(std::memcmp(&rest.steps[i].loss, &straight.steps[9 + i].loss, sizeof(double)), 0) << "step " << 9 + i;
+  }
+  EXPECT_EQ(rest.validation.back(), straight.validation.back());
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "checkpoint.tmp"));
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "checkpoint.old"));
+  // An incomplete checkpoint.tmp/ (killed while writing) beside a complete checkpoint/ is removed.
+  fs::create_directories(fs::path(dir) / "checkpoint.tmp");
+  std::ofstream(fs::path(dir) / "checkpoint.tmp" / "model.safetensors") << "partial";
+  EXPECT_EQ(read_checkpoint_info(dir).step, 11);
+  EXPECT_EQ(tidy_checkpoints(dir), "removed the leftover checkpoint.tmp/");
+  // One flipped byte in a tensor file: named, never trained on.
+  const fs::path weights = fs::path(dir) / "checkpoint" / "model.safetensors";
+  {
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(weights) / 2));
+    f.put('\x5a');
+  }
+  o.steps = 14;
+  o.lr.total = 14;
+  const std::string what = error_of([&] { train(o, train_shard, val_shard, dir, log); });
+  EXPECT_NE(what.find("model.safetensors' does not match its CRC-32 in meta.json (corrupt)"), std::string::npos) << what;
+}
+
+// Weights gone absurd (finite, but the forward overflows): every step is skipped, the run stops
+// after max_bad_steps, and the checkpoint it resumed from is not replaced.
+TEST(Trainer, ARunThatGoesBadKeepsTheGoodCheckpoint) {
+  const data::TokenShard train_shard = synthetic(6000, 1), val_shard = synthetic(2000, 2);
+  const std::string dir = temp_dir("goes_bad");
+  TrainOptions o = tiny_options(20, dir);
+  o.max_bad_steps = 3;
+  model::Model model(o.model, o.mode, o.correction);
+  model.init_weights(o.seed);
+  for (const model::ParamInfo& p : model.param_table()) {
+    if (p.name == "blocks.0.attn.q" || p.name == "blocks.0.attn.k") {
+      for (int64_t i = 0; i < p.size; ++i) model.params()[p.offset + i] = 1e18f;
+    }
+  }
+  std::vector<float> m(model.params().size(), 0.0f), v(model.params().size(), 0.0f);
+  CheckpointInfo info;
+  static_cast<RunConfig&>(info) = RunConfig{o.model, o.mode, o.correction, o.seed};
+  info.step = 4;
+  info.loader = {0, 20};
+  save_checkpoint(dir, info, model, m, v);
+  const auto before = snapshot(fs::path(dir) / "checkpoint");
+  std::ostringstream log;
+  const std::string what = error_of([&] { train(o, train_shard, val_shard, dir, log); });
+  EXPECT_NE(what.find("3 consecutive steps"), std::string::npos) << what;
+  EXPECT_NE(log.str().find("skipped"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("kept the earlier checkpoint"), std::string::npos) << log.str();
+  EXPECT_EQ(snapshot(fs::path(dir) / "checkpoint"), before);
+  // A non-finite state is never saved.
+  model.params()[3] = std::nanf("");
+  EXPECT_NE(error_of([&] { save_checkpoint(dir, info, model, m, v); }).find("refusing to save a non-finite state"),
+            std::string::npos);
+  EXPECT_EQ(snapshot(fs::path(dir) / "checkpoint"), before);
 }
 
 TEST(Trainer, UnigramEntropyOfAUniformShardIsLogV) {

@@ -22,6 +22,7 @@ struct ModelConfig {
   // Throws s3r::Error naming the first invalid field (e.g. C not divisible by heads).
   void validate() const;
   std::string describe() const;  // one line: L, C, heads, F, V, S, B
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
 // "tiny" (tests; seconds), "small" (the default main job), "wide" (4 blocks of C = 1024, F = 4096,

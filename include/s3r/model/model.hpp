@@ -37,6 +37,14 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
+  // Parameters of a model of this configuration (the size of params()).
+  static int64_t parameter_count(const ModelConfig& config);
+  // Bytes a Model of this configuration and mode holds once it has run a training step
+  // (parameters, gradients, activations, quantized copies, workspaces), within about 30%
+  // (tests/model checks it against the measured resident memory). The trainer adds AdamW's
+  // moments and compares the sum with the available memory before it starts.
+  static int64_t estimate_bytes(const ModelConfig& config, nn::LinearMode mode);
+
   // Normal(0, 0.02) matrices (output projections scaled by 1/sqrt(2L)), unit norm gains.
   void init_weights(uint32_t seed);
 

@@ -5,7 +5,9 @@
 //   g' = g * min(1, clip / ||g||)                 (||g|| over all parameters, in double)
 //   m  = b1 m + (1 - b1) g',   v = b2 v + (1 - b2) g'^2
 //   w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + lr * wd * w   (wd where decay)
-// A non-finite gradient norm skips the step: nothing changes and adamw_step returns false.
+// A non-finite gradient norm, or an update that would make any weight or moment non-finite (a
+// huge learning rate, weights near FLT_MAX), skips the step: nothing changes and adamw_step
+// returns false. So the optimizer never turns a finite state into a non-finite one.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -42,7 +44,8 @@ struct LrSchedule {
 double global_grad_norm(std::span<const ParamRef> params);
 
 // One update at 1-based step `t` with learning rate `lr`. Returns false (and changes nothing)
-// when the gradient norm is not finite; *norm receives the norm before clipping.
+// when the gradient norm is not finite or the update would leave a non-finite weight or
+// moment; *norm receives the norm before clipping. Throws s3r::Error on a non-finite `lr`.
 bool adamw_step(std::span<const ParamRef> params, const AdamWConfig& config, float lr, int64_t t,
                 double* norm);
 

@@ -1,13 +1,15 @@
 #pragma once
-// The training loop of `s3r train` (issue 4, in progress): AdamW over a Model, periodic
-// validation, a metrics JSONL, and checkpoints (safetensors weights and optimizer moments plus
-// JSON metadata) written atomically, from which a run continues bit-exactly.
+// The training loop of `s3r train`: AdamW over a Model, periodic validation, a metrics JSONL,
+// and checkpoints (s3r/train/checkpoint.hpp: durable, atomic, checksummed), from which a run
+// continues bit-exactly.
 //
 // Out directory layout:
 //   metrics.jsonl               one JSON object per step ({"step", "loss", "lr", "grad_norm",
 //                               "ms", "tokens_per_s", "skipped"}) and per validation ({"step",
-//                               "val_loss"})
-//   checkpoint/model.safetensors, checkpoint/optimizer.safetensors, checkpoint/meta.json
+//                               "val_loss"}); a non-finite number (the loss of a skipped step,
+//                               a diverged validation) is written as null
+//   checkpoint/                 model.safetensors, optimizer.safetensors, meta.json
+//   .lock                       held (flock) by the s3r process training into the folder
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -19,6 +21,7 @@
 #include "s3r/model/model.hpp"
 #include "s3r/nn/linear_mode.hpp"
 #include "s3r/optim/adamw.hpp"
+#include "s3r/train/checkpoint.hpp"
 
 namespace s3r::train {
 
@@ -35,6 +38,10 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // 0: only at the end
   int max_bad_steps = 5;         // consecutive skipped steps that stop the run
   std::string out_dir;           // empty: no files
+  // A run folder that already holds a run (a checkpoint, a leftover of one, or metrics.jsonl)
+  // is refused unless the run resumes from that same folder or `overwrite` is set (then the
+  // earlier run's files are removed first). The folder is locked (out_dir/.lock) for the run.
+  bool overwrite = false;
   bool quiet = false;            // no per-step lines
 };
 
@@ -63,21 +70,18 @@ struct Optimizer {
 };
 Optimizer make_optimizer(model::Model& model);
 
-// What a checkpoint's meta.json records about its run (tools that read a run folder).
-struct CheckpointInfo {
-  model::ModelConfig model;
-  nn::LinearMode mode = nn::LinearMode::kS3r;
-  nn::Correction correction = nn::Correction::kNone;
-  uint32_t seed = 0;
-  int64_t step = 0;  // the last step the checkpoint covers (0-based)
-};
-// `dir` is a run folder (with checkpoint/) or the checkpoint folder itself. Throw s3r::Error
-// naming the file when it is missing, not an s3r checkpoint, or a tensor is missing or misshaped.
-CheckpointInfo read_checkpoint_info(const std::string& dir);
-void load_checkpoint_weights(const std::string& dir, model::Model& model);
+// Every numeric option finite and in range (learning rates in (0, 1], 0 only where it is a
+// documented choice). Throws s3r::Error naming the option as `s3r train` spells it.
+void validate_options(const TrainOptions& options);
 
-// Trains from scratch, or, with resume_dir non-empty, continues the checkpoint found there
-// (throws s3r::Error if it is missing, corrupt, or of another configuration).
+// Trains from scratch, or, with resume_dir non-empty, continues the newest complete checkpoint
+// found there (throws s3r::Error if it is missing, corrupt, or of another configuration).
+// Everything that could fail late is checked before step 0 (options, shards holding a window,
+// memory, the run folder and its disk space). Every numeric option must be finite and in range
+// (s3r::Error naming it). Steps with a non-finite loss, gradient or update are skipped (nothing
+// changes); after max_bad_steps in a row the run stops with an s3r::Error, saving the state
+// only where no checkpoint exists yet. Only finite states are saved. The final checkpoint is
+// written before the final validation. Every logged number is the same for any thread count.
 TrainResult train(const TrainOptions& options, const data::TokenShard& train_shard,
                   const data::TokenShard& val_shard, const std::string& resume_dir,
                   std::ostream& log);

@@ -1,0 +1,86 @@
+#pragma once
+// Checkpoints of a training run: what `s3r train` saves and resumes from, and what `s3r diag`
+// reads. Format in docs/FORMATS.md.
+//
+//   RUN/checkpoint/model.safetensors      weights, one F32 tensor per parameter (flat)
+//   RUN/checkpoint/optimizer.safetensors  AdamW moments NAME.m, NAME.v
+//   RUN/checkpoint/meta.json              format, version 2, step, run configuration, data-loader
+//                                         position, skipped-step count, and per file its size
+//                                         and CRC-32 ("files")
+//
+// Durability and atomicity. A save writes RUN/checkpoint.tmp/ (each file fsynced, meta.json with
+// the checksums last, then the folder), then swaps it in: checkpoint/ -> checkpoint.old/,
+// checkpoint.tmp/ -> checkpoint/, checkpoint.old/ removed, RUN fsynced after each rename. A crash
+// at any moment leaves at least one complete checkpoint among checkpoint/, checkpoint.tmp/ and
+// checkpoint.old/; find_checkpoint picks the newest complete one (highest step whose files match
+// their checksums). Only finite states are saved: a NaN or Inf weight or moment is an error and
+// nothing is written.
+//
+// Version 1 checkpoints (no "files" checksums) still load, unchecked.
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "s3r/data/dataloader.hpp"
+#include "s3r/model/config.hpp"
+#include "s3r/model/model.hpp"
+#include "s3r/nn/linear_mode.hpp"
+
+namespace s3r::train {
+
+// A run's configuration as a checkpoint records it (a resume must match it exactly).
+struct RunConfig {
+  model::ModelConfig model;
+  nn::LinearMode mode = nn::LinearMode::kS3r;
+  nn::Correction correction = nn::Correction::kNone;
+  uint32_t seed = 0;
+  friend bool operator==(const RunConfig&, const RunConfig&) = default;
+};
+
+// What a checkpoint's meta.json records: the run's configuration, and where the run stands.
+struct CheckpointInfo : RunConfig {
+  const RunConfig& config() const { return *this; }
+  int64_t step = 0;            // the last step the checkpoint covers (0-based)
+  data::LoaderPosition loader; // the training loader's position after that step
+  int bad_steps = 0;           // consecutive skipped steps up to that step
+};
+
+// One line describing a configuration, for error messages ("L=2 C=64 ... mode s3r ...").
+std::string describe(const RunConfig& config);
+
+// Saves the model's weights and the moments m, v (each the size of model.params()) as
+// RUN/checkpoint, durably and atomically (see above). Throws s3r::Error naming the tensor and
+// element when any value is not finite (nothing is written), or naming the file when writing
+// fails (the partial checkpoint.tmp/ is removed; the previous checkpoint stays).
+void save_checkpoint(const std::string& run_dir, const CheckpointInfo& info, model::Model& model,
+                     std::span<const float> m, std::span<const float> v);
+
+// True when RUN holds a checkpoint or a leftover of one (checkpoint/, .tmp/ or .old/).
+bool has_checkpoint(const std::string& run_dir);
+
+// The newest complete checkpoint folder of a run folder (see above). Reads only. Throws
+// s3r::Error "no checkpoint at 'RUN/checkpoint/meta.json'" when there is none, or naming each
+// candidate and why it was rejected (incomplete, corrupt: checksum, size, JSON, field) when
+// none is complete.
+std::string find_checkpoint(const std::string& run_dir);
+
+// Makes RUN/checkpoint the newest complete checkpoint: renames checkpoint.tmp/ or .old/ in when
+// a crash left the newest there, and removes the other leftovers; a corrupt checkpoint/ that a
+// complete leftover replaces is kept as checkpoint.corrupt/. Returns a line saying what it did
+// (empty when nothing). Call only with the run folder locked.
+std::string tidy_checkpoints(const std::string& run_dir);
+
+// `dir` is a run folder (its newest complete checkpoint is read) or a checkpoint folder itself.
+// Throws s3r::Error naming the file and field when it is missing, not an s3r checkpoint, or a
+// field is missing or mistyped.
+CheckpointInfo read_checkpoint_info(const std::string& dir);
+
+// Loads weights (and, when m and v are not empty, the moments) of the checkpoint in `dir` (as
+// for read_checkpoint_info) into a model of its configuration. Throws s3r::Error naming the file
+// when a tensor is missing or misshaped, a file does not match its checksum, or a value is not
+// finite.
+CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std::span<float> m,
+                               std::span<float> v);
+void load_checkpoint_weights(const std::string& dir, model::Model& model);
+
+}  // namespace s3r::train
