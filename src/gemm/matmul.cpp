@@ -2,6 +2,10 @@
 // (s3r/gemm/backend.hpp): oneDNN, s3r's own int8 GEMM, or f32-emulated bf16.
 #include "s3r/gemm/matmul.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
 #include <sstream>
 #include <vector>
 
@@ -65,6 +69,30 @@ void emulated_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const M
   onednn::run({Type::kF32, Type::kF32, Type::kF32, s, nullptr, accumulate}, C, a, b);
 }
 
+std::atomic<bool> g_bf16_thread_invariant{true};
+
+// oneDNN's bf16 kernels split a long K across threads when the output is small (a dW product,
+// K = T tokens, output C x F), and where the split falls depends on the thread count: the f32
+// sums, and so every logged loss, would change with OMP_NUM_THREADS (seen on AVX-512 BF16 at
+// C = 256, F = 768, T = 1024 with 1 vs 2 threads). Such products run instead as fixed output
+// tiles, each over the whole K on one thread (oneDNN runs single-threaded inside a parallel
+// region; each thread passes its own scratchpad): the same bits for any thread count, at a cost
+// of 0-40% on those products (measured on Emerald Rapids, 2 threads, C = 256, F = 768, T = 4096).
+void bf16_in_fixed_tiles(float* C, const bf16* A, const bf16* B, const MatmulShape& s, bool accumulate) {
+  constexpr int64_t kTileM = 128, kTileN = 256;
+  const int64_t tiles_m = (s.M + kTileM - 1) / kTileM, tiles_n = (s.N + kTileN - 1) / kTileN;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles_m * tiles_n; ++t) {
+    const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
+    MatmulShape tile = s;
+    tile.M = std::min(kTileM, s.M - m0);
+    tile.N = std::min(kTileN, s.N - n0);
+    const bf16* a = A + (s.a_transposed ? m0 : m0 * s.lda);  // op(A) rows m0..: stored columns when transposed
+    const bf16* b = B + (s.b_transposed ? n0 * s.ldb : n0);
+    onednn::run({Type::kBf16, Type::kBf16, Type::kF32, tile, nullptr, accumulate}, C + m0 * s.ldc + n0, a, b);
+  }
+}
+
 void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const s8::Output& out) {
   switch (int8_backend()) {
     case Int8Backend::kAvx2: return s8::gemm_avx2(A, B, s, out);
@@ -110,6 +138,9 @@ void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const 
 
 }  // namespace
 
+void set_bf16_thread_invariant(bool on) { g_bf16_thread_invariant = on; }
+bool bf16_thread_invariant() { return g_bf16_thread_invariant; }
+
 void matmul_f32(float* C, const float* A, const float* B, const MatmulShape& shape,
                 bool accumulate) {
   onednn::run({Type::kF32, Type::kF32, Type::kF32, resolved(shape), nullptr, accumulate}, C, A, B);
@@ -120,6 +151,10 @@ void matmul_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const Mat
   const MatmulShape s = resolved(shape);
   if (bf16_backend() == Bf16Backend::kF32) {
     emulated_bf16(C, A, B, s, accumulate);
+    return;
+  }
+  if (bf16_thread_invariant() && s.K > std::max(s.M, s.N) && !omp_in_parallel()) {
+    bf16_in_fixed_tiles(C, A.values, B.values, s, accumulate);
     return;
   }
   onednn::run({Type::kBf16, Type::kBf16, Type::kF32, s, nullptr, accumulate}, C, A.values, B.values);

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <mutex>
+#include <vector>
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
@@ -59,11 +60,17 @@ void cap_onednn_isa() {
   }
 }
 
+// A matmul primitive and the scratchpad each execution of it needs.
+struct Primitive {
+  dnnl::matmul matmul;
+  dnnl::memory::desc scratchpad;
+};
+
 struct Context {
   Context() : engine((cap_onednn_isa(), dnnl::engine::kind::cpu), 0) {}
   dnnl::engine engine;
   std::mutex mutex;
-  std::map<PrimitiveKey, dnnl::matmul> cache;
+  std::map<PrimitiveKey, Primitive> cache;
 };
 
 Context& context() {
@@ -92,7 +99,7 @@ dnnl::memory::desc col_scale_desc(const PrimitiveKey& k) {
   return dnnl::memory::desc({1, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
 }
 
-dnnl::matmul make_primitive(const PrimitiveKey& key, const dnnl::engine& engine) {
+Primitive make_primitive(const PrimitiveKey& key, const dnnl::engine& engine) {
   // The column scale is a (1 x N) binary-multiply post-op: oneDNN 2.6 runs it in its brgemm
   // kernels, whereas run-time output scales send int8 products to the slower gemm:jit kernel.
   dnnl::primitive_attr attr;
@@ -100,10 +107,14 @@ dnnl::matmul make_primitive(const PrimitiveKey& key, const dnnl::engine& engine)
   if (key.col_scale) ops.append_binary(dnnl::algorithm::binary_mul, col_scale_desc(key));
   if (key.accumulate) ops.append_sum(1.0f);
   attr.set_post_ops(ops);
+  // The caller passes each execution its own scratchpad (run(): one buffer per thread), so that
+  // products may run concurrently from an OpenMP parallel region; the library's scratchpad is
+  // shared between executions.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   try {
     const dnnl::matmul::desc desc(a_desc(key), b_desc(key), c_desc(key));
     const dnnl::matmul::primitive_desc pd(desc, attr, engine);
-    return dnnl::matmul(pd);
+    return Primitive{dnnl::matmul(pd), pd.scratchpad_desc()};
   } catch (const dnnl::error& e) {
     std::ostringstream msg;
     msg << "oneDNN cannot create a matmul for M x N x K = " << key.M << " x " << key.N << " x "
@@ -112,7 +123,7 @@ dnnl::matmul make_primitive(const PrimitiveKey& key, const dnnl::engine& engine)
   }
 }
 
-const dnnl::matmul& cached_primitive(const PrimitiveKey& key) {
+const Primitive& cached_primitive(const PrimitiveKey& key) {
   Context& ctx = context();
   std::lock_guard<std::mutex> lock(ctx.mutex);
   auto it = ctx.cache.find(key);
@@ -125,9 +136,9 @@ const dnnl::matmul& cached_primitive(const PrimitiveKey& key) {
 void run(const Call& call, void* C, const void* A, const void* B, bool cached) {
   const PrimitiveKey key = key_of(call);
   Context& ctx = context();
-  dnnl::matmul uncached;
+  Primitive uncached;
   if (!cached) uncached = make_primitive(key, ctx.engine);
-  const dnnl::matmul& mm = cached ? cached_primitive(key) : uncached;
+  const Primitive& p = cached ? cached_primitive(key) : uncached;
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, dnnl::memory(a_desc(key), ctx.engine, const_cast<void*>(A))},
       {DNNL_ARG_WEIGHTS, dnnl::memory(b_desc(key), ctx.engine, const_cast<void*>(B))},
@@ -137,8 +148,11 @@ void run(const Call& call, void* C, const void* A, const void* B, bool cached) {
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
                  dnnl::memory(col_scale_desc(key), ctx.engine, const_cast<float*>(call.col_scale)));
   }
+  thread_local std::vector<uint8_t> scratch;  // grown once per thread, reused
+  if (scratch.size() < p.scratchpad.get_size()) scratch.resize(p.scratchpad.get_size());
+  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad, ctx.engine, scratch.data()));
   dnnl::stream& stream = thread_stream();
-  mm.execute(stream, args);
+  p.matmul.execute(stream, args);
   stream.wait();
 }
 
