@@ -17,6 +17,12 @@ Outputs in OUT: table1.md / table1.csv (Table I), lr_sweep.csv, width.md / width
 val_curves.png (mean validation loss per configuration with a +-1 sd band over seeds), study.json
 (plan, machine, every run's final loss and wall time).
 
+Diverged runs: s3r train writes a non-finite loss into metrics.jsonl as JSON null (and stops a run
+whose steps stay non-finite). Such a run's final validation loss is NaN: the tables and CSV files
+show it as "nan" / "diverged" and count it in the `diverged` column, and it is excluded, with a
+note saying so, from every mean, sd, gap, t-test and plotted curve; no statistic is ever taken
+over a NaN. JSON outputs (done.json, study.json) write NaN as null, as s3r does.
+
 Usage: scripts/convergence.py [--out results/convergence] [--jobs 2] [--dry-run] [--report-only]
 """
 import argparse
@@ -171,9 +177,11 @@ class Run:
         return True
 
     def result(self):
-        """(final validation loss or NaN if the run failed, wall seconds, validation curve)."""
+        """(final validation loss or NaN if the run diverged, wall seconds, validation curve
+        [(step, loss or NaN)])."""
         info = json.loads((self.dir / "done.json").read_text())
-        return info["final_val_loss"], info["wall_s"], [tuple(p) for p in info["val_curve"]]
+        return (as_loss(info["final_val_loss"]), info["wall_s"],
+                [(int(s), as_loss(v)) for s, v in info["val_curve"]])
 
     def argv(self):
         a = self.study.args
@@ -217,10 +225,12 @@ class Run:
                 raise StudyError(f"{self.label()}: s3r train exited with status {rc}: {tail} "
                                  f"(log: {self.dir / 'train.log'})")
             print(f"  {self.label()}: diverged: {tail}", flush=True)
+        elif math.isnan(final):
+            print(f"  {self.label()}: diverged: the final validation loss is NaN", flush=True)
         info = {"config": self.config, "mode": self.mode, "correction": self.correction,
                 "lr": self.lr, "seed": self.seed, "width": self.width, "exit_status": rc,
                 "final_val_loss": final, "wall_s": wall, "val_curve": curve, "argv": cmd}
-        write_atomic(self.dir / "done.json", json.dumps(info, indent=1))
+        write_atomic(self.dir / "done.json", dumps(info))
         return final
 
 
@@ -237,8 +247,16 @@ def options_of(argv):
     return out
 
 
+def as_loss(x):
+    """A loss read from JSON as a float: null (s3r's and this driver's NaN) and anything not a
+    number become NaN."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return float("nan")
+    return float(x)
+
+
 def read_val_curve(metrics):
-    """[(step (1-based), validation loss)] from a run's metrics.jsonl."""
+    """[(step (1-based), validation loss or NaN)] from a run's metrics.jsonl (null: NaN)."""
     curve = []
     if metrics.is_file():
         for line in metrics.read_text().splitlines():
@@ -246,9 +264,24 @@ def read_val_curve(metrics):
                 j = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if "val_loss" in j:
-                curve.append((j["step"] + 1, j["val_loss"]))
+            if isinstance(j, dict) and "val_loss" in j and isinstance(j.get("step"), int):
+                curve.append((j["step"] + 1, as_loss(j["val_loss"])))
     return curve
+
+
+def json_safe(x):
+    """X with every non-finite float replaced by None, for strict JSON (null, as s3r writes)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return x
+
+
+def dumps(x):
+    return json.dumps(json_safe(x), indent=1, allow_nan=False)
 
 
 def write_atomic(path, text):
@@ -355,7 +388,7 @@ class Study:
                     left = max(left, 0)
                     eta = statistics.fmean(finished) * left / self.args.jobs
                     print(f"[{time.strftime('%H:%M:%S')}] done  {r.label()}: final validation loss "
-                          f"{final:.4f} in {finished[-1]:.0f} s; {left} runs left, "
+                          f"{final:.4f}{' (diverged)' if math.isnan(final) else ''} in {finished[-1]:.0f} s; {left} runs left, "
                           f"eta {eta / 60:.0f} min", flush=True)
         print(f"study: ran {len(finished)} runs in {(time.monotonic() - t0) / 60:.1f} min", flush=True)
 
@@ -378,12 +411,14 @@ class Study:
         for name in a.configs:
             for r in self.sweep_runs(name):
                 if r.done():
-                    sweep_rows.append([name, f"{r.lr:.10g}", fmt(r.result()[0])])
+                    v = r.result()[0]
+                    sweep_rows.append([name, f"{r.lr:.10g}", fmt_loss(v), int(not finite(v))])
             runs = [r for r in self.seed_runs(name) if r.done()]
             vals = [r.result()[0] for r in runs]
             by_seed[name] = {r.seed: r.result()[0] for r in runs}
             finals[name] = [v for v in vals if finite(v)]
-            curves[name] = [r.result()[2] for r in runs if finite(r.result()[0])]
+            # Curves of diverged runs are left out of the plot (and its title says how many).
+            curves[name] = ([r.result()[2] for r in runs if finite(r.result()[0])], len(runs))
             rows.append((name, self.best_lr(name), vals))
         bf16 = finals.get("bf16", [])
         sr = finals.get("sr", [])
@@ -394,7 +429,9 @@ class Study:
                   "diverged", "gap_to_bf16", "welch_t_vs_sr", "welch_df", "welch_p",
                   "paired_diff_vs_sr", "paired_sd", "paired_t", "paired_p", "values"]]
         sr_seeds = by_seed.get("sr", {})
+        notes = []
         for name, lr, vals in rows:
+            # Diverged runs (NaN) are counted, shown as nan, and excluded from every statistic.
             ok = [v for v in vals if finite(v)]
             mode, corr = {n: (m, c) for n, m, c in CONFIGS}[name][0:2]
             mean = statistics.fmean(ok) if ok else float("nan")
@@ -403,31 +440,46 @@ class Study:
             w = welch(ok, sr) if name != "sr" else None
             t, df, p = w if w else (float("nan"),) * 3
             div = len(vals) - len(ok)
-            common = sorted(set(by_seed[name]) & set(sr_seeds))  # pair on the seeds both have
+            # Pair on the seeds both have and both finished with a finite loss.
+            common = sorted(set(by_seed[name]) & set(sr_seeds))
+            pairs = [k for k in common if finite(by_seed[name][k]) and finite(sr_seeds[k])]
             pr = None
-            if name != "sr" and all(finite(by_seed[name][k]) and finite(sr_seeds[k]) for k in common):
-                pr = paired([by_seed[name][k] for k in common], [sr_seeds[k] for k in common])
+            if name != "sr":
+                pr = paired([by_seed[name][k] for k in pairs], [sr_seeds[k] for k in pairs])
+            if div and not ok:
+                notes.append(f"{name}: all {div} seeds diverged (final validation loss NaN): no mean, sd, "
+                             f"gap or test")
+            elif div:
+                notes.append(f"{name}: {div} of {len(vals)} seeds diverged (final validation loss NaN); "
+                             f"mean, sd, gap and Welch's test use the other {len(ok)}")
+            if ok and name != "sr" and len(pairs) < len(common):
+                notes.append(f"{name}: the paired test vs sr leaves out seed(s) "
+                             f"{', '.join(str(k) for k in common if k not in pairs)} (diverged in {name} or sr)"
+                             f"{'' if pr else '; too few pairs left for it'}")
             pd, psd, pt, _, pp = pr if pr else (float("nan"),) * 5
-            md.append(f"| {name} | {lr if lr is None else f'{lr:g}'} | {mean:.4f} +- {sd:.4f} | "
-                      f"{len(ok)}{f' ({div} diverged)' if div else ''} | {gap:+.4f} | "
+            loss_cell = "diverged (NaN)" if not ok else f"{mean:.4f} +- {fmt(sd, '.4f') or 'n/a'}"
+            md.append(f"| {name} | {lr if lr is None else f'{lr:g}'} | {loss_cell} | "
+                      f"{len(ok)}{f' ({div} diverged, excluded)' if div else ''} | {fmt(gap, '+.4f')} | "
                       f"{'' if name == 'sr' else fmt(t, '+.2f')} | {'' if name == 'sr' else fmt(df, '.1f')} | "
                       f"{'' if name == 'sr' else fmt(p, '.3f')} | "
                       f"{'' if not pr else f'{pd:+.4f} +- {psd:.4f}'} | {fmt(pt, '+.2f')} | {fmt(pp, '.3f')} |")
             table.append([name, mode, corr, lr, fmt(mean, ".5f"), fmt(sd, ".5f"), len(ok), div,
                           fmt(gap, "+.5f"), fmt(t, "+.3f"), fmt(df, ".2f"), fmt(p, ".4f"),
                           fmt(pd, "+.5f"), fmt(psd, ".5f"), fmt(pt, "+.3f"), fmt(pp, ".4f"),
-                          " ".join(fmt(v, ".5f") for v in vals)])
+                          " ".join(fmt_loss(v) for v in vals)])
+        if notes:
+            md += [""] + [f"Note: {n}." for n in notes]
         header = self.header()
         write_atomic(out / "table1.md", header + "\n".join(md) + "\n")
         write_csv(out / "table1.csv", table)
-        write_csv(out / "lr_sweep.csv", [["configuration", "lr", "final_val_loss_seed0"]] + sweep_rows)
+        write_csv(out / "lr_sweep.csv", [["configuration", "lr", "final_val_loss_seed0", "diverged"]] + sweep_rows)
         width_md = self.width_report()
         self.plot(curves)
         study = {"argv": sys.argv, "machine": self.machine(), "options": {
             k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
             "runs": [dict(json.loads((r.dir / "done.json").read_text()), dir=str(r.dir))
                      for r in self.planned().values() if r.done()]}
-        write_atomic(out / "study.json", json.dumps(study, indent=1))
+        write_atomic(out / "study.json", dumps(study))
         print(header + "\n".join(md) + "\n")
         if width_md:
             print(width_md)
@@ -451,46 +503,71 @@ class Study:
             by.setdefault(r.width or self.args.width, {})[r.config] = r.result()[0]
         md = [f"Width sweep: seed 0, lr {self.width_lr():g} for every run, F = {self.args.ffn_ratio} C.\n",
               "| width C | sr | s3r | s3r+dx | s3r - sr | s3r+dx - sr |", "|---|---|---|---|---|---|"]
-        rows = [["width", "sr", "s3r", "s3r+dx", "s3r_minus_sr", "s3r_dx_minus_sr"]]
+        rows = [["width", "sr", "s3r", "s3r+dx", "s3r_minus_sr", "s3r_dx_minus_sr", "diverged"]]
+        diverged_any = False
         for w in sorted(by):
             v = by[w]
-            sr, s, sd = v.get("sr", float("nan")), v.get("s3r", float("nan")), v.get("s3r+dx", float("nan"))
-            md.append(f"| {w} | {sr:.4f} | {s:.4f} | {sd:.4f} | {s - sr:+.4f} | {sd - sr:+.4f} |")
-            rows.append([w, fmt(sr, ".5f"), fmt(s, ".5f"), fmt(sd, ".5f"), fmt(s - sr, "+.5f"),
-                         fmt(sd - sr, "+.5f")])
+            # A run not (yet) done is "" (missing); a diverged one is NaN, shown as such; a
+            # difference with a diverged operand is left empty, never computed.
+            sr, s, sd = (v.get(c) for c in ("sr", "s3r", "s3r+dx"))
+            div = [c for c in ("sr", "s3r", "s3r+dx") if v.get(c) is not None and not finite(v[c])]
+            diverged_any = diverged_any or bool(div)
+            cell = lambda x: "" if x is None else ("diverged (NaN)" if not finite(x) else f"{x:.4f}")
+            diff = lambda x, y: x - y if finite(x) and finite(y) else float("nan")
+            md.append(f"| {w} | {cell(sr)} | {cell(s)} | {cell(sd)} | {fmt(diff(s, sr), '+.4f')} | "
+                      f"{fmt(diff(sd, sr), '+.4f')} |")
+            rows.append([w, fmt_loss(sr), fmt_loss(s), fmt_loss(sd), fmt(diff(s, sr), "+.5f"),
+                         fmt(diff(sd, sr), "+.5f"), " ".join(div)])
+        if diverged_any:
+            md.append("\nNote: diverged runs (NaN) have no difference to sr.")
         text = "\n".join(md) + "\n"
         write_atomic(self.out / "width.md", text)
         write_csv(self.out / "width.csv", rows)
         return text
 
     def plot(self, curves):
-        """val_curves.png: mean over seeds per configuration with a +-1 sd band (gnuplot)."""
+        """val_curves.png: mean over seeds per configuration with a +-1 sd band (gnuplot).
+        curves: name -> (curves of the runs with a finite final loss, number of runs)."""
         data = self.out / "plot"
         data.mkdir(exist_ok=True)
         series = []
-        for name, runs in curves.items():
+        for name, (runs, total) in curves.items():
+            diverged = total - len(runs)
             if not runs:
+                if diverged:
+                    print(f"plot: {name}: all {total} runs diverged (NaN); not drawn")
                 continue
             steps = sorted(set.intersection(*[set(s for s, _ in c) for c in runs]))
             path = data / f"{name}.dat"
+            gaps = []
             with open(path, "w") as f:
                 for s in steps:
                     vs = [dict(c)[s] for c in runs]
+                    if not all(finite(v) for v in vs):  # a NaN on the way: no point, not a mean
+                        gaps.append(s)
+                        continue
                     m = statistics.fmean(vs)
                     sd = statistics.stdev(vs) if len(vs) > 1 else 0.0
                     f.write(f"{s} {m} {m - sd} {m + sd}\n")
-            series.append((name, path))
+            if gaps:
+                print(f"plot: {name}: no point at step(s) {', '.join(map(str, gaps))}: a validation loss "
+                      f"there is NaN")
+            title = name + (f" ({diverged} of {total} diverged, not drawn)" if diverged else "")
+            if diverged:
+                print(f"plot: {name}: {diverged} of {total} runs diverged (NaN); the curve is the mean "
+                      f"of the other {len(runs)}")
+            series.append((name, path, title))
         if not series or shutil.which("gnuplot") is None:
             print("plot: gnuplot not available or no finished runs; curve data in", data)
             return
         png = self.out / "val_curves.png"
         plots = []
-        for name, path in series:
+        for name, path, title in series:
             color = COLORS[[c[0] for c in CONFIGS].index(name)]
             dash = 2 if name.startswith("s3r-bcast") else 1  # the per-example family dashed
             plots.append(f"'{path}' using 1:3:4 with filledcurves fs transparent solid 0.15 noborder "
                          f"lc rgb '{color}' notitle")
-            plots.append(f"'{path}' using 1:2 with lines lw 2 dt {dash} lc rgb '{color}' title '{name}'")
+            plots.append(f"'{path}' using 1:2 with lines lw 2 dt {dash} lc rgb '{color}' title '{title}'")
         half = self.args.steps // 2
         script = (f"set terminal pngcairo size 1400,560; set output '{png}'; set multiplot layout 1,2; "
                   f"set grid; set xlabel 'step'; set ylabel 'validation loss (nats)'; set key top right; "
@@ -503,7 +580,15 @@ class Study:
 
 
 def fmt(x, spec=".4f"):
+    """X formatted; "" for a missing or NaN statistic (not computed)."""
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def fmt_loss(x, spec=".5f"):
+    """A run's loss: "nan" when it diverged (so a CSV reader gets NaN), "" when missing."""
+    if x is None:
+        return ""
+    return "nan" if not finite(x) else format(x, spec)
 
 
 def write_csv(path, rows):

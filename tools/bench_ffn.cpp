@@ -13,7 +13,10 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "memory_check.hpp"
+#include "option_checks.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/matmul.hpp"
 #include "s3r/core/machine.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/nn/swiglu.hpp"
@@ -56,6 +59,10 @@ constexpr Config kConfigs[] = {
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
+// Bounds of the options (checked as they are parsed; see register_bench_ffn).
+constexpr int64_t kMaxTokens = int64_t{1} << 32;  // far beyond memory: the estimate refuses first
+constexpr int64_t kMaxRepeats = 1000000;
+
 struct Options {
   int64_t tokens = 2048;
   int64_t seq_len = 0;  // S; 0: one example of all tokens
@@ -76,7 +83,7 @@ double estimate_bytes(const FfnShape& s, int64_t T) {
 }
 
 std::vector<FfnShape> select_shapes(const Options& o) {
-  const double available = static_cast<double>(available_memory_bytes());
+  const double available = static_cast<double>(usable_memory_bytes());
   std::vector<FfnShape> out;
   if (o.shapes.empty()) {
     for (const FfnShape& s : kShapes) {
@@ -245,14 +252,16 @@ void write_json(const std::vector<ShapeResult>& results, const Options& o) {
 }
 
 void run(const Options& o) {
-  if (o.tokens < 1) throw Error("bench ffn: --tokens must be >= 1, got " + std::to_string(o.tokens));
-  if (o.seq_len < 0 || (o.seq_len > 0 && o.tokens % o.seq_len != 0)) {
+  // The bf16 baseline at oneDNN's fastest: its own threading of long-K products (training runs
+  // them in thread-count invariant tiles instead; s3r/gemm/matmul.hpp).
+  gemm::set_bf16_thread_invariant(false);
+  // Each value was range-checked as it was parsed; what remains are the combinations and the
+  // output file, all before any work.
+  if (o.seq_len > 0 && o.tokens % o.seq_len != 0) {
     throw Error("bench ffn: --seq-len " + std::to_string(o.seq_len) + " does not divide --tokens " +
                 std::to_string(o.tokens));
   }
-  if (o.repeats < 1) throw Error("bench ffn: --repeats must be >= 1");
-  if (o.warmup < 0) throw Error("bench ffn: --warmup must be >= 0");
-  if (o.threads < 0) throw Error("bench ffn: --threads must be >= 1 (or 0 for the default)");
+  if (!o.json_path.empty()) check_output_file("bench ffn", "--json", o.json_path);
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const std::vector<FfnShape> shapes = select_shapes(o);
   std::printf("s3r bench ffn: one SwiGLU block, forward + backward, %lld tokens (S = %lld), "
@@ -276,13 +285,15 @@ void register_bench_ffn(CLI::App& bench) {
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = bench.add_subcommand(
       "ffn", "time forward + backward of one SwiGLU block per configuration (paper, Table III)");
-  cmd->add_option("--tokens", opts->tokens, "tokens T per block (B*S)")->capture_default_str();
-  cmd->add_option("--seq-len", opts->seq_len, "example length S (default: T, one example)");
+  add_integer_option(cmd, "--tokens", opts->tokens, "tokens T per block (B*S)", 1, kMaxTokens);
+  add_integer_option(cmd, "--seq-len", opts->seq_len, "example length S (0: T, one example); must divide T", 0,
+                     kMaxTokens, "0: one example of all tokens");
   cmd->add_option("--shapes", opts->shapes,
                   "comma-separated shapes W1..W9 (default: every shape that fits in memory)");
-  cmd->add_option("--threads", opts->threads, "OpenMP threads (default: all cores)");
-  cmd->add_option("--repeats", opts->repeats, "timed repeats per configuration")->capture_default_str();
-  cmd->add_option("--warmup", opts->warmup, "untimed warm-up rounds")->capture_default_str();
+  add_integer_option(cmd, "--threads", opts->threads, "OpenMP threads (0: all cores)", 0, omp_get_num_procs(),
+                     "0: all of the " + std::to_string(omp_get_num_procs()) + " processors");
+  add_integer_option(cmd, "--repeats", opts->repeats, "timed repeats per configuration", 1, kMaxRepeats);
+  add_integer_option(cmd, "--warmup", opts->warmup, "untimed warm-up rounds", 0, kMaxRepeats);
   cmd->add_option("--json", opts->json_path, "also write the results as JSON to this file");
   cmd->add_flag("--breakdown", opts->breakdown, "print the time per phase");
   cmd->callback([opts] { run(*opts); });

@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "memory_check.hpp"
+#include "option_checks.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/matmul.hpp"
 #include "s3r/core/machine.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/model/model.hpp"
@@ -43,6 +46,8 @@ constexpr StepConfig kStepConfigs[] = {
     {"s3r+two-way", LinearMode::kS3r, Correction::kTwoWay}, {"s3r+dx", LinearMode::kS3r, Correction::kDx},
     {"s3r-bcast", LinearMode::kS3rBcast, Correction::kNone}, {"f32", LinearMode::kF32, Correction::kNone},
 };
+
+constexpr int kMaxRepeats = 1000000;
 
 struct Options {
   ModelOptions model;
@@ -115,10 +120,8 @@ int64_t proc_status_bytes(const char* field) {
 int64_t measure_memory(const Options& o, const StepConfig& c) {
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
   std::ostringstream cmd;
-  const ModelOptions& m = o.model;
-  cmd << "'" << exe << "' bench step --preset " << m.preset << " --layers " << m.layers << " --width "
-      << m.width << " --heads " << m.heads << " --ffn " << m.ffn << " --vocab " << m.vocab << " --seq-len "
-      << m.seq << " --batch " << m.batch << " --warmup " << o.warmup << " --memory-of '" << c.name << "'";
+  cmd << "'" << exe << "' bench step " << o.model.command_line() << " --warmup " << o.warmup << " --memory-of '"
+      << c.name << "'";
   if (o.threads) cmd << " --threads " << o.threads;
   FILE* p = popen(cmd.str().c_str(), "r");
   if (p == nullptr) return -1;
@@ -135,9 +138,11 @@ double median(std::vector<double> v) {
 }
 
 void run(const Options& o) {
-  if (o.repeats < 1) throw Error("bench step: --repeats must be >= 1, got " + std::to_string(o.repeats));
-  if (o.warmup < 0) throw Error("bench step: --warmup must be >= 0, got " + std::to_string(o.warmup));
-  if (o.threads < 0) throw Error("bench step: --threads must be >= 1 (or 0 for the default)");
+  // The bf16 baseline at oneDNN's fastest: its own threading of long-K products (training runs
+  // them in thread-count invariant tiles instead; s3r/gemm/matmul.hpp).
+  gemm::set_bf16_thread_invariant(false);
+  // Each value was range-checked as it was parsed; here the combinations, the output file and
+  // the memory, all before any work.
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const model::ModelConfig cfg = o.model.config();
   if (!o.memory_of.empty()) {
@@ -147,6 +152,13 @@ void run(const Options& o) {
     return;
   }
   const std::vector<StepConfig> configs = select(o.configs);
+  if (!o.json_path.empty()) check_output_file("bench step", "--json", o.json_path);
+  // Every configuration's model and optimizer are alive together during the timed steps.
+  double need = 0.0;
+  for (const StepConfig& c : configs) need += estimate_model_bytes(cfg, c.mode, true);
+  check_memory(need, "bench step: one model per configuration (" + std::to_string(configs.size()) + " of " +
+                         cfg.describe() + ")",
+               "pass fewer --configs or a smaller model", 1.0);
   std::printf("s3r bench step: one training step (forward, backward, AdamW) of preset %s\n", o.model.preset.c_str());
   std::printf("model: %s (%lld tokens per step)\n", cfg.describe().c_str(), static_cast<long long>(cfg.tokens()));
   std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
@@ -163,7 +175,7 @@ void run(const Options& o) {
       std::printf("peak memory of %-12s %8.1f MB\n", configs[i].name, memory[i] / 1e6);
       std::fflush(stdout);
     }
-    const int64_t available = available_memory_bytes();
+    const int64_t available = usable_memory_bytes();
     if (available > 0 && total > 0.9 * static_cast<double>(available)) {
       std::ostringstream msg;
       msg << "bench step: the " << configs.size() << " configurations need about " << total / 1e9
@@ -235,9 +247,10 @@ void register_bench_step(CLI::App& bench) {
       "step", "one full training step per configuration, against bf16 and sr (paper, Table IV)");
   o->model.add_to(cmd);
   cmd->add_option("--configs", o->configs, "comma-separated configurations")->capture_default_str();
-  cmd->add_option("--repeats", o->repeats, "timed steps per configuration")->capture_default_str();
-  cmd->add_option("--warmup", o->warmup, "untimed steps per configuration first")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
+  add_integer_option(cmd, "--repeats", o->repeats, "timed steps per configuration", 1, kMaxRepeats);
+  add_integer_option(cmd, "--warmup", o->warmup, "untimed steps per configuration first", 0, kMaxRepeats);
+  add_integer_option(cmd, "--threads", o->threads, "OpenMP threads (0: all cores)", 0, omp_get_num_procs(),
+                     "0: all of the " + std::to_string(omp_get_num_procs()) + " processors");
   cmd->add_flag("!--no-memory", o->memory, "skip the per-configuration peak-memory children");
   cmd->add_option("--json", o->json_path, "also write the results as JSON");
   cmd->add_option("--memory-of", o->memory_of)->group("");  // internal (measure_memory)

@@ -2,6 +2,7 @@
 // Subcommands of the `s3r` tool: each registers its options on a CLI11 subcommand and runs.
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "s3r/model/config.hpp"
@@ -9,12 +10,17 @@
 namespace s3r::tools {
 
 // --preset and the per-field overrides --layers, --width, --heads, --ffn, --vocab, --seq-len,
-// --batch (0: the preset's value).
+// --batch (unset: the preset's value). Each override is checked as it is parsed: an integer in
+// [1, 2^24] (2^31 - 1 for --vocab: token ids are int32), else s3r::Error naming the option
+// ("train: --batch must be >= 1, got 0"); config() then checks the combination (heads divide C,
+// an even head size, and a total size whose int64 arithmetic cannot overflow).
 struct ModelOptions {
   std::string preset = "small";
-  int64_t layers = 0, width = 0, heads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;
+  std::optional<int64_t> layers, width, heads, ffn, vocab, seq, batch;
   void add_to(CLI::App* cmd);
   model::ModelConfig config() const;  // validated; throws s3r::Error naming the bad field
+  // The options as given, to pass on to a child `s3r` process ("--preset tiny --batch 2").
+  std::string command_line() const;
 };
 
 // `s3r bench ffn`: forward + backward of one SwiGLU block per configuration (paper, Table III).

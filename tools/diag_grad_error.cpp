@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "memory_check.hpp"
+#include "option_checks.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/machine.hpp"
 #include "s3r/data/dataloader.hpp"
@@ -117,6 +119,24 @@ struct Stat {
   double mean = 0, sd = 0, of_mean = 0;  // over keys; of_mean: error of the key-averaged gradient
 };
 
+constexpr int kMaxKeys = 1000000;
+
+// Bytes the diagnostic holds at its peak: one model at a time (the widest operand copies of the
+// configurations it builds), the checkpoint's weights, the reference, one key's and the summed
+// gradients it compares, and the exact-gradient probe's dequantized operands.
+double estimate_diag_bytes(const model::ModelConfig& cfg, LinearMode trained_mode, bool bf16_reference) {
+  const double L = static_cast<double>(cfg.layers), C = static_cast<double>(cfg.width),
+               F = static_cast<double>(cfg.ffn_width), V = static_cast<double>(cfg.vocab),
+               T = static_cast<double>(cfg.tokens()), G = std::max(C, F);
+  double model = std::max(estimate_model_bytes(cfg, LinearMode::kRtne, false),
+                          estimate_model_bytes(cfg, trained_mode, false));
+  if (bf16_reference) model = std::max(model, estimate_model_bytes(cfg, LinearMode::kBf16, false));
+  const double weights = 4.0 * (2.0 * V * C + L * (4.0 * C * C + 3.0 * C * F + 2.0 * C) + C);
+  const double grads = 4.0 * (2.0 * T * C + V * C + 4.0 * C * C + 3.0 * C * F);  // one Grads
+  const double probe = 4.0 * (L + 1.0) * (T * G + C * G);
+  return model + weights + 3.0 * grads + probe;
+}
+
 struct Options {
   std::string checkpoint, data_dir = "data/nlp-corpus", reference = "quantized-forward", json_path, configs;
   int keys = 16;
@@ -129,13 +149,12 @@ std::string layer_name(int64_t index) {
 }
 
 void run(const Options& o) {
-  if (o.keys < 1) throw Error("diag grad-error: --keys must be >= 1, got " + std::to_string(o.keys));
-  if (o.batch_index < 0) {
-    throw Error("diag grad-error: --batch-index must be >= 0, got " + std::to_string(o.batch_index));
-  }
+  // --keys, --seed and --batch-index were range-checked as they were parsed; here the rest, all
+  // before the work: the output file, the checkpoint, the batch and the memory.
   if (o.reference != "quantized-forward" && o.reference != "bf16") {
     throw Error("diag grad-error: --reference must be quantized-forward or bf16, got '" + o.reference + "'");
   }
+  if (!o.json_path.empty()) check_output_file("diag grad-error", "--json", o.json_path);
   const train::CheckpointInfo info = train::read_checkpoint_info(o.checkpoint);
   const model::ModelConfig& cfg = info.model;
   namespace fs = std::filesystem;
@@ -144,8 +163,19 @@ void run(const Options& o) {
     throw Error("diag grad-error: the data's vocabulary (" + std::to_string(val.vocab) +
                 ") differs from the checkpoint's V = " + std::to_string(cfg.vocab));
   }
+  check_memory(estimate_diag_bytes(cfg, info.mode, o.reference == "bf16"),
+               "diag grad-error: the checkpoint's model (" + cfg.describe() + ")", "run it on a machine with more memory",
+               1.0);
   // The batch: validation batch --batch-index, in the order `s3r train` validates on.
   data::DataLoader loader(val, cfg.seq_len, 0x5eed);
+  // Batches past the first epoch of the validation windows repeat its windows (reshuffled), and
+  // a huge index would only spin here; so the index stays within one epoch.
+  const int64_t batches = std::max<int64_t>(1, loader.windows() / cfg.batch);
+  if (o.batch_index >= batches) {
+    throw Error("diag grad-error: --batch-index must be < " + std::to_string(batches) + " (the " + o.data_dir +
+                "/val.bin windows of S+1 tokens make " + std::to_string(batches) + " batches of B = " +
+                std::to_string(cfg.batch) + "), got " + std::to_string(o.batch_index));
+  }
   std::vector<int32_t> in(cfg.tokens()), tg(cfg.tokens());
   for (int64_t i = 0; i <= o.batch_index; ++i) loader.next_batch(in, tg, cfg.batch);
 
@@ -185,9 +215,15 @@ void run(const Options& o) {
   double loss_int8 = 0.0, loss_ref = 0.0;
   std::vector<float> weights;
   {
+    // The weights load into a model of the checkpoint's own configuration (load_checkpoint
+    // refuses any other), and every configuration below gets a copy.
+    model::Model trained(cfg, info.mode, info.correction);
+    train::load_checkpoint_weights(o.checkpoint, trained);
+    weights.assign(trained.params().begin(), trained.params().end());
+  }
+  {
     model::Model m(cfg, LinearMode::kRtne, Correction::kNone);
-    train::load_checkpoint_weights(o.checkpoint, m);
-    weights.assign(m.params().begin(), m.params().end());
+    std::copy(weights.begin(), weights.end(), m.params().begin());
     nn::BackwardProbe probe;
     probe.exact_grad = true;
     probe.telemetry = &telemetry;
@@ -314,9 +350,10 @@ void register_diag_grad_error(CLI::App& diag) {
       "grad-error", "gradient errors of every rounding configuration on one checkpoint (paper, Table II)");
   cmd->add_option("--checkpoint", o->checkpoint, "run folder (or its checkpoint/) of s3r train")->required();
   cmd->add_option("--data", o->data_dir, "folder with val.bin: the batch comes from it")->capture_default_str();
-  cmd->add_option("--keys", o->keys, "threshold keys to average over")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "keys are fold_in(key(seed), k)")->capture_default_str();
-  cmd->add_option("--batch-index", o->batch_index, "which validation batch")->capture_default_str();
+  add_integer_option(cmd, "--keys", o->keys, "threshold keys to average over", 1, kMaxKeys);
+  add_integer_option(cmd, "--seed", o->seed, "keys are fold_in(key(seed), k)", 0, UINT32_MAX);
+  add_integer_option(cmd, "--batch-index", o->batch_index,
+                     "which validation batch (less than the batches in one pass over val.bin)", 0);
   cmd->add_option("--reference", o->reference,
                   "quantized-forward (unquantized gradients, same int8 forward) | bf16 (full bf16 model)")
       ->capture_default_str();

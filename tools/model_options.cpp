@@ -1,30 +1,65 @@
 // The model-shape options shared by `s3r train` and `s3r bench step`; see commands.hpp.
+#include <sstream>
+
 #include "commands.hpp"
+#include "memory_check.hpp"
+#include "option_checks.hpp"
+#include "s3r/core/error.hpp"
 
 namespace s3r::tools {
 
+namespace {
+
+// Sizes beyond these are no model this program can hold; the bound keeps products of two
+// dimensions far from int64 overflow before config() and the memory estimates look at them.
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+constexpr int64_t kMaxVocab = (int64_t{1} << 31) - 1;  // token ids are int32
+
+}  // namespace
+
 void ModelOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--preset", preset, "tiny | small | wide | paper")->capture_default_str();
-  cmd->add_option("--layers", layers, "L (default: the preset's)");
-  cmd->add_option("--width", width, "C");
-  cmd->add_option("--heads", heads, "attention heads");
-  cmd->add_option("--ffn", ffn, "F");
-  cmd->add_option("--vocab", vocab, "V (training: must equal the tokenizer's)");
-  cmd->add_option("--seq-len", seq, "S");
-  cmd->add_option("--batch", batch, "B");
+  add_integer_option(cmd, "--layers", layers, "L (default: the preset's)", 1, kMaxDim);
+  add_integer_option(cmd, "--width", width, "C", 1, kMaxDim);
+  add_integer_option(cmd, "--heads", heads, "attention heads (must divide C; C / heads even)", 1, kMaxDim);
+  add_integer_option(cmd, "--ffn", ffn, "F", 1, kMaxDim);
+  add_integer_option(cmd, "--vocab", vocab, "V (training: must equal the tokenizer's)", 1, kMaxVocab);
+  add_integer_option(cmd, "--seq-len", seq, "S", 1, kMaxDim);
+  add_integer_option(cmd, "--batch", batch, "B", 1, kMaxDim);
 }
 
 model::ModelConfig ModelOptions::config() const {
   model::ModelConfig m = model::preset(preset);
-  if (layers) m.layers = layers;
-  if (width) m.width = width;
-  if (heads) m.heads = heads;
-  if (ffn) m.ffn_width = ffn;
-  if (vocab) m.vocab = vocab;
-  if (seq) m.seq_len = seq;
-  if (batch) m.batch = batch;
+  if (layers) m.layers = *layers;
+  if (width) m.width = *width;
+  if (heads) m.heads = *heads;
+  if (ffn) m.ffn_width = *ffn;
+  if (vocab) m.vocab = *vocab;
+  if (seq) m.seq_len = *seq;
+  if (batch) m.batch = *batch;
   m.validate();
+  // Refused in double before any int64 product of these sizes (parameter counts, buffer sizes,
+  // the memory estimate) can overflow; far below this bound the memory check speaks instead.
+  if (!(model_elements(m) < kMaxModelElements)) {
+    std::ostringstream msg;
+    msg.precision(3);
+    msg << "model " << m.describe() << ": about " << model_elements(m)
+        << " values (parameters, activations, logits) to hold, beyond any machine; use smaller model options";
+    throw Error(msg.str());
+  }
   return m;
+}
+
+std::string ModelOptions::command_line() const {
+  std::ostringstream s;
+  s << "--preset '" << preset << "'";
+  const std::pair<const char*, const std::optional<int64_t>*> fields[] = {
+      {"--layers", &layers}, {"--width", &width}, {"--heads", &heads},  {"--ffn", &ffn},
+      {"--vocab", &vocab},   {"--seq-len", &seq}, {"--batch", &batch}};
+  for (const auto& [name, value] : fields) {
+    if (*value) s << " " << name << " " << **value;
+  }
+  return s.str();
 }
 
 }  // namespace s3r::tools

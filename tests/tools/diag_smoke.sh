@@ -6,10 +6,13 @@
 # Usage: diag_smoke.sh S3R_BINARY TRAIN_SMOKE_DIR
 set -euo pipefail
 s3r=$1; work=$2
-"$s3r" diag grad-error --checkpoint "$work/run" --data "$work/data" --keys 8 --json "$work/diag.json" \
+# --json into a folder that does not exist yet: created before the work, written at the end.
+rm -rf "$work/diag"
+"$s3r" diag grad-error --checkpoint "$work/run" --data "$work/data" --keys 8 --json "$work/diag/table2.json" \
   > "$work/diag.log"
 grep -q "rounding telemetry per layer" "$work/diag.log"
-python3 - "$work/diag.json" <<'PY'
+test ! -e "$work/diag/table2.json.tmp"
+python3 - "$work/diag/table2.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 rows = {r["configuration"]: r for r in d["rows"]}
