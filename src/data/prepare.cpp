@@ -1,24 +1,19 @@
-// `s3r data prepare`: see s3r/data/prepare.hpp.
+// `s3r data prepare` (see s3r/data/prepare.hpp): the options checked, the documents read
+// (text_input.cpp), the SentencePiece tokenizer trained or loaded, every document encoded into the
+// train and validation shards, all written into a temporary dataset folder that is verified and
+// swapped in (dataset_folder.cpp). SentencePiece failures come back as plain messages with a hint.
 #include "s3r/data/prepare.hpp"
 
-#include <fcntl.h>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
-#include <signal.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <set>
 #include <sstream>
 
+#include "data/dataset_folder.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/io/atomic_file.hpp"
@@ -36,272 +31,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Progress = std::function<void(const std::string&)>;
-
-// The files prepare writes into OUT; a folder holding only these may be replaced.
-const std::set<std::string> kDatasetFiles = {"tokenizer.model", "tokenizer.vocab", "train.bin",
-                                             "val.bin", "info.json",
-                                             "tokenizer_corpus.txt"};  // (written by earlier versions)
-
 // Longest line handed to the tokenizer trainer: SentencePiece silently drops sentences longer
 // than its max_sentence_length (4192 bytes), so longer lines are cut at a space (or a character
 // boundary) below it.
 constexpr size_t kMaxTrainingLineBytes = 4000;
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
-
-enum class Kind { kText, kJson, kUnknown };
-
-// By the file name, ignoring case and a trailing .gz.
-Kind kind_of(const fs::path& path) {
-  std::string name = lower(path.filename().string());
-  if (ends_with(name, ".gz")) name.resize(name.size() - 3);
-  for (const char* ext : {".txt", ".text", ".md"}) {
-    if (ends_with(name, ext)) return Kind::kText;
-  }
-  for (const char* ext : {".json", ".jsonl"}) {
-    if (ends_with(name, ext)) return Kind::kJson;
-  }
-  return Kind::kUnknown;
-}
-
-bool is_gzip_name(const fs::path& path) { return ends_with(lower(path.filename().string()), ".gz"); }
-
-// A .gz file, decompressed. Truncated or corrupt streams are errors: gzread returns 0 at a
-// truncated stream as at a clean end, and only gzerror / gzclose tell the two apart; a file that
-// is not gzip at all would be passed through as is ("transparent" reading), so gzdirect refuses it.
-std::string read_gzip(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw Error("data prepare: cannot open '" + path + "': " + std::strerror(errno));
-  if (gzdirect(f)) {
-    gzclose(f);
-    throw Error("data prepare: '" + path +
-                "' is not gzip-compressed (no gzip header); hint: rename it without .gz if it is plain text");
-  }
-  std::string out;
-  std::vector<char> buf(1 << 16);
-  int n;
-  while ((n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0) {
-    out.append(buf.data(), static_cast<size_t>(n));
-  }
-  int err = Z_OK;
-  const char* zmsg = gzerror(f, &err);
-  const std::string what = zmsg ? zmsg : "";
-  const int closed = gzclose(f);
-  if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
-    throw Error("data prepare: '" + path + "' is a truncated or corrupt gzip file (zlib: " + what +
-                ", after " + std::to_string(out.size()) + " decompressed bytes); hint: download or compress it again");
-  }
-  if (closed != Z_OK) {
-    throw Error("data prepare: '" + path + "' is a truncated or corrupt gzip file (zlib error " +
-                std::to_string(closed) + " at its end); hint: download or compress it again");
-  }
-  return out;
-}
-
-std::string read_plain(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("data prepare: cannot open '" + path + "': " + std::strerror(errno));
-  std::string out;
-  std::vector<char> buf(1 << 16);
-  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
-    out.append(buf.data(), static_cast<size_t>(in.gcount()));
-  }
-  if (in.bad()) throw Error("data prepare: reading '" + path + "' failed: " + std::strerror(errno));
-  return out;
-}
-
-// Offset of the first NUL byte or invalid UTF-8 sequence (overlong forms, surrogates and code
-// points above U+10FFFF included), or npos.
-size_t first_non_text_byte(const std::string& s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      if (c == 0) return i;
-      ++i;
-      continue;
-    }
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;  // range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c == 0xE0) {
-      len = 3, lo = 0xA0;
-    } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
-      len = 3;
-    } else if (c == 0xED) {
-      len = 3, hi = 0x9F;
-    } else if (c == 0xF0) {
-      len = 4, lo = 0x90;
-    } else if (c >= 0xF1 && c <= 0xF3) {
-      len = 4;
-    } else if (c == 0xF4) {
-      len = 4, hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k) {
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    }
-    i += len;
-  }
-  return std::string::npos;
-}
-
-// Refuses binary or non-UTF-8 content, naming the file, the byte and the line.
-void check_text(const std::string& path, const std::string& text) {
-  const size_t bad = first_non_text_byte(text);
-  if (bad == std::string::npos) return;
-  const int64_t line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
-  const std::string where = "at byte " + std::to_string(bad) + " (line " + std::to_string(line) + ")";
-  if (text[bad] == '\0') {
-    throw Error("data prepare: '" + path + "' holds a NUL byte " + where +
-                ": it is binary, not text; hint: remove it from the inputs");
-  }
-  throw Error("data prepare: '" + path + "' is not valid UTF-8 " + where +
-              "; hint: convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)");
-}
-
-void parse_json(const std::string& path, const std::string& text, std::vector<std::string>& docs) {
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '[') {  // one array of strings
-    try {
-      for (const auto& item : nlohmann::json::parse(text)) {
-        if (!item.is_string()) throw Error("data prepare: '" + path + "': array items must be strings");
-        docs.push_back(item.get<std::string>());
-      }
-    } catch (const nlohmann::json::exception& e) {
-      throw Error("data prepare: '" + path + "' is not valid JSON: " + e.what());
-    }
-    return;
-  }
-  std::istringstream lines(text);
-  std::string line;
-  for (int64_t no = 1; std::getline(lines, line); ++no) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      const auto j = nlohmann::json::parse(line);
-      if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
-        throw Error("data prepare: '" + path + "' line " + std::to_string(no) + " has no string field \"text\"");
-      }
-      docs.push_back(j["text"].get<std::string>());
-    } catch (const nlohmann::json::exception& e) {
-      throw Error("data prepare: '" + path + "' line " + std::to_string(no) + " is not valid JSON: " + e.what());
-    }
-  }
-}
-
-// Plain text: documents are separated by blank lines.
-void parse_text(const std::string& text, std::vector<std::string>& docs) {
-  std::istringstream lines(text);
-  std::string line, doc;
-  while (std::getline(lines, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) {
-      if (!doc.empty()) docs.push_back(doc), doc.clear();
-    } else {
-      doc += doc.empty() ? line : "\n" + line;
-    }
-  }
-  if (!doc.empty()) docs.push_back(doc);
-}
-
-void add_file(const std::string& path, Kind kind, std::vector<std::string>& docs) {
-  std::string text = is_gzip_name(path) ? read_gzip(path) : read_plain(path);
-  check_text(path, text);
-  if (starts_with(text, "\xEF\xBB\xBF")) text.erase(0, 3);  // a UTF-8 byte-order mark
-  if (kind == Kind::kJson) {
-    parse_json(path, text, docs);
-  } else {
-    parse_text(text, docs);
-  }
-}
-
-struct InputFile {
-  std::string path;
-  Kind kind;
-};
-
-// The files to read, in order: explicit files as given; folders recursively, in name order,
-// skipping (with a warning) what is not a known text format, hidden entries, non-regular files,
-// and `exclude` (the output folder and its temporary siblings).
-std::vector<InputFile> collect_files(const std::vector<std::string>& inputs,
-                                     const std::function<bool(const fs::path&)>& exclude,
-                                     std::vector<std::string>& warnings) {
-  if (inputs.empty()) throw Error("data prepare: no input files given");
-  std::vector<InputFile> files;
-  for (const std::string& in : inputs) {
-    std::error_code ec;
-    const fs::file_status st = fs::status(in, ec);
-    if (!fs::exists(st)) throw Error("data prepare: input '" + in + "' does not exist");
-    if (!fs::is_directory(st)) {
-      const Kind kind = kind_of(in);
-      files.push_back({in, kind == Kind::kUnknown ? Kind::kText : kind});
-      continue;
-    }
-    std::vector<InputFile> found;
-    std::vector<std::string> skipped;
-    fs::recursive_directory_iterator it(in, ec), end;
-    if (ec) throw Error("data prepare: cannot list folder '" + in + "': " + ec.message());
-    for (; it != end; it.increment(ec)) {
-      if (ec) throw Error("data prepare: cannot list folder '" + in + "': " + ec.message());
-      const fs::directory_entry& e = *it;
-      const fs::path& p = e.path();
-      const bool dir = e.is_directory(ec);
-      if (dir && exclude && exclude(p)) {
-        it.disable_recursion_pending();
-        skipped.push_back("skipping " + quoted(p) + ": it is the output folder or one of its temporary folders");
-      } else if (starts_with(p.filename().string(), ".")) {
-        if (dir) it.disable_recursion_pending();
-        skipped.push_back("skipping hidden " + std::string(dir ? "folder " : "file ") + quoted(p));
-      } else if (dir && e.is_symlink(ec)) {
-        skipped.push_back("skipping " + quoted(p) + ": a symbolic link to a folder (name the folder itself)");
-      } else if (dir) {
-        continue;
-      } else if (!e.is_regular_file(ec)) {
-        skipped.push_back("skipping " + quoted(p) + ": not a regular file");
-      } else if (const Kind kind = kind_of(p); kind == Kind::kUnknown) {
-        skipped.push_back("skipping " + quoted(p) +
-                          ": not a .txt, .text, .md, .json or .jsonl file (nor one of these .gz)");
-      } else {
-        found.push_back({p.string(), kind});
-      }
-    }
-    std::sort(found.begin(), found.end(), [](const InputFile& a, const InputFile& b) { return a.path < b.path; });
-    std::sort(skipped.begin(), skipped.end());
-    files.insert(files.end(), found.begin(), found.end());
-    warnings.insert(warnings.end(), skipped.begin(), skipped.end());
-  }
-  return files;
-}
-
-std::vector<std::string> read_all(const std::vector<std::string>& inputs,
-                                  const std::function<bool(const fs::path&)>& exclude,
-                                  std::vector<std::string>& warnings) {
-  const std::vector<InputFile> files = collect_files(inputs, exclude, warnings);
-  std::vector<std::string> docs;
-  for (const InputFile& f : files) add_file(f.path, f.kind, docs);
-  if (docs.empty()) {
-    throw Error("data prepare: the inputs hold no documents (" + std::to_string(files.size()) + " files read, " +
-                std::to_string(warnings.size()) + " skipped); hint: give text (.txt, .md), JSONL with a \"text\" "
-                "field (.jsonl, .json) or these .gz");
-  }
-  return docs;
-}
 
 // The documents as training sentences for SentencePiece: each non-blank line, lines longer than
 // kMaxTrainingLineBytes cut at a space (else at a character boundary). The documents are valid
@@ -386,117 +119,6 @@ std::string explain_training_failure(const std::string& sp, int64_t vocab) {
          "; hint: check --vocab (" + v + ") against the size of the text";
 }
 
-uint64_t digest(const std::vector<uint32_t>& tokens) {  // FNV-1a over the token values
-  uint64_t h = 1469598103934665603ull;
-  for (uint32_t t : tokens) h = (h ^ t) * 1099511628211ull;
-  return h;
-}
-
-bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
-
-// The pid in NAME.tmp-<pid> / NAME.old-<pid>, or -1.
-long leftover_pid(const std::string& entry, const std::string& prefix) {
-  if (!starts_with(entry, prefix) || entry.size() == prefix.size() || entry.size() - prefix.size() > 9) return -1;
-  const std::string digits = entry.substr(prefix.size());
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
-  return std::stol(digits);
-}
-
-// Cleans what a killed prepare into `out` left beside it: OUT.old-<pid> (the old dataset, moved
-// aside by the two-rename swap) goes back to OUT when OUT is missing; other OUT.old-<pid> and
-// OUT.tmp-<pid> folders of processes that are gone are removed.
-void clean_leftovers(const fs::path& out, const Progress& say) {
-  const fs::path parent = out.parent_path();
-  const std::string name = out.filename().string();
-  std::vector<std::pair<fs::path, bool>> found;  // (path, is .old)
-  std::error_code ec;
-  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string entry = it->path().filename().string();
-    const long tmp_pid = leftover_pid(entry, name + ".tmp-"), old_pid = leftover_pid(entry, name + ".old-");
-    const long pid = std::max(tmp_pid, old_pid);
-    std::error_code e2;
-    // (This process's own temporary folder is replaced by prepare itself.)
-    if (pid < 0 || pid == static_cast<long>(::getpid()) || !it->is_directory(e2) || it->is_symlink(e2)) continue;
-    if (process_alive(pid)) {
-      say("warning: leaving " + quoted(it->path()) + ": process " + std::to_string(pid) +
-          " that wrote it is still running (another prepare into the same folder?)");
-      continue;
-    }
-    found.push_back({it->path(), old_pid >= 0});
-  }
-  std::sort(found.begin(), found.end());
-  for (const auto& [path, is_old] : found) {
-    if (is_old && !fs::exists(fs::symlink_status(out))) {
-      fs::rename(path, out);
-      io::sync_parent(out.string());
-      say("restored " + quoted(out) + " from " + quoted(path) + ", left by a killed prepare");
-    } else {
-      fs::remove_all(path);
-      say("removed " + quoted(path) + ", left by a killed prepare");
-    }
-  }
-}
-
-// Throws unless `out` is missing, an empty folder, or a folder of dataset files only.
-void check_replaceable(const fs::path& out, const std::string& given) {
-  const fs::file_status st = fs::symlink_status(out);
-  if (!fs::exists(st)) return;
-  if (!fs::is_directory(st)) {
-    throw Error("data prepare: --out '" + given + "' exists and is not a folder; hint: choose another --out");
-  }
-  for (const auto& e : fs::directory_iterator(out)) {
-    std::string name = e.path().filename().string();
-    const std::string base = ends_with(name, ".tmp") ? name.substr(0, name.size() - 4) : name;
-    if (!kDatasetFiles.count(base) || !fs::is_regular_file(e.symlink_status())) {
-      throw Error("data prepare: --out '" + given + "' holds '" + name +
-                  "', which s3r data prepare does not write, so it will not replace that folder; hint: give a new "
-                  "or empty folder as --out, or move '" + name + "' away");
-    }
-  }
-}
-
-// Removes a folder when it goes out of scope (the temporary folder on any failure).
-struct RemoveOnExit {
-  fs::path path;
-  ~RemoveOnExit() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-};
-
-// Puts `tmp` in place of `out`; on return the old content of `out` (if any) is in `tmp` or gone.
-void swap_in(const fs::path& tmp, const fs::path& out, const Progress& say) {
-  if (!fs::exists(fs::symlink_status(out))) {
-    if (::rename(tmp.c_str(), out.c_str()) != 0) {
-      throw Error("data prepare: cannot rename " + quoted(tmp) + " to " + quoted(out) + ": " + std::strerror(errno));
-    }
-    io::sync_parent(out.string());
-    return;
-  }
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
-    io::sync_parent(out.string());  // the old dataset is now under `tmp`, removed by the caller
-    return;
-  }
-  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != EOPNOTSUPP) {
-    throw Error("data prepare: cannot swap " + quoted(tmp) + " in as " + quoted(out) + ": " + std::strerror(errno));
-  }
-  // No atomic exchange on this file system: two renames. A kill between them leaves the old
-  // dataset under OUT.old-<pid>, which clean_leftovers puts back.
-  const fs::path old = out.parent_path() / (out.filename().string() + ".old-" + std::to_string(::getpid()));
-  if (::rename(out.c_str(), old.c_str()) != 0) {
-    throw Error("data prepare: cannot rename " + quoted(out) + " to " + quoted(old) + ": " + std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), out.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::rename(old.c_str(), out.c_str());
-    throw Error("data prepare: cannot rename " + quoted(tmp) + " to " + quoted(out) + ": " + why);
-  }
-  io::sync_parent(out.string());
-  std::error_code ec;
-  fs::remove_all(old, ec);
-  if (ec) say("warning: cannot remove the old dataset " + quoted(old) + ": " + ec.message());
-}
-
 PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
   const Progress say = [&](const std::string& m) {
     if (progress) progress(m);
@@ -527,25 +149,14 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
     check_tokenizer_loaded(given.Load(o.tokenizer_model), o.tokenizer_model);
   }
 
-  const fs::path out = fs::weakly_canonical(fs::absolute(o.out_dir));
-  if (out.filename().empty() || out == out.root_path()) {
-    throw Error("data prepare: --out '" + o.out_dir + "' cannot be a file system root");
-  }
-  const std::string name = out.filename().string();
+  const fs::path out = dataset_path(o.out_dir);
   clean_leftovers(out, say);
   check_replaceable(out, o.out_dir);
 
   say("reading inputs");
   std::vector<std::string> warnings;
-  const auto is_output = [&](const fs::path& p) {
-    std::error_code ec;
-    const fs::path c = fs::weakly_canonical(p, ec);
-    if (ec) return false;
-    const std::string n = c.filename().string();
-    return c == out || (c.parent_path() == out.parent_path() &&
-                        (starts_with(n, name + ".tmp-") || starts_with(n, name + ".old-")));
-  };
-  const std::vector<std::string> docs = read_all(o.inputs, is_output, warnings);
+  const std::vector<std::string> docs =
+      read_documents(o.inputs, &warnings, [&](const fs::path& p) { return is_dataset_or_temporary(out, p); });
   constexpr size_t kShownWarnings = 20;
   for (size_t i = 0; i < warnings.size() && i < kShownWarnings; ++i) say("warning: " + warnings[i]);
   if (warnings.size() > kShownWarnings) {
@@ -560,11 +171,8 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
   }
 
   // Everything is written into a temporary sibling of OUT, removed on any failure.
-  const fs::path tmp = out.parent_path() / (name + ".tmp-" + std::to_string(::getpid()));
-  fs::create_directories(out.parent_path());
-  fs::remove_all(tmp);
-  RemoveOnExit remove_tmp{tmp};
-  fs::create_directory(tmp);
+  const TempDatasetFolder temp_folder(out);
+  const fs::path& tmp = temp_folder.path();
   const fs::path model_path = tmp / "tokenizer.model";
 
   if (train_tokenizer) {
@@ -592,7 +200,8 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
   sentencepiece::SentencePieceProcessor sp;
   if (const auto status = sp.Load(model_path.string()); !status.ok()) {
     if (train_tokenizer) {
-      throw Error("data prepare: cannot load the trained tokenizer " + quoted(model_path) + ": " + status.ToString());
+      throw Error("data prepare: cannot load the trained tokenizer '" + model_path.string() +
+                  "': " + status.ToString());
     }
     check_tokenizer_loaded(status, o.tokenizer_model);
   }
@@ -612,7 +221,8 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
   result.documents = static_cast<int64_t>(docs.size());
   result.vocab = vocab;
   result.warnings = warnings;
-  uint64_t digests[2];
+  WrittenDataset written;
+  written.vocab = vocab;
   {
     std::vector<uint32_t> train, val;
     std::vector<int> ids;
@@ -631,36 +241,17 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
     write_shard((tmp / "val.bin").string(), val, vocab);
     result.train_tokens = static_cast<int64_t>(train.size());
     result.val_tokens = static_cast<int64_t>(val.size());
-    digests[0] = digest(train);
-    digests[1] = digest(val);
+    written.train_tokens = result.train_tokens;
+    written.val_tokens = result.val_tokens;
+    written.train_digest = token_digest(train);
+    written.val_digest = token_digest(val);
   }
   const nlohmann::json info = {{"documents", docs.size()}, {"train_documents", n_train},
                                {"val_documents", n_val}, {"train_tokens", result.train_tokens},
                                {"val_tokens", result.val_tokens}, {"vocab", vocab}, {"eos_id", eos}};
   io::write_file_atomic((tmp / "info.json").string(), [&](std::ostream& s) { s << info.dump(2) << "\n"; });
-
-  // Verify what is on disk before it replaces anything.
-  const char* shard_names[2] = {"train.bin", "val.bin"};
-  const int64_t counts[2] = {result.train_tokens, result.val_tokens};
-  for (int k = 0; k < 2; ++k) {
-    const TokenShard s = read_shard((tmp / shard_names[k]).string());
-    if (s.vocab != vocab || static_cast<int64_t>(s.tokens.size()) != counts[k] || digest(s.tokens) != digests[k]) {
-      throw Error("data prepare: verifying " + quoted(tmp / shard_names[k]) + " failed: it reads back with " +
-                  std::to_string(s.tokens.size()) + " tokens of vocabulary " + std::to_string(s.vocab) + ", written " +
-                  std::to_string(counts[k]) + " of " + std::to_string(vocab) + " (disk or file system fault?)");
-    }
-  }
-  {
-    std::ifstream in(tmp / "info.json");
-    const nlohmann::json back = nlohmann::json::parse(in, nullptr, false);
-    if (back != info) {
-      throw Error("data prepare: verifying " + quoted(tmp / "info.json") + " failed: it reads back differently");
-    }
-  }
-  for (const char* f : {"tokenizer.model", "tokenizer.vocab", "train.bin", "val.bin", "info.json"}) {
-    if (fs::exists(tmp / f)) io::sync_path((tmp / f).string());
-  }
-  io::sync_path(tmp.string());
+  written.info = info;
+  verify_and_sync(tmp, written);  // what is on disk, before it replaces anything
   if (o.before_swap) o.before_swap(tmp.string());
 
   check_replaceable(out, o.out_dir);  // again: it may have changed while this ran
@@ -671,15 +262,6 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
 }
 
 }  // namespace
-
-std::vector<std::string> read_documents(const std::vector<std::string>& inputs, std::vector<std::string>* warnings) {
-  std::vector<std::string> local;
-  try {
-    return read_all(inputs, nullptr, warnings ? *warnings : local);
-  } catch (const fs::filesystem_error& e) {
-    throw Error(std::string("data prepare: ") + e.what());
-  }
-}
 
 PrepareResult prepare(const PrepareOptions& options, const Progress& progress) {
   try {

@@ -2,18 +2,10 @@
 // `s3r data prepare` (issues 4 and 10): text -> SentencePiece BPE tokenizer -> train and validation
 // token shards.
 //
-// Inputs (files or folders, read recursively in name order):
-//   - plain text: .txt, .text, .md; one document per blank-line-separated paragraph;
-//   - JSON: .jsonl/.json with a "text" field per line (the C4 format), or a .json(l) file
-//     holding one array of strings;
-//   - each of these gzip-compressed (NAME.EXT.gz).
-// In a folder, files of any other extension, hidden files and folders (".name"), symbolic links to
-// folders, non-regular files, and OUT itself (with its temporary siblings, when OUT lies inside an
-// input folder) are skipped with a warning (never read). A file named explicitly is read as plain
-// text whatever its extension (NAME.gz: decompressed, then as plain text). Every file read must be
-// valid UTF-8 without NUL bytes (a UTF-8 byte-order mark is dropped), else it is an error naming
-// the file and the byte offset: a binary file under a text name is never tokenized as text. A
-// truncated or corrupt .gz, or a .gz that is not gzip at all, is an error naming the file.
+// Inputs: files or folders of text, JSON(L) or these gzip-compressed, read into documents as
+// s3r/data/text_input.hpp describes (read_documents). In a folder, OUT itself and its temporary
+// siblings (when OUT lies inside an input folder) are skipped with a warning, like any file that is
+// not a known text format.
 //
 // A tokenizer is trained on the input unless `tokenizer_model` names an existing SentencePiece
 // model (such as Llama's tokenizer.model; it may be OUT/tokenizer.model itself). The trained
@@ -49,6 +41,8 @@
 #include <string>
 #include <vector>
 
+#include "s3r/data/text_input.hpp"  // read_documents (for callers of this header)
+
 namespace s3r::data {
 
 struct PrepareOptions {
@@ -72,11 +66,6 @@ struct PrepareResult {
   uint32_t vocab = 0;
   std::vector<std::string> warnings;  // skipped files, also sent to `progress` as "warning: ..."
 };
-
-// Reads every document of the inputs; throws s3r::Error naming the file (and line) at fault.
-// Files skipped in folders are appended to `warnings` when it is given.
-std::vector<std::string> read_documents(const std::vector<std::string>& inputs,
-                                        std::vector<std::string>* warnings = nullptr);
 
 // `progress` receives status lines, and each warning prefixed with "warning: "; it may be empty.
 PrepareResult prepare(const PrepareOptions& options,
