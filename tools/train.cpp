@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "option_checks.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/machine.hpp"
 #include "s3r/data/token_shard.hpp"
@@ -83,7 +84,6 @@ void run(const TrainCli& c) {
   o.checkpoint_every = c.checkpoint_every;
   o.out_dir = c.out;
   o.overwrite = c.overwrite;
-  if (c.schedule_steps < 0) throw Error("--schedule-steps must be >= 0 (0: --steps), got " + std::to_string(c.schedule_steps));
   train::validate_options(o);  // before the shards are read
   namespace fs = std::filesystem;
   const data::TokenShard train_shard = data::read_shard((fs::path(c.data_dir) / "train.bin").string());
@@ -126,20 +126,24 @@ void register_train(CLI::App& app) {
   cmd->add_option("--data", c->data_dir, "folder with train.bin and val.bin (s3r data prepare)")->capture_default_str();
   cmd->add_option("--mode", c->mode, "f32 | bf16 | rtne | sr | s3r | s3r-bcast")->capture_default_str();
   cmd->add_option("--correction", c->correction, "none | dx | two-way")->capture_default_str();
-  cmd->add_option("--seed", c->seed, "weights, data order and thresholds")->capture_default_str();
-  cmd->add_option("--steps", c->steps, "optimizer steps")->capture_default_str();
-  cmd->add_option("--schedule-steps", c->schedule_steps,
-                  "steps of the cosine schedule (default: --steps; set it to run a schedule in parts)");
-  cmd->add_option("--lr", c->lr, "peak learning rate")->capture_default_str();
-  cmd->add_option("--min-lr", c->min_lr, "learning rate at the end of the cosine decay")->capture_default_str();
-  cmd->add_option("--warmup", c->warmup, "linear warm-up steps")->capture_default_str();
-  cmd->add_option("--weight-decay", c->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  cmd->add_option("--clip", c->clip, "global gradient-norm clip (0: none)")->capture_default_str();
-  cmd->add_option("--eval-every", c->eval_every, "steps between validations (0: only at the end)")->capture_default_str();
-  cmd->add_option("--eval-batches", c->eval_batches,
-                  "validation batches of B x S tokens (the same windows at every validation)")
-      ->capture_default_str();
-  cmd->add_option("--checkpoint-every", c->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str();
+  // Numbers are checked as they are parsed (tools/option_checks.hpp), and again, with the
+  // relations between them, by train::validate_options before the shards are read.
+  add_integer_option(cmd, "--seed", c->seed, "weights, data order and thresholds", 0, UINT32_MAX);
+  add_integer_option(cmd, "--steps", c->steps, "optimizer steps", 1);
+  add_integer_option(cmd, "--schedule-steps", c->schedule_steps,
+                     "steps of the cosine schedule (0: --steps; set it to run a schedule in parts)", 0, INT64_MAX,
+                     "0: --steps");
+  add_float_option(cmd, "--lr", c->lr, "peak learning rate, in (0, 1]", 0.0, 1.0);
+  add_float_option(cmd, "--min-lr", c->min_lr, "learning rate at the end of the cosine decay, in [0, --lr]", 0.0, 1.0);
+  add_integer_option(cmd, "--warmup", c->warmup, "linear warm-up steps", 0);
+  add_float_option(cmd, "--weight-decay", c->weight_decay, "AdamW decoupled weight decay, in [0, 1)", 0.0, 1.0);
+  add_float_option(cmd, "--clip", c->clip, "global gradient-norm clip (0: none)", 0.0, 1e30, "0: none");
+  add_integer_option(cmd, "--eval-every", c->eval_every, "steps between validations (0: only at the end)", 0,
+                     INT64_MAX, "0: only at the end");
+  add_integer_option(cmd, "--eval-batches", c->eval_batches,
+                     "validation batches of B x S tokens (the same windows at every validation)", 1);
+  add_integer_option(cmd, "--checkpoint-every", c->checkpoint_every, "steps between checkpoints (0: only at the end)",
+                     0, INT64_MAX, "0: only at the end");
   cmd->add_option("--out", c->out, "run folder: metrics.jsonl, checkpoint/, loss.png")->capture_default_str();
   cmd->add_option("--resume", c->resume, "continue bit-exactly from the checkpoint in this run folder");
   cmd->add_flag("--overwrite", c->overwrite, "replace an earlier run in --out (without it such a folder is refused)");

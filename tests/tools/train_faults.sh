@@ -95,8 +95,11 @@ reused_folder)
 bad_options)
   # Non-finite and out-of-range numbers, and a validation shard shorter than one window: one
   # line, exit 1, before any step (no run folder is created).
-  expect 1 "--lr must be a number in \\(0, 1\\], got nan" -- "$s3r" train "${common[@]}" --lr nan --out "$work/r1"
-  expect 1 "--lr must be a number in \\(0, 1\\], got 1e\\+30" -- "$s3r" train "${common[@]}" --lr 1e30 --out "$work/r1"
+  expect 1 "train: --lr must be a finite number, got 'nan'" -- "$s3r" train "${common[@]}" --lr nan --out "$work/r1"
+  expect 1 "train: --lr must be <= 1, got 1e30" -- "$s3r" train "${common[@]}" --lr 1e30 --out "$work/r1"
+  expect 1 "--lr must be a number in \\(0, 1\\], got 0" -- "$s3r" train "${common[@]}" --lr 0 --out "$work/r1"
+  expect 1 "--min-lr must be a number in \\[0, --lr\\]" -- "$s3r" train "${common[@]}" --min-lr 0.5 --out "$work/r1"
+  expect 1 "train: --steps must be an integer, got '1e3'" -- "$s3r" train "${common[@]}" --steps 1e3 --out "$work/r1"
   expect 1 "--clip must be a finite number" -- "$s3r" train "${common[@]}" --clip inf --out "$work/r1"
   expect 1 "--eval-batches must be >= 1" -- "$s3r" train "${common[@]}" --eval-batches 0 --out "$work/r1"
   expect 1 "--schedule-steps must be >= 0" -- "$s3r" train "${common[@]}" --schedule-steps -5 --out "$work/r1"
