@@ -53,7 +53,7 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
 // Thread-count invariance of bf16 products (on by default): oneDNN's native bf16 kernels split
 // a long K (a dW product over T tokens) across threads by thread count, so their f32 sums differ
 // with OMP_NUM_THREADS; with this on, such products (K > max(M, N)) run as fixed output tiles of
-// the whole K, one thread each, and give the same bits for any thread count, 0-40% slower. The
+// the whole K, one thread each, and give the same bits for any thread count, 0-70% slower. The
 // trainer keeps it on (every logged number is the same for any thread count); the benchmarks
 // turn it off so that the bf16 baseline is oneDNN at its fastest. f32, int8 and f32-emulated
 // bf16 products are thread-count invariant either way.
