@@ -269,6 +269,38 @@ TEST(Trainer, ARunThatGoesBadKeepsTheGoodCheckpoint) {
   EXPECT_EQ(snapshot(fs::path(dir) / "checkpoint"), before);
 }
 
+// Every missing, mistyped or absurd field of meta.json is an s3r::Error naming the file and the
+// field (never a JSON library exception, an overflow or an allocation of a corrupt size).
+TEST(Trainer, CorruptMetaFieldsAreNamed) {
+  const data::TokenShard train_shard = synthetic(6000, 1), val_shard = synthetic(2000, 2);
+  std::ostringstream log;
+  const std::string dir = temp_dir("meta_fields");
+  train(tiny_options(2, dir), train_shard, val_shard, "", log);
+  const fs::path meta = fs::path(dir) / "checkpoint" / "meta.json";
+  std::string text;
+  {
+    std::ifstream in(meta);
+    std::ostringstream s;
+    s << in.rdbuf();
+    text = s.str();
+  }
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) t.replace(at, from.size(), to);
+    std::ofstream(meta, std::ios::trunc) << t;
+    return error_of([&] { read_checkpoint_info(dir); });
+  };
+  EXPECT_NE(with("\"batch\": 4", "\"batch\": 1099511627776").find("batch must be <= 16777216"), std::string::npos);
+  EXPECT_NE(with("\"batch\": 4", "\"batch\": \"4\"").find("field \"batch\" is \"4\", not a whole number"),
+            std::string::npos);
+  EXPECT_NE(with("\"step\": 1", "\"stop\": 1").find("field \"step\" is missing"), std::string::npos);
+  EXPECT_NE(with("\"crc32\"", "\"crc\"").find("field \"crc32\" is missing"), std::string::npos);
+  const std::string what = with("\"version\": 2", "\"version\": 7");
+  EXPECT_NE(what.find("meta.json': checkpoint version 7"), std::string::npos) << what;
+}
+
 TEST(Trainer, UnigramEntropyOfAUniformShardIsLogV) {
   data::TokenShard s;
   s.vocab = 8;
