@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "s3r/core/error.hpp"
@@ -71,6 +72,7 @@ TokenShard read_shard(const std::string& path) {
   if (!in) fail(path, "cannot open for reading");
   char header[kShardHeaderBytes];
   in.read(header, kShardHeaderBytes);
+  if (!in) fail(path, "cannot read the 32-byte header");
   if (std::memcmp(header, kShardMagic, 8) != 0) fail(path, "bad magic: not an s3r token shard");
   const auto version = get<uint32_t>(header + 8);
   if (version != kShardVersion) {
@@ -81,20 +83,29 @@ TokenShard read_shard(const std::string& path) {
   if (width != 2 && width != 4) fail(path, "bytes per token is " + std::to_string(width) + ", expected 2 or 4");
   const auto count = get<uint64_t>(header + 16);
   const auto vocab = get<uint32_t>(header + 24);
-  const uintmax_t expected = static_cast<uintmax_t>(kShardHeaderBytes) + count * width;
-  if (size != expected) {
+  // The count comes from the file: compare it with what the file can hold before multiplying, so
+  // that a corrupt count (a flipped high bit) can neither overflow count * width nor size an
+  // allocation past the file.
+  const uintmax_t payload = size - static_cast<uintmax_t>(kShardHeaderBytes);
+  if (count > payload / width || count * width != payload) {
     std::ostringstream msg;
     msg << "file size is " << size << " bytes, but the header promises " << count << " tokens of "
-        << width << " bytes = " << expected << " bytes (truncated or corrupt)";
+        << width << " bytes";
+    if (count <= (std::numeric_limits<uint64_t>::max() - kShardHeaderBytes) / width) {
+      msg << " = " << static_cast<uint64_t>(kShardHeaderBytes) + count * width << " bytes";
+    } else {
+      msg << ", more than any file holds";
+    }
+    msg << " (truncated or corrupt)";
     fail(path, msg.str());
   }
   if (vocab == 0) fail(path, "vocabulary size is 0");
   TokenShard shard;
   shard.vocab = vocab;
-  shard.tokens.resize(count);
-  std::vector<char> raw(count * width);
+  shard.tokens.resize(static_cast<size_t>(count));
+  std::vector<char> raw(static_cast<size_t>(payload));
   in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
-  if (!in) fail(path, "read failed");
+  if (!in) fail(path, "read failed (the file shrank while being read?)");
   for (uint64_t i = 0; i < count; ++i) {
     const uint32_t t = width == 2 ? get<uint16_t>(raw.data() + 2 * i) : get<uint32_t>(raw.data() + 4 * i);
     if (t >= vocab) {

@@ -1,5 +1,6 @@
 #include "s3r/io/safetensors.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,19 @@ namespace {
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw Error("safetensors file '" + path + "': " + what);
+}
+
+// The format's own limit (Hugging Face's reader refuses larger headers): a corrupt length never
+// sizes an allocation past it.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// 2^61 values: their F32 bytes still fit in int64.
+constexpr uint64_t kMaxElements = uint64_t{1} << 61;
+
+// A JSON value for an error message, cut to a line's worth.
+std::string brief(const nlohmann::json& j) {
+  std::string text = j.dump();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
 }
 
 int64_t element_count(const std::vector<int64_t>& shape) {
@@ -58,39 +72,145 @@ SafetensorsFile read_safetensors(const std::string& path) {
   if (ec) fail(path, "cannot open: " + ec.message());
   if (size < 8) fail(path, "is " + std::to_string(size) + " bytes, too short for a header");
   std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open for reading");
   uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), 8);
+  if (!in) fail(path, "cannot read the 8-byte header length");
   if (n > size - 8) fail(path, "header length " + std::to_string(n) + " exceeds the file (truncated?)");
-  std::string text(n, '\0');
+  if (n > kMaxHeaderBytes) {
+    fail(path, "header length " + std::to_string(n) + " exceeds the format's limit of " +
+                   std::to_string(kMaxHeaderBytes) + " bytes (corrupt?)");
+  }
+  std::string text(static_cast<size_t>(n), '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
+  if (!in) fail(path, "cannot read the " + std::to_string(n) + "-byte header");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail(path, std::string("header is not valid JSON: ") + e.what());
   }
-  const uintmax_t data_size = size - 8 - n;
+  if (!header.is_object()) {
+    fail(path, std::string("header is a JSON ") + header.type_name() + ", expected an object");
+  }
+  const uint64_t data_size = size - 8 - n;
+
+  // Validate every entry before allocating anything: types, shapes (overflow-checked), offsets
+  // within the data, and the offsets tiling the data exactly (the format forbids holes and
+  // overlaps, so no byte of the file goes unaccounted for).
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> shape;
+    uint64_t begin = 0, end = 0;
+  };
+  std::vector<Entry> entries;
   SafetensorsFile file;
-  std::vector<char> data(data_size);
-  in.read(data.data(), static_cast<std::streamsize>(data_size));
-  if (!in) fail(path, "read failed");
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
-      for (const auto& [k, v] : entry.items()) file.metadata[k] = v.get<std::string>();
+      if (!entry.is_object()) {
+        fail(path, std::string("\"__metadata__\" is a JSON ") + entry.type_name() +
+                       ", expected an object of strings");
+      }
+      for (const auto& [k, v] : entry.items()) {
+        if (!v.is_string()) {
+          fail(path, "\"__metadata__\" field '" + k + "' is a JSON " + v.type_name() +
+                         ", expected a string");
+        }
+        file.metadata[k] = v.get<std::string>();
+      }
       continue;
     }
-    if (!entry.contains("dtype") || entry["dtype"] != "F32") fail(path, "tensor '" + name + "' is not F32");
-    SafetensorsFile::Tensor t;
-    t.shape = entry.at("shape").get<std::vector<int64_t>>();
-    const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-    const uint64_t bytes = static_cast<uint64_t>(element_count(t.shape)) * sizeof(float);
-    if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] - offsets[0] != bytes ||
-        offsets[1] > data_size) {
-      fail(path, "tensor '" + name + "' has data offsets outside the file or unequal to its shape");
+    const std::string what = "tensor '" + name + "'";
+    if (!entry.is_object()) fail(path, what + " is a JSON " + entry.type_name() + ", expected an object");
+    const auto dtype = entry.find("dtype");
+    if (dtype == entry.end()) fail(path, what + " has no \"dtype\"");
+    if (!dtype->is_string()) fail(path, what + ": \"dtype\" is a JSON " + dtype->type_name() + ", expected a string");
+    if (dtype->get<std::string>() != "F32") {
+      fail(path, what + " has dtype \"" + dtype->get<std::string>() + "\"; s3r reads only F32");
     }
-    t.data.resize(static_cast<size_t>(element_count(t.shape)));
-    std::memcpy(t.data.data(), data.data() + offsets[0], bytes);
-    file.tensors.emplace(name, std::move(t));
+    Entry e;
+    e.name = name;
+    const auto shape = entry.find("shape");
+    if (shape == entry.end()) fail(path, what + " has no \"shape\"");
+    if (!shape->is_array()) fail(path, what + ": \"shape\" is a JSON " + shape->type_name() + ", expected an array of non-negative integers");
+    // Elements: the product of the dimensions. The product of the non-zero ones must fit in
+    // int64 (so that any caller's product of any subset does too) and the bytes in uint64.
+    uint64_t nonzero_product = 1;
+    bool has_zero = false;
+    for (size_t i = 0; i < shape->size(); ++i) {
+      const nlohmann::json& d = (*shape)[i];
+      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
+        fail(path, what + ": \"shape\"[" + std::to_string(i) + "] is " + brief(d) +
+                       ", expected a non-negative integer");
+      }
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim == 0) {
+        has_zero = true;
+      } else if (nonzero_product > kMaxElements / dim) {
+        fail(path, what + ": \"shape\" " + brief(*shape) + " holds more than 2^61 values (corrupt?)");
+      } else {
+        nonzero_product *= dim;
+      }
+      e.shape.push_back(static_cast<int64_t>(dim));
+    }
+    const uint64_t bytes = has_zero ? 0 : nonzero_product * sizeof(float);
+    const auto offsets = entry.find("data_offsets");
+    if (offsets == entry.end()) fail(path, what + " has no \"data_offsets\"");
+    if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+        !(*offsets)[1].is_number_unsigned()) {
+      fail(path, what + ": \"data_offsets\" is " + brief(*offsets) +
+                     ", expected [begin, end], two non-negative integers");
+    }
+    e.begin = (*offsets)[0].get<uint64_t>();
+    e.end = (*offsets)[1].get<uint64_t>();
+    if (e.end < e.begin) {
+      fail(path, what + " has data offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                     "]: the end is before the begin");
+    }
+    if (e.end > data_size) {
+      fail(path, what + " has data offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                     "] outside the file's " + std::to_string(data_size) + " data bytes (truncated?)");
+    }
+    if (e.end - e.begin != bytes) {
+      fail(path, what + " has data offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                     "] (" + std::to_string(e.end - e.begin) + " bytes), but its shape " + brief(*shape) +
+                     " of F32 needs " + std::to_string(bytes) + " bytes");
+    }
+    entries.push_back(std::move(e));
+  }
+  std::vector<const Entry*> order;
+  for (const Entry& e : entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  const Entry* previous = nullptr;
+  for (const Entry* e : order) {
+    if (e->begin < covered) {
+      fail(path, "tensor '" + e->name + "' (bytes [" + std::to_string(e->begin) + ", " +
+                     std::to_string(e->end) + ")) overlaps tensor '" + previous->name + "' (bytes [" +
+                     std::to_string(previous->begin) + ", " + std::to_string(previous->end) + "))");
+    }
+    if (e->begin > covered) {
+      fail(path, "data bytes [" + std::to_string(covered) + ", " + std::to_string(e->begin) +
+                     ") before tensor '" + e->name + "' belong to no tensor (the format forbids holes)");
+    }
+    covered = e->end;
+    previous = e;
+  }
+  if (covered != data_size) {
+    fail(path, "data bytes [" + std::to_string(covered) + ", " + std::to_string(data_size) +
+                   ") after the last tensor belong to no tensor (the format forbids holes)");
+  }
+
+  // Read each tensor straight into its buffer: at most the file's size in all.
+  for (const Entry* e : order) {
+    SafetensorsFile::Tensor t;
+    t.shape = e->shape;
+    t.data.resize(static_cast<size_t>((e->end - e->begin) / sizeof(float)));
+    if (!t.data.empty()) in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(e->end - e->begin));
+    if (!in) fail(path, "tensor '" + e->name + "': read failed (the file shrank while being read?)");
+    file.tensors.emplace(e->name, std::move(t));
   }
   return file;
 }

@@ -70,6 +70,64 @@ TEST(TokenShard, CorruptFilesAreRejectedWithTheReason) {
   EXPECT_THROW(write_shard(path, {10}, 10), Error);
 }
 
+// Overwrites `bytes` of `path` at `offset`.
+void patch(const std::string& path, std::streamoff offset, const void* bytes, size_t n) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(offset);
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+}
+
+// A count with a high bit flipped wraps count * width around to the true payload size: the old
+// check (size == 32 + count * width) passed and resize(count) threw std::length_error (an
+// internal error) instead of naming the file.
+TEST(TokenShard, CountThatOverflowsTheSizeIsAnErrorNotAnAllocation) {
+  const std::string path = temp_path("overflow.bin");
+  write_shard(path, {1, 2, 3, 4}, 10);  // width 2: 8 bytes of tokens
+  const uint64_t wraps2 = 4 | (uint64_t{1} << 63);  // 2 * count == 8 (mod 2^64)
+  patch(path, 16, &wraps2, 8);
+  std::string error = error_of(path);
+  EXPECT_NE(error.find("more than any file holds"), std::string::npos) << error;
+  EXPECT_NE(error.find("overflow.bin"), std::string::npos) << error;
+  write_shard(path, {1, 2, 3, 4}, 70000);  // width 4: 16 bytes of tokens
+  const uint64_t wraps4 = 4 | (uint64_t{1} << 62);  // 4 * count == 16 (mod 2^64)
+  patch(path, 16, &wraps4, 8);
+  error = error_of(path);
+  EXPECT_NE(error.find("more than any file holds"), std::string::npos) << error;
+  // Large but not overflowing: the sizes are named.
+  write_shard(path, {1, 2, 3, 4}, 10);
+  const uint64_t large = uint64_t{1} << 40;
+  patch(path, 16, &large, 8);
+  error = error_of(path);
+  EXPECT_NE(error.find("promises 1099511627776 tokens of 2 bytes = 2199023255584 bytes"), std::string::npos)
+      << error;
+}
+
+TEST(TokenShard, EveryHeaderFieldIsChecked) {
+  const std::string path = temp_path("fields.bin");
+  write_shard(path, {1, 2, 3, 4}, 10);
+  const uint32_t version = 7;
+  patch(path, 8, &version, 4);
+  EXPECT_NE(error_of(path).find("version 7"), std::string::npos) << error_of(path);
+  write_shard(path, {1, 2, 3, 4}, 10);
+  const uint32_t width = 3;
+  patch(path, 12, &width, 4);
+  EXPECT_NE(error_of(path).find("bytes per token is 3"), std::string::npos) << error_of(path);
+  write_shard(path, {1, 2, 3, 4}, 10);
+  const uint32_t vocab = 0;
+  patch(path, 24, &vocab, 4);
+  EXPECT_NE(error_of(path).find("vocabulary size is 0"), std::string::npos) << error_of(path);
+  std::filesystem::resize_file(path, 31);
+  EXPECT_NE(error_of(path).find("shorter than the 32-byte header"), std::string::npos) << error_of(path);
+  // A folder is not a shard.
+  EXPECT_NE(error_of(std::filesystem::temp_directory_path().string()).find("cannot open"), std::string::npos);
+}
+
+TEST(TokenShard, EmptyShardRoundTrips) {
+  const std::string path = temp_path("empty.bin");
+  write_shard(path, {}, 10);
+  EXPECT_TRUE(read_shard(path).tokens.empty());
+}
+
 TokenShard counting_shard(uint32_t n) {
   TokenShard s;
   s.vocab = n + 1;

@@ -12,7 +12,8 @@
 //       32  n*b   tokens
 //
 // Opening validates everything, the file size included, and names the file and the field at
-// fault. Writing goes to a temporary name and renames it, so no reader ever sees half a shard.
+// fault. The token count is checked against the file size before it sizes anything (no
+// overflow of n * width, no allocation beyond the file). Writing goes to a temporary name and renames it, so no reader ever sees half a shard.
 #include <cstdint>
 #include <string>
 #include <vector>
