@@ -37,16 +37,7 @@ model::ModelConfig ModelOptions::config() const {
   if (vocab) m.vocab = *vocab;
   if (seq) m.seq_len = *seq;
   if (batch) m.batch = *batch;
-  m.validate();
-  // Refused in double before any int64 product of these sizes (parameter counts, buffer sizes,
-  // the memory estimate) can overflow; far below this bound the memory check speaks instead.
-  if (!(model_elements(m) < kMaxModelElements)) {
-    std::ostringstream msg;
-    msg.precision(3);
-    msg << "model " << m.describe() << ": about " << model_elements(m)
-        << " values (parameters, activations, logits) to hold, beyond any machine; use smaller model options";
-    throw Error(msg.str());
-  }
+  m.validate();  // bounded too: every size computed from m fits in int64 (model/config.cpp)
   return m;
 }
 
