@@ -202,7 +202,9 @@ class Run:
     def execute(self):
         """Runs (or resumes) the training; writes done.json. Returns the final validation loss."""
         cmd = self.argv()
-        if (self.dir / "checkpoint" / "meta.json").is_file():
+        # A crash during a save can leave the newest checkpoint in checkpoint.tmp/ or .old/;
+        # s3r train --resume finds it there.
+        if any((self.dir / name).exists() for name in ("checkpoint", "checkpoint.tmp", "checkpoint.old")):
             cmd += ["--resume", str(self.dir)]
         elif self.dir.exists():
             shutil.rmtree(self.dir)  # started but never checkpointed: start over
