@@ -36,19 +36,7 @@ declare -A dict=([fuzz_safetensors]=fuzz/safetensors.dict [fuzz_checkpoint]=fuzz
 
 # Packages (as scripts/setup.sh does it: only those missing, as root or through sudo).
 packages=(clang libclang-rt-14-dev libomp-14-dev)
-if command -v dpkg-query >/dev/null; then
-  missing=()
-  for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if ((${#missing[@]})); then
-    echo "fuzz: installing ${missing[*]}"
-    sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  fi
-fi
+command -v dpkg-query >/dev/null && scripts/install_packages.sh fuzz "${packages[@]}"
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found" >&2; exit 1; }
 
 build=build/fuzz

@@ -11,19 +11,7 @@ cd "$(dirname "$0")/.."
 packages=(g++ cmake make libgtest-dev libbenchmark-dev libdnnl-dev libcli11-dev nlohmann-json3-dev
           libsentencepiece-dev zlib1g-dev gnuplot-nox python3)
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-  echo "setup: all packages present (${packages[*]})"
-fi
+scripts/install_packages.sh setup "${packages[@]}"
 
 [ "${1:-}" = "--no-build" ] && exit 0
 cmake --preset release >/dev/null
