@@ -45,6 +45,39 @@ MatmulShape resolved(const MatmulShape& s) {
 // `cols` values at stride `ld`.
 int64_t stored_extent(int64_t rows, int64_t cols, int64_t ld) { return (rows - 1) * ld + cols; }
 
+std::atomic<bool> g_thread_invariant{true};
+
+// oneDNN's f32 and bf16 GEMMs split their work, K included, by thread count, and then add the
+// partial sums in an order that depends on it: the results, and so every logged loss, change
+// with OMP_NUM_THREADS. Seen with 1 vs 2 threads for native bf16 dW products on AVX-512 BF16
+// (C = 256, F = 768, T = 1024), and with 1 vs 3 threads for f32 dX and dW products under oneDNN's
+// AVX2 kernels (the same shapes). With thread invariance on (the default), products outside a
+// parallel region run as fixed output tiles, each over the whole K on one thread (oneDNN runs
+// single-threaded inside a parallel region; each thread passes its own scratchpad): the same
+// bits for any thread count.
+void float_product(Type type, float* C, const void* A, const void* B, const MatmulShape& s, bool accumulate) {
+  constexpr int64_t kTileM = 128, kTileN = 256;
+  const int64_t tiles_m = (s.M + kTileM - 1) / kTileM, tiles_n = (s.N + kTileN - 1) / kTileN;
+  if (!g_thread_invariant || omp_in_parallel() || tiles_m * tiles_n == 1) {
+    onednn::run({type, type, Type::kF32, s, nullptr, accumulate}, C, A, B);
+    return;
+  }
+  const int64_t bytes = type == Type::kF32 ? 4 : 2;
+  const auto* a_bytes = static_cast<const char*>(A);
+  const auto* b_bytes = static_cast<const char*>(B);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles_m * tiles_n; ++t) {
+    const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
+    MatmulShape tile = s;
+    tile.M = std::min(kTileM, s.M - m0);
+    tile.N = std::min(kTileN, s.N - n0);
+    // op(A) rows m0.. are stored columns when A is transposed; op(B) columns n0.. likewise rows.
+    const char* a = a_bytes + bytes * (s.a_transposed ? m0 : m0 * s.lda);
+    const char* b = b_bytes + bytes * (s.b_transposed ? n0 * s.ldb : n0);
+    onednn::run({type, type, Type::kF32, tile, nullptr, accumulate}, C + m0 * s.ldc + n0, a, b);
+  }
+}
+
 // The stored values widened to f32 (exact), into `buf` unless the caller holds them widened.
 const float* widened(std::vector<float>& buf, const Bf16Operand& x, int64_t extent) {
   if (x.widened != nullptr) return x.widened;
@@ -66,31 +99,7 @@ void emulated_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const M
                                                     : stored_extent(s.M, s.K, s.lda));
   const float* b = widened(b_buf, B, s.b_transposed ? stored_extent(s.N, s.K, s.ldb)
                                                     : stored_extent(s.K, s.N, s.ldb));
-  onednn::run({Type::kF32, Type::kF32, Type::kF32, s, nullptr, accumulate}, C, a, b);
-}
-
-std::atomic<bool> g_bf16_thread_invariant{true};
-
-// oneDNN's bf16 kernels split a long K across threads when the output is small (a dW product,
-// K = T tokens, output C x F), and where the split falls depends on the thread count: the f32
-// sums, and so every logged loss, would change with OMP_NUM_THREADS (seen on AVX-512 BF16 at
-// C = 256, F = 768, T = 1024 with 1 vs 2 threads). Such products run instead as fixed output
-// tiles, each over the whole K on one thread (oneDNN runs single-threaded inside a parallel
-// region; each thread passes its own scratchpad): the same bits for any thread count, at a cost
-// of 0-70% on those products (medians, Emerald Rapids, 2 threads, C = 256, F = 768, T = 4096).
-void bf16_in_fixed_tiles(float* C, const bf16* A, const bf16* B, const MatmulShape& s, bool accumulate) {
-  constexpr int64_t kTileM = 128, kTileN = 256;
-  const int64_t tiles_m = (s.M + kTileM - 1) / kTileM, tiles_n = (s.N + kTileN - 1) / kTileN;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t t = 0; t < tiles_m * tiles_n; ++t) {
-    const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
-    MatmulShape tile = s;
-    tile.M = std::min(kTileM, s.M - m0);
-    tile.N = std::min(kTileN, s.N - n0);
-    const bf16* a = A + (s.a_transposed ? m0 : m0 * s.lda);  // op(A) rows m0..: stored columns when transposed
-    const bf16* b = B + (s.b_transposed ? n0 * s.ldb : n0);
-    onednn::run({Type::kBf16, Type::kBf16, Type::kF32, tile, nullptr, accumulate}, C + m0 * s.ldc + n0, a, b);
-  }
+  float_product(Type::kF32, C, a, b, s, accumulate);
 }
 
 void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const s8::Output& out) {
@@ -138,12 +147,12 @@ void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const 
 
 }  // namespace
 
-void set_bf16_thread_invariant(bool on) { g_bf16_thread_invariant = on; }
-bool bf16_thread_invariant() { return g_bf16_thread_invariant; }
+void set_thread_invariant(bool on) { g_thread_invariant = on; }
+bool thread_invariant() { return g_thread_invariant; }
 
 void matmul_f32(float* C, const float* A, const float* B, const MatmulShape& shape,
                 bool accumulate) {
-  onednn::run({Type::kF32, Type::kF32, Type::kF32, resolved(shape), nullptr, accumulate}, C, A, B);
+  float_product(Type::kF32, C, A, B, resolved(shape), accumulate);
 }
 
 void matmul_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const MatmulShape& shape,
@@ -153,11 +162,7 @@ void matmul_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const Mat
     emulated_bf16(C, A, B, s, accumulate);
     return;
   }
-  if (bf16_thread_invariant() && s.K > std::max(s.M, s.N) && !omp_in_parallel()) {
-    bf16_in_fixed_tiles(C, A.values, B.values, s, accumulate);
-    return;
-  }
-  onednn::run({Type::kBf16, Type::kBf16, Type::kF32, s, nullptr, accumulate}, C, A.values, B.values);
+  float_product(Type::kBf16, C, A.values, B.values, s, accumulate);
 }
 
 void matmul_bf16(float* C, const bf16* A, const bf16* B, const MatmulShape& shape,

@@ -50,15 +50,15 @@ void matmul_bf16(float* C, const bf16* A, const bf16* B, const MatmulShape& shap
                  bool accumulate = false);
 void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape);
 
-// Thread-count invariance of bf16 products (on by default): oneDNN's native bf16 kernels split
-// a long K (a dW product over T tokens) across threads by thread count, so their f32 sums differ
-// with OMP_NUM_THREADS; with this on, such products (K > max(M, N)) run as fixed output tiles of
-// the whole K, one thread each, and give the same bits for any thread count, 0-70% slower. The
-// trainer keeps it on (every logged number is the same for any thread count); the benchmarks
-// turn it off so that the bf16 baseline is oneDNN at its fastest. f32, int8 and f32-emulated
-// bf16 products are thread-count invariant either way.
-void set_bf16_thread_invariant(bool on);
-bool bf16_thread_invariant();
+// Thread-count invariance of f32 and bf16 products (on by default): oneDNN's GEMMs split their
+// work, K included, by thread count (native bf16 dW products on AVX-512 BF16; f32 dX and dW
+// products on its AVX2 kernels), so their f32 sums differ with OMP_NUM_THREADS. With this on,
+// products outside an OpenMP parallel region run as fixed 128 x 256 output tiles, each over the
+// whole K on one thread, and give the same bits for any thread count. The trainer keeps it on
+// (every logged number is the same for any thread count); the benchmarks turn it off so that
+// the f32 and bf16 baselines are oneDNN's own. int8 products are exact either way.
+void set_thread_invariant(bool on);
+bool thread_invariant();
 
 // int8 x int8 -> int32, exact.
 void matmul_s8(int32_t* C, const int8_t* A, const int8_t* B, const MatmulShape& shape);
