@@ -29,7 +29,9 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> c;
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 5, 7}, {16, 16, 16},
-                         {17, 33, 65}, {64, 48, 130}, {100, 1, 37}, {1, 70, 129}}) {
+                         {17, 33, 65}, {64, 48, 130}, {100, 1, 37}, {1, 70, 129},
+                         // 3 x 3 of the thread-invariant f32/bf16 tiles (128 x 256), edges included
+                         {300, 530, 40}}) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) c.push_back({M, N, K, ta, tb});
     }
@@ -368,16 +370,32 @@ void check_float_product(const char* what, bool accumulate) {
   }
 }
 
+// Both ways of running f32 and bf16 products: fixed thread-invariant tiles (the default) and
+// oneDNN's own threading (what the benchmarks use).
+struct ScopedThreadInvariant {
+  explicit ScopedThreadInvariant(bool on) : previous(thread_invariant()) { set_thread_invariant(on); }
+  ~ScopedThreadInvariant() { set_thread_invariant(previous); }
+  bool previous;
+};
+
 TEST(Matmul, F32MatchesReference) {
-  check_float_product<float, float>("f32", false);
-  check_float_product<float, float>("f32 accumulate", true);
+  for (bool tiles : {true, false}) {
+    ScopedThreadInvariant scoped(tiles);
+    check_float_product<float, float>(tiles ? "f32 tiles" : "f32", false);
+    check_float_product<float, float>(tiles ? "f32 tiles accumulate" : "f32 accumulate", true);
+  }
 }
 
 TEST(Matmul, Bf16ToF32MatchesReferenceInEveryBackend) {
   for (Bf16Backend backend : bf16_backends()) {
-    ScopedBf16Backend scoped(backend);
-    check_float_product<bf16, float>(backend == Bf16Backend::kF32 ? "bf16->f32 emulated" : "bf16->f32 onednn", false);
-    check_float_product<bf16, float>(backend == Bf16Backend::kF32 ? "bf16->f32 emulated acc" : "bf16->f32 onednn acc", true);
+    for (bool tiles : {true, false}) {
+      ScopedBf16Backend scoped(backend);
+      ScopedThreadInvariant scoped_tiles(tiles);
+      const std::string name = std::string(backend == Bf16Backend::kF32 ? "bf16->f32 emulated" : "bf16->f32 onednn") +
+                               (tiles ? " tiles" : "");
+      check_float_product<bf16, float>(name.c_str(), false);
+      check_float_product<bf16, float>((name + " acc").c_str(), true);
+    }
   }
 }
 
