@@ -3,6 +3,7 @@
 // relative to bf16 and to sr measured in the same process, and the peak resident memory of each
 // configuration measured in a child process of its own.
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -54,6 +55,7 @@ struct Options {
   std::string configs = "bf16,rtne,sr,s3r,s3r+two-way,s3r+dx";
   int repeats = 5, warmup = 2, threads = 0;
   bool memory = true;
+  bool breakdown = false;
   std::string json_path;
   std::string memory_of;  // internal: measure this configuration's peak memory and exit
 };
@@ -82,6 +84,9 @@ struct StepRunner {
   std::vector<int32_t> in, tg;
   optim::AdamWConfig adamw;
   int64_t t = 0;
+  // --breakdown: phase times and page faults summed over the timed steps.
+  model::StepBreakdown phases;
+  double optimizer_ms = 0.0, timed_steps = 0.0, minor_faults = 0.0;
 
   StepRunner(const model::ModelConfig& cfg, const StepConfig& c)
       : model(cfg, c.mode, c.correction), in(cfg.tokens()), tg(cfg.tokens()) {
@@ -94,14 +99,29 @@ struct StepRunner {
       tg[i] = static_cast<int32_t>(bits[i + 1] % cfg.vocab);
     }
   }
-  // forward, backward and AdamW as in s3r train; returns milliseconds.
-  double step() {
+  // forward, backward and AdamW as in s3r train; returns milliseconds. With `record`, adds the
+  // step's phase times, optimizer time and minor page faults (memory touched for the first time).
+  double step(bool record = false) {
+    model.set_breakdown(record ? &phases : nullptr);
+    const int64_t faults_before = minor_page_faults();
     const auto start = std::chrono::steady_clock::now();
     model.forward(in, tg);
     model.backward(fold_in(key_from_seed(0), static_cast<uint32_t>(t)));
+    const auto optimizer_start = std::chrono::steady_clock::now();
     double norm = 0.0;
     optim::adamw_step(opt.refs, adamw, 1e-4f, ++t, &norm);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const auto end = std::chrono::steady_clock::now();
+    if (record) {
+      optimizer_ms += std::chrono::duration<double, std::milli>(end - optimizer_start).count();
+      minor_faults += static_cast<double>(minor_page_faults() - faults_before);
+      timed_steps += 1.0;
+    }
+    return std::chrono::duration<double, std::milli>(end - start).count();
+  }
+  static int64_t minor_page_faults() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
   }
 };
 
@@ -135,6 +155,69 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Mean milliseconds per step of each phase (rows) per configuration (columns), and its share of
+// the step; returns the same as JSON.
+nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
+                               const std::vector<std::unique_ptr<StepRunner>>& runners) {
+  struct Row {
+    const char* name;
+    double (*get)(const StepRunner&);
+  };
+  static const Row kRows[] = {
+      {"embedding", [](const StepRunner& r) { return r.phases.embedding; }},
+      {"rmsnorm", [](const StepRunner& r) { return r.phases.norms; }},
+      {"attn projections", [](const StepRunner& r) { return r.phases.projections; }},
+      {"rope", [](const StepRunner& r) { return r.phases.rope; }},
+      {"attention", [](const StepRunner& r) { return r.phases.attention; }},
+      {"residual adds", [](const StepRunner& r) { return r.phases.residual; }},
+      {"ffn (swiglu)", [](const StepRunner& r) { return r.phases.ffn; }},
+      {"lm head", [](const StepRunner& r) { return r.phases.lm_head; }},
+      {"cross-entropy", [](const StepRunner& r) { return r.phases.cross_entropy; }},
+      {"zero grads", [](const StepRunner& r) { return r.phases.zeroing; }},
+      {"optimizer", [](const StepRunner& r) { return r.optimizer_ms; }},
+      {"  projections: prepare", [](const StepRunner& r) { return r.phases.projection_phases.prepare; }},
+      {"  projections: gemm", [](const StepRunner& r) { return r.phases.projection_phases.gemm; }},
+      {"  projections: quantize dY", [](const StepRunner& r) { return r.phases.projection_phases.quantize_grad; }},
+      {"  projections: correction", [](const StepRunner& r) { return r.phases.projection_phases.correction; }},
+      {"  ffn element-wise", [](const StepRunner& r) { return r.phases.projection_phases.elementwise; }},
+  };
+  std::printf("\nbreakdown: mean ms per step (share of the step), over the timed repeats\n%-27s", "phase");
+  for (const StepConfig& c : configs) std::printf(" %16s", c.name);
+  std::printf("\n");
+  nlohmann::json out = nlohmann::json::array();
+  std::vector<double> step_ms(configs.size());
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const StepRunner& r = *runners[i];
+    step_ms[i] = (r.phases.total() + r.optimizer_ms) / r.timed_steps;
+  }
+  for (const Row& row : kRows) {
+    std::printf("%-27s", row.name);
+    nlohmann::json j = {{"phase", row.name}};
+    for (size_t i = 0; i < configs.size(); ++i) {
+      const double ms = row.get(*runners[i]) / runners[i]->timed_steps;
+      std::printf(" %8.1f (%4.1f%%)", ms, 100.0 * ms / step_ms[i]);
+      j[configs[i].name] = ms;
+    }
+    std::printf("\n");
+    out.push_back(j);
+  }
+  std::printf("%-27s", "sum of phases");
+  for (size_t i = 0; i < configs.size(); ++i) std::printf(" %8.1f         ", step_ms[i]);
+  std::printf("\n%-27s", "minor page faults");
+  nlohmann::json faults = {{"phase", "minor page faults per step"}};
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const double f = runners[i]->minor_faults / runners[i]->timed_steps;
+    std::printf(" %16.0f", f);
+    faults[configs[i].name] = f;
+  }
+  out.push_back(faults);
+  std::printf("\n(indented rows split 'attn projections' + 'ffn (swiglu)' into the projections' phases:\n"
+              " operand preparation (quantize or round X and W), GEMMs, quantizing dY with its statistics,\n"
+              " S3R-EC corrections, SwiGLU's activation; page faults: memory touched for the first time,\n"
+              " i.e. allocations that reach the kernel)\n");
+  return out;
 }
 
 void run(const Options& o) {
@@ -193,7 +276,7 @@ void run(const Options& o) {
   for (int rep = 0; rep < o.repeats; ++rep) {
     for (size_t j = 0; j < configs.size(); ++j) {
       const size_t i = (j + rep) % configs.size();  // rotate the order: no configuration always first
-      ms[i].push_back(runners[i]->step());
+      ms[i].push_back(runners[i]->step(o.breakdown));
     }
     std::printf("repeat %d/%d done\n", rep + 1, o.repeats);
     std::fflush(stdout);
@@ -230,10 +313,13 @@ void run(const Options& o) {
   std::printf("(vs bf16, vs sr: that configuration's median time divided by this one's; > 1 is faster.\n"
               " peak MB: the peak resident memory of a process that builds only that configuration and\n"
               " runs its warm-up steps: model, optimizer, activations, oneDNN scratch and the program)\n");
+  nlohmann::json breakdown = nlohmann::json::array();
+  if (o.breakdown) breakdown = print_breakdown(configs, runners);
   if (!o.json_path.empty()) {
-    const nlohmann::json out = {{"preset", o.model.preset}, {"model", cfg.describe()}, {"tokens_per_step", cfg.tokens()},
+    nlohmann::json out = {{"preset", o.model.preset}, {"model", cfg.describe()}, {"tokens_per_step", cfg.tokens()},
                                 {"threads", omp_get_max_threads()}, {"warmup", o.warmup},
                                 {"repeats", o.repeats}, {"machine", machine_line()}, {"rows", rows}};
+    if (o.breakdown) out["breakdown"] = breakdown;
     io::write_file_atomic(o.json_path, [&](std::ostream& f) { f << out.dump(1) << "\n"; });
     std::printf("json: %s\n", o.json_path.c_str());
   }
@@ -252,6 +338,7 @@ void register_bench_step(CLI::App& bench) {
   add_integer_option(cmd, "--threads", o->threads, "OpenMP threads (0: all cores)", 0, omp_get_num_procs(),
                      "0: all of the " + std::to_string(omp_get_num_procs()) + " processors");
   cmd->add_flag("!--no-memory", o->memory, "skip the per-configuration peak-memory children");
+  cmd->add_flag("--breakdown", o->breakdown, "also print the time per phase of the step");
   cmd->add_option("--json", o->json_path, "also write the results as JSON");
   cmd->add_option("--memory-of", o->memory_of)->group("");  // internal (measure_memory)
   cmd->callback([o] { run(*o); });

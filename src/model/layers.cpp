@@ -45,23 +45,35 @@ double rope_frequency(int64_t pair, int64_t head_dim, float theta) {
   return std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(pair) / head_dim);
 }
 
+// The rotation table of one call: (cos, sin) of pair i at position s, S x HD/2 pairs, each
+// angle sign * s * theta^(-2i/HD) in double and rounded to float once (the same values as
+// computing them per token; a table makes RoPE a streaming pass instead of T x HD/2 sincos).
 void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t head_dim,
                  float theta, double sign) {
   const int64_t C = heads * head_dim;
   expect_multiple("rope", "x", x.size(), C * seq_len);
   if (head_dim % 2 != 0) throw Error("rope: head dimension must be even, got " + std::to_string(head_dim));
-  const int64_t T = static_cast<int64_t>(x.size()) / C;
+  const int64_t T = static_cast<int64_t>(x.size()) / C, pairs = head_dim / 2;
+  std::vector<float> cos_sin(static_cast<size_t>(seq_len * pairs * 2));
+#pragma omp parallel for schedule(static)
+  for (int64_t s = 0; s < seq_len; ++s) {
+    const double pos = static_cast<double>(s);
+    for (int64_t i = 0; i < pairs; ++i) {
+      const double angle = sign * pos * rope_frequency(i, head_dim, theta);
+      cos_sin[(s * pairs + i) * 2] = static_cast<float>(std::cos(angle));
+      cos_sin[(s * pairs + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
-    const double pos = static_cast<double>(t % seq_len);
-    for (int64_t i = 0; i < head_dim / 2; ++i) {
-      const double angle = sign * pos * rope_frequency(i, head_dim, theta);
-      const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
-      for (int64_t h = 0; h < heads; ++h) {
-        float* p = x.data() + t * C + h * head_dim + 2 * i;
-        const float a = p[0], b = p[1];
-        p[0] = a * c - b * s;
-        p[1] = a * s + b * c;
+    const float* cs = cos_sin.data() + (t % seq_len) * pairs * 2;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* p = x.data() + t * C + h * head_dim;
+      for (int64_t i = 0; i < pairs; ++i) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float a = p[2 * i], b = p[2 * i + 1];
+        p[2 * i] = a * c - b * s;
+        p[2 * i + 1] = a * s + b * c;
       }
     }
   }
@@ -128,10 +140,21 @@ void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<
       din[t * width + c] += static_cast<float>(r * weight[c] * dy[c] - k * x[c]);
     }
   }
-  for (int64_t c = 0; c < width; ++c) {  // fixed order over t: deterministic
-    double acc = 0.0;
-    for (int64_t t = 0; t < T; ++t) acc += static_cast<double>(dout[t * width + c]) * in[t * width + c] * rstd[t];
-    dweight[c] += static_cast<float>(acc);
+  // dweight[c] += sum over t of dout * in * rstd, in double, t in increasing order for every c:
+  // the same bits for any thread count. Blocks of columns per thread, rows streamed in order.
+  constexpr int64_t kColumns = 64;
+  const int64_t column_blocks = (width + kColumns - 1) / kColumns;
+#pragma omp parallel for schedule(static)
+  for (int64_t cb = 0; cb < column_blocks; ++cb) {
+    const int64_t c0 = cb * kColumns, n = std::min(kColumns, width - c0);
+    double acc[kColumns] = {};
+    for (int64_t t = 0; t < T; ++t) {
+      const float* dy = dout.data() + t * width + c0;
+      const float* x = in.data() + t * width + c0;
+      const float r = rstd[t];
+      for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(dy[c]) * x[c] * r;
+    }
+    for (int64_t c = 0; c < n; ++c) dweight[c0 + c] += static_cast<float>(acc[c]);
   }
 }
 

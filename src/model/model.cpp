@@ -8,6 +8,7 @@
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "s3r/model/layers.hpp"
+#include "nn/phase_clock.hpp"
 
 namespace s3r::model {
 
@@ -103,6 +104,13 @@ void Model::set_backward_probe(const nn::BackwardProbe* probe) {
 
 void Model::set_capture_input_grads(bool on) { capture_input_grads_ = on; }
 
+void Model::set_breakdown(StepBreakdown* breakdown) {
+  breakdown_ = breakdown;
+  nn::PhaseTimes* phases = breakdown ? &breakdown->projection_phases : nullptr;
+  ws_.times = phases;
+  for (Block& b : blocks_) b.ffn.times = phases;
+}
+
 std::span<const float> Model::block_input_grad(int64_t layer) const {
   if (layer < 0 || layer >= cfg_.layers) {
     throw Error("block_input_grad: layer " + std::to_string(layer) + " outside [0, " +
@@ -132,14 +140,18 @@ double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> 
   if (inputs.size() != static_cast<size_t>(T) || targets.size() != static_cast<size_t>(T)) {
     throw Error("model forward: inputs and targets must hold B*S = " + std::to_string(T) + " tokens");
   }
+  using B = StepBreakdown;
+  nn::PhaseClock clock(breakdown_);
   inputs_.assign(inputs.begin(), inputs.end());
   targets_.assign(targets.begin(), targets.end());
   embedding_forward(blocks_.empty() ? x_final_ : blocks_[0].x_in, inputs,
                     {param(tok_emb_), size_t(V * C)}, V, C);
+  clock.lap(&B::embedding);
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     Block& b = blocks_[l];
     const std::string p = "blocks." + std::to_string(l) + ".";
     rmsnorm_forward(b.xn1, b.rstd1, b.x_in, {param(b.attn_norm), size_t(C)}, C, cfg_.norm_eps);
+    clock.lap(&B::norms);
     nn::prepare_input(b.qkv_in, b.xn1, T, C, mode_, p + "attn.X");
     nn::prepare_weight(b.wq_w, {param(b.wq), size_t(C * C)}, C, C, mode_, p + "attn.q.W");
     nn::prepare_weight(b.wk_w, {param(b.wk), size_t(C * C)}, C, C, mode_, p + "attn.k.W");
@@ -148,38 +160,56 @@ double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> 
     nn::linear_forward(b.q, b.qkv_in, b.wq_w);
     nn::linear_forward(b.k, b.qkv_in, b.wk_w);
     nn::linear_forward(b.v, b.qkv_in, b.wv_w);
+    clock.lap(&B::projections);
     rope_forward(b.q, S, NH, HD, cfg_.rope_theta);
     rope_forward(b.k, S, NH, HD, cfg_.rope_theta);
+    clock.lap(&B::rope);
     attention_forward(b.att, b.probs, b.q, b.k, b.v, S, NH, HD);
+    clock.lap(&B::attention);
     nn::prepare_input(b.o_in, b.att, T, C, mode_, p + "attn.o.X");
     nn::linear_forward(b.x_mid, b.o_in, b.wo_w);
+    clock.lap(&B::projections);
     for (int64_t i = 0; i < T * C; ++i) b.x_mid[i] += b.x_in[i];
+    clock.lap(&B::residual);
     rmsnorm_forward(b.xn2, b.rstd2, b.x_mid, {param(b.ffn_norm), size_t(C)}, C, cfg_.norm_eps);
+    clock.lap(&B::norms);
     std::vector<float>& out = l + 1 < cfg_.layers ? blocks_[l + 1].x_in : x_final_;
     nn::swiglu_forward(out, b.xn2,
                        {{param(b.w_gate), size_t(C * F)}, {param(b.w_up), size_t(C * F)},
                         {param(b.w_down), size_t(F * C)}},
                        T, C, F, mode_, b.ffn);
+    clock.lap(&B::ffn);
     for (int64_t i = 0; i < T * C; ++i) out[i] += b.x_mid[i];
+    clock.lap(&B::residual);
   }
   rmsnorm_forward(xn_final_, rstd_final_, x_final_, {param(final_norm_), size_t(C)}, C, cfg_.norm_eps);
+  clock.lap(&B::norms);
   const LinearMode head_mode = mode_ == LinearMode::kF32 ? LinearMode::kF32 : LinearMode::kBf16;
   nn::prepare_input(head_in_, xn_final_, T, C, head_mode, "lm_head.X");
   nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode, "lm_head.W");
   nn::linear_forward(logits_, head_in_, head_w_);
-  return cross_entropy_forward(probs_, logits_, targets_, V);
+  clock.lap(&B::lm_head);
+  const double loss = cross_entropy_forward(probs_, logits_, targets_, V);
+  clock.lap(&B::cross_entropy);
+  return loss;
 }
 
 void Model::backward(Key step_key) {
   const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab;
   const int64_t S = cfg_.seq_len, NH = cfg_.heads, HD = cfg_.head_dim();
+  using B = StepBreakdown;
+  nn::PhaseClock clock(breakdown_);
   std::fill(grads_.begin(), grads_.end(), 0.0f);
-  cross_entropy_backward(dlogits_, probs_, targets_, V);
-  nn::LinearBackwardConfig head_cfg{nn::Correction::kNone, S, step_key, false};
-  nn::linear_backward(dxn_, {grad(lm_head_), size_t(C * V)}, dlogits_, head_in_, head_w_, head_cfg, ws_);
   std::fill(dx_.begin(), dx_.end(), 0.0f);  // dL/d(residual stream), accumulated
+  clock.lap(&B::zeroing);
+  cross_entropy_backward(dlogits_, probs_, targets_, V);
+  clock.lap(&B::cross_entropy);
+  nn::LinearBackwardConfig head_cfg{nn::Correction::kNone, S, step_key, false};
+  nn::linear_backward(dxn_, {grad(lm_head_), size_t(C * V)}, dlogits_, head_in_, head_w_, head_cfg, head_ws_);
+  clock.lap(&B::lm_head);
   rmsnorm_backward(dx_, {grad(final_norm_), size_t(C)}, dxn_, x_final_, {param(final_norm_), size_t(C)},
                    rstd_final_, C);
+  clock.lap(&B::norms);
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     Block& b = blocks_[l];
     const uint32_t index = static_cast<uint32_t>(7 * l);
@@ -187,14 +217,19 @@ void Model::backward(Key step_key) {
     nn::swiglu_backward(dxn_, {{grad(b.w_gate), size_t(C * F)}, {grad(b.w_up), size_t(C * F)},
                                {grad(b.w_down), size_t(F * C)}},
                         dx_, correction_, S, step_key, index + 4, b.ffn);
+    clock.lap(&B::ffn);
     rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, {param(b.ffn_norm), size_t(C)},
                      b.rstd2, C);
+    clock.lap(&B::norms);
     // x_mid = x_in + att W_o: dx_ is d(x_mid).
     nn::LinearBackwardConfig cfg{correction_, S, fold_in(step_key, index + 3), false, index + 3};
     nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, cfg, ws_);
+    clock.lap(&B::projections);
     attention_backward(dq_, dk_, dv_, datt_, b.q, b.k, b.v, b.probs, S, NH, HD);
+    clock.lap(&B::attention);
     rope_backward(dq_, S, NH, HD, cfg_.rope_theta);
     rope_backward(dk_, S, NH, HD, cfg_.rope_theta);
+    clock.lap(&B::rope);
     cfg.layer_key = fold_in(step_key, index);
     cfg.layer_index = index;
     nn::linear_backward(dxn_, {grad(b.wq), size_t(C * C)}, dq_, b.qkv_in, b.wq_w, cfg, ws_);
@@ -205,11 +240,14 @@ void Model::backward(Key step_key) {
     cfg.layer_key = fold_in(step_key, index + 2);
     cfg.layer_index = index + 2;
     nn::linear_backward(dxn_, {grad(b.wv), size_t(C * C)}, dv_, b.qkv_in, b.wv_w, cfg, ws_);
+    clock.lap(&B::projections);
     rmsnorm_backward(dx_, {grad(b.attn_norm), size_t(C)}, dxn_, b.x_in, {param(b.attn_norm), size_t(C)},
                      b.rstd1, C);
+    clock.lap(&B::norms);
     if (capture_input_grads_) b.x_in_grad = dx_;
   }
   embedding_backward({grad(tok_emb_), size_t(V * C)}, dx_, inputs_, C);
+  clock.lap(&B::embedding);
 }
 
 }  // namespace s3r::model

@@ -23,6 +23,27 @@
 
 namespace s3r::model {
 
+// Wall-clock milliseconds per phase of forward + backward, accumulated while attached
+// (Model::set_breakdown; `s3r bench step --breakdown`). The projections' own split (operand
+// preparation, GEMMs, gradient quantization, corrections, SwiGLU's element-wise work) is in
+// `projection_phases`; `projections` and `ffn` hold the whole calls.
+struct StepBreakdown {
+  double embedding = 0;      // token embedding, forward and backward
+  double norms = 0;          // RMSNorm forward and backward
+  double projections = 0;    // the four attention projections (Q, K, V, O), forward and backward
+  double rope = 0;           // RoPE forward and backward
+  double attention = 0;      // causal softmax attention, forward and backward
+  double residual = 0;       // residual additions
+  double ffn = 0;            // SwiGLU blocks (gate, up, down and the element-wise work)
+  double lm_head = 0;        // the LM head's operands and products, forward and backward
+  double cross_entropy = 0;  // softmax, loss and its gradient
+  double zeroing = 0;        // clearing the gradients
+  nn::PhaseTimes projection_phases;  // inside `projections` and `ffn`
+  double total() const {
+    return embedding + norms + projections + rope + attention + residual + ffn + lm_head + cross_entropy + zeroing;
+  }
+};
+
 struct ParamInfo {
   std::string name;
   int64_t offset = 0;  // into params() / grads()
@@ -67,6 +88,8 @@ class Model {
   // capture on, backward keeps dL/d(input of block l) for block_input_grad(l) (empty until then).
   void set_backward_probe(const nn::BackwardProbe* probe);
   void set_capture_input_grads(bool on);
+  // Phase times of every later forward and backward are added to *breakdown (nullptr: off).
+  void set_breakdown(StepBreakdown* breakdown);
   std::span<const float> block_input_grad(int64_t layer) const;
 
  private:
@@ -89,7 +112,8 @@ class Model {
   std::vector<float> dx_, dx2_, dxn_, dq_, dk_, dv_, datt_, dlogits_;
   nn::LinearInput head_in_;
   nn::LinearWeight head_w_;
-  nn::LinearWorkspace ws_;
+  nn::LinearWorkspace ws_, head_ws_;  // attention projections; LM head
+  StepBreakdown* breakdown_ = nullptr;
   bool capture_input_grads_ = false;
 };
 
