@@ -82,7 +82,15 @@ struct GradBlockOut {
   /* SwiGLU backward, elements [i0, i1): with s = sigmoid(h1),                                   \
      dh3 = dh * (h1 * s),  dh1 = (dh * h3) * (s * (1 + h1 * (1 - s))). */                        \
   void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1,            \
-                          const float* h3, int64_t i0, int64_t i1);
+                          const float* h3, int64_t i0, int64_t i1);                           \
+  /* Softmax cross-entropy of rows [r0, r1) of z (rows, V), in place. Per row r, y = targets[r]: \
+     m = max_i z[i]; e_i = exp_poly(z[i] - m); sum = double sum of the e_i in 16 interleaved     \
+     partial sums (partial j adds i = j mod 16, i increasing; then partials 0..15 in order);    \
+     loss[r] = (log(sum) + m) - z[y] in double; then z[i] = (e_i * float(1 / sum) - [i == y])   \
+     * grad_scale, the gradient of grad_scale * loss. Returns false (the outputs of the block    \
+     unspecified) if a z value is not finite. */                                                \
+  bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r0,            \
+                         int64_t r1, int64_t vocab, float grad_scale);
 
 struct KernelTable;
 
@@ -113,6 +121,7 @@ struct KernelTable {
   decltype(&ref::dx_epilogue) dx_epilogue;
   decltype(&ref::swiglu_forward_ew) swiglu_forward_ew;
   decltype(&ref::swiglu_backward_ew) swiglu_backward_ew;
+  decltype(&ref::softmax_xent_rows) softmax_xent_rows;
 };
 
 // The table of every tier, in the same order everywhere (a tier's table_TIER.cpp is this macro
@@ -121,7 +130,7 @@ struct KernelTable {
   KernelTable {                                                                            \
     threefry_bits, philox_bits, quantize_rows_rtne, absmax_cols, quantize_cols_rtne,       \
         grad_absmax, grad_quantize, gemv_s8_f32, dx_epilogue, swiglu_forward_ew,           \
-        swiglu_backward_ew                                                                 \
+        swiglu_backward_ew, softmax_xent_rows                                              \
   }
 
 }  // namespace s3r::kernels

@@ -9,6 +9,7 @@
 
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/matmul.hpp"
+#include "kernels/dispatch.hpp"
 
 namespace s3r::model {
 
@@ -245,6 +246,30 @@ void attention_backward(std::span<float> dq, std::span<float> dk, std::span<floa
       gemm::matmul_f32(dk.data() + head, ds.data(), q.data() + head, {S, HD, S, true, false, S, C, C});
     }
   }
+}
+
+double cross_entropy_fused(std::span<float> logits, std::span<const int32_t> targets, int64_t vocab) {
+  const int64_t T = static_cast<int64_t>(targets.size());
+  expect_size("cross_entropy_fused", "logits", logits.size(), T * vocab);
+  check_ids("cross_entropy_fused", "target", targets, vocab);
+  // Fixed blocks of rows; per-token losses summed in token order afterwards: the same bits for
+  // any thread count.
+  constexpr int64_t kRows = 8;
+  const int64_t blocks = (T + kRows - 1) / kRows;
+  const float grad_scale = 1.0f / static_cast<float>(T);
+  std::vector<double> token_loss(static_cast<size_t>(T));
+  const auto& k = kernels::active_kernels();
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t r0 = blk * kRows, r1 = std::min(T, r0 + kRows);
+    if (!k.softmax_xent_rows(logits.data(), token_loss.data(), targets.data(), r0, r1, vocab, grad_scale)) {
+      std::fill(logits.begin() + r0 * vocab, logits.begin() + r1 * vocab, NAN);
+      std::fill(token_loss.begin() + r0, token_loss.begin() + r1, NAN);
+    }
+  }
+  double total = 0.0;
+  for (double l : token_loss) total += l;
+  return total / static_cast<double>(T);
 }
 
 double cross_entropy_forward(std::span<float> probs, std::span<const float> logits,

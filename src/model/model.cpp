@@ -51,7 +51,7 @@ int64_t Model::estimate_bytes(const ModelConfig& c, nn::LinearMode mode) {
   double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
   f32 += L * (8.0 * T * C + 2.0 * T + B * NH * S * S);         // per block: saved activations
   f32 += L * 6.0 * T * F;                                      // SwiGLU h1, h3, hidden and their gradients
-  f32 += 9.0 * T * C + T + 3.0 * T * V;                         // final norm, gradients, logits, probs
+  f32 += 8.0 * T * C + T + 1.0 * T * V;                         // final norm, gradients, logits
   double bytes = 4.0 * f32;
   bytes += L * operand * (3.0 * T * C + T * F);              // quantized or rounded inputs
   bytes += L * operand * (4.0 * C * C + 3.0 * C * F);        // quantized or rounded weights
@@ -88,11 +88,9 @@ Model::Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction corr
   lm_head_ = add_param("lm_head", C * V, true);
   params_.assign(static_cast<size_t>(table_.back().offset + table_.back().size), 0.0f);
   grads_.assign(params_.size(), 0.0f);
-  for (auto* v : {&x_final_, &xn_final_, &dx_, &dx2_, &dxn_, &dq_, &dk_, &dv_, &datt_}) v->resize(T * C);
+  for (auto* v : {&x_final_, &xn_final_, &dx_, &dxn_, &dq_, &dk_, &dv_, &datt_}) v->resize(T * C);
   rstd_final_.resize(T);
   logits_.resize(T * V);
-  probs_.resize(T * V);
-  dlogits_.resize(T * V);
 }
 
 Model::~Model() = default;
@@ -189,7 +187,8 @@ double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> 
   nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode, "lm_head.W");
   nn::linear_forward(logits_, head_in_, head_w_);
   clock.lap(&B::lm_head);
-  const double loss = cross_entropy_forward(probs_, logits_, targets_, V);
+  // logits_ becomes dL/dlogits here: the backward starts from it.
+  const double loss = cross_entropy_fused(logits_, targets_, V);
   clock.lap(&B::cross_entropy);
   return loss;
 }
@@ -202,10 +201,8 @@ void Model::backward(Key step_key) {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   std::fill(dx_.begin(), dx_.end(), 0.0f);  // dL/d(residual stream), accumulated
   clock.lap(&B::zeroing);
-  cross_entropy_backward(dlogits_, probs_, targets_, V);
-  clock.lap(&B::cross_entropy);
   nn::LinearBackwardConfig head_cfg{nn::Correction::kNone, S, step_key, false};
-  nn::linear_backward(dxn_, {grad(lm_head_), size_t(C * V)}, dlogits_, head_in_, head_w_, head_cfg, head_ws_);
+  nn::linear_backward(dxn_, {grad(lm_head_), size_t(C * V)}, logits_, head_in_, head_w_, head_cfg, head_ws_);
   clock.lap(&B::lm_head);
   rmsnorm_backward(dx_, {grad(final_norm_), size_t(C)}, dxn_, x_final_, {param(final_norm_), size_t(C)},
                    rstd_final_, C);

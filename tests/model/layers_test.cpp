@@ -167,6 +167,52 @@ TEST(Layers, CrossEntropyBackwardMatchesFiniteDifferences) {
   EXPECT_THROW(cross_entropy_forward(probs, z, bad, V), Error);
 }
 
+// The fused loss + gradient (the model's) against the double definition and finite differences,
+// with V not a multiple of any vector width and rows of very different scales. A missing 1/T, a
+// one-hot on the wrong column or a softmax without its max shift fails these by far more than
+// the tolerance (the polynomial exp is accurate to 2^-21; the loss is summed in double).
+TEST(Layers, FusedCrossEntropyMatchesDefinitionAndFiniteDifferences) {
+  for (int64_t V : {11, 16, 37, 4099}) {
+    const int64_t T = 5;
+    auto z = random_vec(T * V, 11 + V, 2.0f);
+    for (int64_t i = 0; i < V; ++i) z[3 * V + i] *= 40.0f;  // a peaked row: exp underflows for most
+    const std::vector<int32_t> y = {3, 0, static_cast<int32_t>(V - 1), 7, 3};
+    auto loss = [&](const Vec& zv) {
+      double total = 0.0;
+      for (int64_t t = 0; t < T; ++t) {
+        double mx = -1e300, sum = 0.0;
+        for (int64_t i = 0; i < V; ++i) mx = std::max(mx, zv[t * V + i]);
+        for (int64_t i = 0; i < V; ++i) sum += std::exp(zv[t * V + i] - mx);
+        total += std::log(sum) + mx - zv[t * V + y[t]];
+      }
+      return total / T;
+    };
+    std::vector<float> dz = z;
+    const double L = cross_entropy_fused(dz, y, V);
+    EXPECT_NEAR(L, loss(to_double(z)), 1e-6 * std::max(1.0, std::fabs(L))) << "V=" << V;
+    check(("fused cross-entropy V=" + std::to_string(V)).c_str(), to_double(z), loss, dz, 40);
+    // Against the double reference pair, element by element (absolute: gradients are <= 1/T).
+    std::vector<float> probs(T * V), dref(T * V);
+    EXPECT_NEAR(cross_entropy_forward(probs, z, y, V), L, 1e-6 * std::max(1.0, std::fabs(L)));
+    cross_entropy_backward(dref, probs, y, V);
+    for (int64_t i = 0; i < T * V; ++i) ASSERT_NEAR(dz[i], dref[i], 1e-6 / T) << "V=" << V << " i=" << i;
+  }
+}
+
+TEST(Layers, FusedCrossEntropyOfANonFiniteRowIsNaN) {
+  const int64_t T = 20, V = 33;
+  auto z = random_vec(T * V, 5);
+  z[13 * V + 4] = INFINITY;
+  const std::vector<int32_t> y(T, 1);
+  EXPECT_TRUE(std::isnan(cross_entropy_fused(z, y, V)));
+  EXPECT_TRUE(std::isnan(z[13 * V + 0]));  // the bad row's gradient is NaN, the others finite
+  EXPECT_TRUE(std::isfinite(z[0]));
+  std::vector<int32_t> bad(T, 1);
+  bad[19] = V;
+  auto z2 = random_vec(T * V, 6);
+  EXPECT_THROW(cross_entropy_fused(z2, bad, V), Error);
+}
+
 TEST(Layers, EmbeddingGathersAndScattersGradients) {
   const int64_t V = 6, C = 3;
   const auto table = random_vec(V * C, 11);

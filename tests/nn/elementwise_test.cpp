@@ -67,5 +67,42 @@ TEST(Elementwise, SwigluKernelsAreBitExact) {
   }
 }
 
+// The fused softmax cross-entropy: losses and gradients bit for bit between the reference and
+// every vector tier, at vocabulary sizes around the vector widths, with peaked rows and the
+// non-finite check.
+TEST(Elementwise, SoftmaxCrossEntropyKernelIsBitExact) {
+  const auto tiers = testing::vector_isas();
+  S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
+  for (int64_t V : {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 100, 4096}) {
+    const int64_t rows = 3;
+    auto z = test_values(rows * V, 4);
+    for (int64_t i = 0; i < V; ++i) z[V + i] *= 10.0f;  // row 1 peaked
+    const std::vector<int32_t> y = {0, static_cast<int32_t>(V / 2), static_cast<int32_t>(V - 1)};
+    std::vector<float> a = z;
+    std::vector<double> la(rows);
+    ASSERT_TRUE(ref::softmax_xent_rows(a.data(), la.data(), y.data(), 0, rows, V, 0.25f));
+    for (Isa isa : tiers) {
+      std::vector<float> b = z;
+      b.push_back(-7.0f);  // guard
+      std::vector<double> lb(rows);
+      ASSERT_TRUE(kernels_for(isa).softmax_xent_rows(b.data(), lb.data(), y.data(), 0, rows, V, 0.25f));
+      for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(la[r], lb[r]) << isa_name(isa) << " loss V=" << V << " r=" << r;
+      for (int64_t i = 0; i < rows * V; ++i) ASSERT_EQ(a[i], b[i]) << isa_name(isa) << " V=" << V << " i=" << i;
+      ASSERT_EQ(b[rows * V], -7.0f) << isa_name(isa) << ": wrote past the end, V=" << V;
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        std::vector<float> c = z;
+        c[2 * V + V / 3] = bad;
+        EXPECT_FALSE(kernels_for(isa).softmax_xent_rows(c.data(), lb.data(), y.data(), 0, rows, V, 0.25f))
+            << isa_name(isa) << " V=" << V << " missed " << bad;
+      }
+    }
+    for (float bad : {NAN, INFINITY}) {
+      std::vector<float> c = z;
+      c[2 * V + V / 3] = bad;
+      EXPECT_FALSE(ref::softmax_xent_rows(c.data(), la.data(), y.data(), 0, rows, V, 0.25f)) << "reference V=" << V;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace s3r::kernels

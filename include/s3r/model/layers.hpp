@@ -49,7 +49,16 @@ void attention_backward(std::span<float> dq, std::span<float> dk, std::span<floa
                         std::span<const float> probs, int64_t seq_len, int64_t heads,
                         int64_t head_dim);
 
-// ---- mean cross-entropy over T tokens ------------------------------------------------------
+// ---- mean cross-entropy over T tokens, fused with its gradient (training) --------------------
+// Returns mean_t -log softmax(logits[t])[targets[t]] and overwrites logits (T, V) with its
+// gradient (softmax - onehot(targets)) / T: no probabilities tensor, one pass per row with a
+// vectorized polynomial exp (kernels::softmax_xent_rows, bit-identical in every tier and for any
+// thread count). A row holding a NaN or Inf makes the loss NaN and its gradient row NaN.
+// Agrees with cross_entropy_forward / cross_entropy_backward below (which use std::exp in
+// double) to about 1e-6 relative (tests/model/layers_test.cpp).
+double cross_entropy_fused(std::span<float> logits, std::span<const int32_t> targets, int64_t vocab);
+
+// ---- mean cross-entropy over T tokens (double reference of the fused one) -----------------
 // Returns mean_t -log softmax(logits[t])[targets[t]]; probs (T, V) saved (softmax).
 double cross_entropy_forward(std::span<float> probs, std::span<const float> logits,
                              std::span<const int32_t> targets, int64_t vocab);

@@ -108,8 +108,9 @@ class Model {
 
   // Activations and scratch (allocated once).
   std::vector<int32_t> inputs_, targets_;
-  std::vector<float> x_final_, xn_final_, rstd_final_, logits_, probs_;
-  std::vector<float> dx_, dx2_, dxn_, dq_, dk_, dv_, datt_, dlogits_;
+  std::vector<float> x_final_, xn_final_, rstd_final_;
+  std::vector<float> logits_;  // (T, V): the logits, then (cross_entropy_fused) their gradient
+  std::vector<float> dx_, dxn_, dq_, dk_, dv_, datt_;
   nn::LinearInput head_in_;
   nn::LinearWeight head_w_;
   nn::LinearWorkspace ws_, head_ws_;  // attention projections; LM head

@@ -1,5 +1,7 @@
 // AVX2 elementwise activation kernels; operation for operation the same as kernels/ref
 // (bit-exact, no FMA), including the polynomial exp.
+#include <cmath>
+
 #include "kernels/avx2/common_avx2.hpp"
 #include "kernels/kernels.hpp"
 
@@ -62,6 +64,61 @@ void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1
         _mm256_mul_ps(s, _mm256_add_ps(one, _mm256_mul_ps(a, _mm256_sub_ps(one, s))));
     store8(dh1 + i, m, _mm256_mul_ps(_mm256_mul_ps(g, load8(h3 + i, m)), dsilu));
   }
+}
+
+bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r0, int64_t r1,
+                       int64_t vocab, float grad_scale) {
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = z + r * vocab;
+    const int32_t y = targets[r];
+    __m256 vmax = _mm256_set1_ps(row[0]);
+    __m256 finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (int64_t i = 0; i < vocab; i += 8) {
+      const __m256i m = first_lanes(vocab - i);
+      const __m256 v = _mm256_blendv_ps(vmax, _mm256_maskload_ps(row + i, m), _mm256_castsi256_ps(m));
+      finite = _mm256_and_ps(finite, _mm256_cmp_ps(_mm256_sub_ps(v, v), zero, _CMP_EQ_OQ));  // x - x == 0 iff finite
+      vmax = _mm256_max_ps(vmax, v);
+    }
+    if (_mm256_movemask_ps(finite) != 0xFF) return false;
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float mx = lanes[0];
+    for (float v : lanes) mx = v > mx ? v : mx;  // max is exact in any order
+    const float zy = row[y];
+    const __m256 vm = _mm256_set1_ps(mx);
+    // Partials 0..15 of the reference: i = 16 c + j adds to partial j.
+    __m256d p0 = _mm256_setzero_pd(), p1 = _mm256_setzero_pd(), p2 = _mm256_setzero_pd(), p3 = _mm256_setzero_pd();
+    for (int64_t i = 0; i < vocab; i += 16) {
+      const __m256i m0 = first_lanes(vocab - i), m1 = first_lanes(vocab - i - 8);
+      const __m256 e0 = _mm256_and_ps(exp_poly8(_mm256_sub_ps(_mm256_maskload_ps(row + i, m0), vm)), _mm256_castsi256_ps(m0));
+      const __m256 e1 = _mm256_and_ps(exp_poly8(_mm256_sub_ps(_mm256_maskload_ps(row + i + 8, m1), vm)), _mm256_castsi256_ps(m1));
+      _mm256_maskstore_ps(row + i, m0, e0);
+      _mm256_maskstore_ps(row + i + 8, m1, e1);
+      p0 = _mm256_add_pd(p0, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
+      p1 = _mm256_add_pd(p1, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
+      p2 = _mm256_add_pd(p2, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
+      p3 = _mm256_add_pd(p3, _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
+    }
+    alignas(32) double partial[16];
+    _mm256_store_pd(partial, p0);
+    _mm256_store_pd(partial + 4, p1);
+    _mm256_store_pd(partial + 8, p2);
+    _mm256_store_pd(partial + 12, p3);
+    double sum = 0.0;
+    for (double p : partial) sum += p;
+    loss[r] = (std::log(sum) + static_cast<double>(mx)) - static_cast<double>(zy);
+    const float inv = static_cast<float>(1.0 / sum);
+    const float ey = row[y];
+    const __m256 vinv = _mm256_set1_ps(inv), vscale = _mm256_set1_ps(grad_scale);
+    for (int64_t i = 0; i < vocab; i += 8) {
+      const __m256i m = first_lanes(vocab - i);
+      const __m256 e = _mm256_maskload_ps(row + i, m);
+      _mm256_maskstore_ps(row + i, m, _mm256_mul_ps(_mm256_mul_ps(e, vinv), vscale));
+    }
+    row[y] = (ey * inv - 1.0f) * grad_scale;  // the one-hot term (e * inv - 0 = e * inv elsewhere)
+  }
+  return true;
 }
 
 }  // namespace s3r::kernels::avx2

@@ -1,5 +1,7 @@
 // AVX-512 elementwise activation kernels; operation for operation the same as kernels/ref
 // (bit-exact), including the polynomial exp.
+#include <cmath>
+
 #include "kernels/avx512/common_avx512.hpp"
 #include "kernels/kernels.hpp"
 
@@ -53,6 +55,51 @@ void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1
     _mm512_mask_storeu_ps(dh1 + i, m,
                           _mm512_mul_ps(_mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, h3 + i)), dsilu));
   }
+}
+
+bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r0, int64_t r1,
+                       int64_t vocab, float grad_scale) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = z + r * vocab;
+    const int32_t y = targets[r];
+    __m512 vmax = _mm512_set1_ps(row[0]);
+    __mmask16 finite = 0xFFFF;
+    for (int64_t i = 0; i < vocab; i += 16) {
+      const __mmask16 m = first_lanes(vocab - i);
+      const __m512 v = _mm512_mask_loadu_ps(vmax, m, row + i);  // tail lanes: a value already in
+      finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_EQ_OQ);  // x - x == 0 iff finite
+      vmax = _mm512_max_ps(vmax, v);
+    }
+    if (finite != 0xFFFF) return false;
+    const float mx = _mm512_reduce_max_ps(vmax);  // max is exact in any order
+    const float zy = row[y];
+    const __m512 vm = _mm512_set1_ps(mx);
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();  // partials 0..7, 8..15
+    for (int64_t i = 0; i < vocab; i += 16) {
+      const __mmask16 m = first_lanes(vocab - i);
+      const __m512 e = _mm512_maskz_mov_ps(m, exp_poly16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + i), vm)));
+      _mm512_mask_storeu_ps(row + i, m, e);
+      lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+      hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    alignas(64) double partial[16];
+    _mm512_store_pd(partial, lo);
+    _mm512_store_pd(partial + 8, hi);
+    double sum = 0.0;
+    for (double p : partial) sum += p;
+    loss[r] = (std::log(sum) + static_cast<double>(mx)) - static_cast<double>(zy);
+    const float inv = static_cast<float>(1.0 / sum);
+    const float ey = row[y];
+    const __m512 vinv = _mm512_set1_ps(inv), vscale = _mm512_set1_ps(grad_scale);
+    for (int64_t i = 0; i < vocab; i += 16) {
+      const __mmask16 m = first_lanes(vocab - i);
+      const __m512 e = _mm512_maskz_loadu_ps(m, row + i);
+      _mm512_mask_storeu_ps(row + i, m, _mm512_mul_ps(_mm512_mul_ps(e, vinv), vscale));
+    }
+    row[y] = (ey * inv - 1.0f) * grad_scale;  // the one-hot term (e * inv - 0 = e * inv elsewhere)
+  }
+  return true;
 }
 
 }  // namespace s3r::kernels::avx512

@@ -1,4 +1,6 @@
 // Scalar reference of the elementwise activation kernels.
+#include <cmath>
+
 #include "kernels/kernels.hpp"
 #include "kernels/ref/numerics.hpp"
 
@@ -15,6 +17,31 @@ void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1
     dh3[i] = dh[i] * (h1[i] * s);
     dh1[i] = (dh[i] * h3[i]) * (s * (1.0f + h1[i] * (1.0f - s)));
   }
+}
+
+bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r0, int64_t r1,
+                       int64_t vocab, float grad_scale) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = z + r * vocab;
+    const int32_t y = targets[r];
+    float m = row[0];
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (!std::isfinite(row[i])) return false;
+      m = row[i] > m ? row[i] : m;
+    }
+    const float zy = row[y];
+    double partial[16] = {};
+    for (int64_t i = 0; i < vocab; ++i) {
+      row[i] = exp_poly(row[i] - m);
+      partial[i % 16] += static_cast<double>(row[i]);
+    }
+    double sum = 0.0;
+    for (double p : partial) sum += p;
+    loss[r] = (std::log(sum) + static_cast<double>(m)) - static_cast<double>(zy);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < vocab; ++i) row[i] = (row[i] * inv - (i == y ? 1.0f : 0.0f)) * grad_scale;
+  }
+  return true;
 }
 
 }  // namespace s3r::kernels::ref
