@@ -17,6 +17,7 @@ namespace s3r::tools {
 struct ModelOptions {
   std::string preset = "small";
   std::optional<int64_t> layers, width, heads, ffn, vocab, seq, batch;
+  std::string head = "default";  // --head default | int8 (ModelConfig::int8_head)
   void add_to(CLI::App* cmd);
   model::ModelConfig config() const;  // validated; throws s3r::Error naming the bad field
   // The options as given, to pass on to a child `s3r` process ("--preset tiny --batch 2").

@@ -26,6 +26,11 @@ void ModelOptions::add_to(CLI::App* cmd) {
   add_integer_option(cmd, "--vocab", vocab, "V (training: must equal the tokenizer's)", 1, kMaxVocab);
   add_integer_option(cmd, "--seq-len", seq, "S", 1, kMaxDim);
   add_integer_option(cmd, "--batch", batch, "B", 1, kMaxDim);
+  cmd->add_option("--head", head,
+                  "LM head: default (bf16; f32 in f32 mode, as in the paper) or int8 (quantized like the "
+                  "projections, in int8 modes only)")
+      ->check(CLI::IsMember({"default", "int8"}))
+      ->capture_default_str();
 }
 
 model::ModelConfig ModelOptions::config() const {
@@ -37,13 +42,14 @@ model::ModelConfig ModelOptions::config() const {
   if (vocab) m.vocab = *vocab;
   if (seq) m.seq_len = *seq;
   if (batch) m.batch = *batch;
+  m.int8_head = head == "int8";
   m.validate();  // bounded too: every size computed from m fits in int64 (model/config.cpp)
   return m;
 }
 
 std::string ModelOptions::command_line() const {
   std::ostringstream s;
-  s << "--preset '" << preset << "'";
+  s << "--preset '" << preset << "' --head " << head;
   const std::pair<const char*, const std::optional<int64_t>*> fields[] = {
       {"--layers", &layers}, {"--width", &width}, {"--heads", &heads},  {"--ffn", &ffn},
       {"--vocab", &vocab},   {"--seq-len", &seq}, {"--batch", &batch}};

@@ -47,7 +47,9 @@ int64_t Model::estimate_bytes(const ModelConfig& c, nn::LinearMode mode) {
   // where bf16 products are emulated), or f32.
   const bool emulated = gemm::bf16_backend() != gemm::Bf16Backend::kOnednn;
   const double operand = nn::is_int8(mode) ? 1.0 : mode == nn::LinearMode::kBf16 ? (emulated ? 6.0 : 2.0) : 4.0;
-  const double head = mode == nn::LinearMode::kF32 ? 4.0 : (emulated ? 6.0 : 2.0);
+  const double head = mode == nn::LinearMode::kF32 ? 4.0
+                      : c.int8_head && nn::is_int8(mode) ? 1.0
+                                                         : (emulated ? 6.0 : 2.0);
   double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
   f32 += L * (8.0 * T * C + 2.0 * T + B * NH * S * S);         // per block: saved activations
   f32 += L * 6.0 * T * F;                                      // SwiGLU h1, h3, hidden and their gradients
@@ -61,7 +63,10 @@ int64_t Model::estimate_bytes(const ModelConfig& c, nn::LinearMode mode) {
 }
 
 Model::Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction correction)
-    : cfg_(config), mode_(mode), correction_(correction) {
+    : cfg_(config), mode_(mode), correction_(correction),
+      head_mode_(mode == LinearMode::kF32 ? LinearMode::kF32
+                 : config.int8_head && nn::is_int8(mode) ? mode
+                                                         : LinearMode::kBf16) {
   cfg_.validate();
   const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
   const int64_t S = cfg_.seq_len, B = cfg_.batch, NH = cfg_.heads;
@@ -182,9 +187,8 @@ double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> 
   }
   rmsnorm_forward(xn_final_, rstd_final_, x_final_, {param(final_norm_), size_t(C)}, C, cfg_.norm_eps);
   clock.lap(&B::norms);
-  const LinearMode head_mode = mode_ == LinearMode::kF32 ? LinearMode::kF32 : LinearMode::kBf16;
-  nn::prepare_input(head_in_, xn_final_, T, C, head_mode, "lm_head.X");
-  nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode, "lm_head.W");
+  nn::prepare_input(head_in_, xn_final_, T, C, head_mode_, "lm_head.X");
+  nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode_, "lm_head.W");
   nn::linear_forward(logits_, head_in_, head_w_);
   clock.lap(&B::lm_head);
   // logits_ becomes dL/dlogits here: the backward starts from it.
@@ -201,7 +205,11 @@ void Model::backward(Key step_key) {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   std::fill(dx_.begin(), dx_.end(), 0.0f);  // dL/d(residual stream), accumulated
   clock.lap(&B::zeroing);
-  nn::LinearBackwardConfig head_cfg{nn::Correction::kNone, S, step_key, false};
+  // The bf16/f32 head draws no random bits; an int8 head is layer 7 L (config.hpp).
+  const uint32_t head_index = static_cast<uint32_t>(7 * cfg_.layers);
+  nn::LinearBackwardConfig head_cfg = nn::is_int8(head_mode_)
+      ? nn::LinearBackwardConfig{correction_, S, fold_in(step_key, head_index), false, head_index}
+      : nn::LinearBackwardConfig{nn::Correction::kNone, S, step_key, false};
   nn::linear_backward(dxn_, {grad(lm_head_), size_t(C * V)}, logits_, head_in_, head_w_, head_cfg, head_ws_);
   clock.lap(&B::lm_head);
   rmsnorm_backward(dx_, {grad(final_norm_), size_t(C)}, dxn_, x_final_, {param(final_norm_), size_t(C)},

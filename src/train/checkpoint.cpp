@@ -32,6 +32,7 @@ nlohmann::json to_json(const RunConfig& c) {
   return {{"layers", m.layers},       {"width", m.width},   {"heads", m.heads},
           {"ffn_width", m.ffn_width}, {"vocab", m.vocab},   {"seq_len", m.seq_len},
           {"batch", m.batch},         {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps},
+          {"lm_head", m.int8_head ? "int8" : "default"},
           {"mode", std::string(nn::to_string(c.mode))},
           {"correction", std::string(nn::to_string(c.correction))}, {"seed", c.seed}};
 }
@@ -70,6 +71,13 @@ RunConfig from_json(const nlohmann::json& j, const std::string& where) {
   m.batch = field<int64_t>(j, "batch", where);
   if (j.contains("rope_theta")) m.rope_theta = field<float>(j, "rope_theta", where);  // version 2
   if (j.contains("norm_eps")) m.norm_eps = field<float>(j, "norm_eps", where);
+  if (j.contains("lm_head")) {  // absent before issue 11: the default head
+    const std::string head = field<std::string>(j, "lm_head", where);
+    if (head != "int8" && head != "default") {
+      throw Error(where + ": field \"lm_head\" is \"" + head + "\", not \"default\" or \"int8\"");
+    }
+    m.int8_head = head == "int8";
+  }
   try {
     m.validate();
     c.mode = nn::parse_linear_mode(field<std::string>(j, "mode", where));

@@ -59,6 +59,9 @@ void validate_options(const TrainOptions& o) {
   };
   const auto num = [](double x) { std::ostringstream s; s << x; return s.str(); };
   need(o.steps >= 1, "--steps must be >= 1, got " + std::to_string(o.steps));
+  need(!o.model.int8_head || nn::is_int8(o.mode),
+       std::string("--head int8 needs an int8 mode (rtne, sr, s3r, s3r-bcast); the mode is ") +
+           std::string(nn::to_string(o.mode)));
   need(std::isfinite(o.lr.max_lr) && o.lr.max_lr > 0.0f && o.lr.max_lr <= 1.0f,
        "--lr must be a number in (0, 1], got " + num(o.lr.max_lr));
   need(std::isfinite(o.lr.min_lr) && o.lr.min_lr >= 0.0f && o.lr.min_lr <= o.lr.max_lr,

@@ -5,8 +5,9 @@
 //
 // All seven projections of every block are QuantLinear in the model's mode and correction. The
 // embedding and the attention products run in f32 and the LM head in bf16 (f32 in f32 mode) in
-// every mode, so mode comparisons measure only the quantized projections. Threshold keys: layer
-// index 7 l + j for projection j in (q, k, v, o, gate, up, down) of block l, layer key
+// every mode, so mode comparisons measure only the quantized projections; with
+// config.int8_head an int8 model's LM head is an eighth quantized projection (layer index 7 L).
+// Threshold keys: layer index 7 l + j for projection j in (q, k, v, o, gate, up, down) of block l, layer key
 // fold_in(fold_in(key(seed), step), index) (SPEC section 3).
 //
 // Parameters and gradients live in one f32 arena each (param_table() names every tensor);
@@ -101,6 +102,7 @@ class Model {
   ModelConfig cfg_;
   nn::LinearMode mode_;
   nn::Correction correction_;
+  nn::LinearMode head_mode_;  // the LM head's: f32 in f32 mode, the model's with int8_head, else bf16
   std::vector<ParamInfo> table_;
   std::vector<float> params_, grads_;
   int64_t tok_emb_ = 0, final_norm_ = 0, lm_head_ = 0;
