@@ -90,7 +90,16 @@ struct GradBlockOut {
      * grad_scale, the gradient of grad_scale * loss. Returns false (the outputs of the block    \
      unspecified) if a z value is not finite. */                                                \
   bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r0,            \
-                         int64_t r1, int64_t vocab, float grad_scale);
+                         int64_t r1, int64_t vocab, float grad_scale);                          \
+  /* RMSNorm of rows [r0, r1) of x (rows, C): ss = sum_c x^2 in double in 16 interleaved        \
+     partial sums (as softmax_xent_rows), rstd[r] = float(1 / sqrt(ss / C + eps)),              \
+     out = (x * rstd) * weight in float. */                                                     \
+  void rmsnorm_rows(float* out, float* rstd, const float* x, const float* weight, int64_t r0,   \
+                    int64_t r1, int64_t width, float eps);                                      \
+  /* RMSNorm's input gradient, rows [r0, r1): dot = sum_c (x * w) * dy in double (16 partials),  \
+     k = r^3 dot / C with r = rstd[row] in double, dx += float((r * w) * dy - k * x). */         \
+  void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const float* weight,  \
+                             const float* rstd, int64_t r0, int64_t r1, int64_t width);
 
 struct KernelTable;
 
@@ -122,6 +131,8 @@ struct KernelTable {
   decltype(&ref::swiglu_forward_ew) swiglu_forward_ew;
   decltype(&ref::swiglu_backward_ew) swiglu_backward_ew;
   decltype(&ref::softmax_xent_rows) softmax_xent_rows;
+  decltype(&ref::rmsnorm_rows) rmsnorm_rows;
+  decltype(&ref::rmsnorm_backward_rows) rmsnorm_backward_rows;
 };
 
 // The table of every tier, in the same order everywhere (a tier's table_TIER.cpp is this macro
@@ -130,7 +141,7 @@ struct KernelTable {
   KernelTable {                                                                            \
     threefry_bits, philox_bits, quantize_rows_rtne, absmax_cols, quantize_cols_rtne,       \
         grad_absmax, grad_quantize, gemv_s8_f32, dx_epilogue, swiglu_forward_ew,           \
-        swiglu_backward_ew, softmax_xent_rows                                              \
+        swiglu_backward_ew, softmax_xent_rows, rmsnorm_rows, rmsnorm_backward_rows         \
   }
 
 }  // namespace s3r::kernels

@@ -41,6 +41,9 @@ void check_ids(const char* fn, const char* what, std::span<const int32_t> ids, i
   }
 }
 
+// Rows per RMSNorm kernel call (a fixed split: results never depend on the thread count).
+constexpr int64_t kNormRows = 16;
+
 // Angle step of pair i: theta^(-2i/HD), in double (positions up to S are exact in float).
 double rope_frequency(int64_t pair, int64_t head_dim, float theta) {
   return std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(pair) / head_dim);
@@ -110,14 +113,11 @@ void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<cons
   expect_size("rmsnorm_forward", "out", out.size(), T * width);
   expect_size("rmsnorm_forward", "rstd", rstd.size(), T);
   expect_size("rmsnorm_forward", "weight", weight.size(), width);
+  const auto& k = kernels::active_kernels();
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* x = in.data() + t * width;
-    double ss = 0.0;
-    for (int64_t c = 0; c < width; ++c) ss += static_cast<double>(x[c]) * x[c];
-    const float r = static_cast<float>(1.0 / std::sqrt(ss / width + eps));
-    rstd[t] = r;
-    for (int64_t c = 0; c < width; ++c) out[t * width + c] = (x[c] * r) * weight[c];
+  for (int64_t blk = 0; blk < (T + kNormRows - 1) / kNormRows; ++blk) {
+    k.rmsnorm_rows(out.data(), rstd.data(), in.data(), weight.data(), blk * kNormRows,
+                   std::min(T, (blk + 1) * kNormRows), width, eps);
   }
 }
 
@@ -129,17 +129,11 @@ void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<
   expect_size("rmsnorm_backward", "dout", dout.size(), T * width);
   expect_size("rmsnorm_backward", "din", din.size(), T * width);
   // y = x r w with r = (mean x^2 + eps)^-1/2:  dx = r (w dy) - x r^3 mean(x w dy).
+  const auto& k = kernels::active_kernels();
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* x = in.data() + t * width;
-    const float* dy = dout.data() + t * width;
-    const double r = rstd[t];
-    double dot = 0.0;
-    for (int64_t c = 0; c < width; ++c) dot += static_cast<double>(x[c]) * weight[c] * dy[c];
-    const double k = r * r * r * dot / width;
-    for (int64_t c = 0; c < width; ++c) {
-      din[t * width + c] += static_cast<float>(r * weight[c] * dy[c] - k * x[c]);
-    }
+  for (int64_t blk = 0; blk < (T + kNormRows - 1) / kNormRows; ++blk) {
+    k.rmsnorm_backward_rows(din.data(), dout.data(), in.data(), weight.data(), rstd.data(), blk * kNormRows,
+                            std::min(T, (blk + 1) * kNormRows), width);
   }
   // dweight[c] += sum over t of dout * in * rstd, in double, t in increasing order for every c:
   // the same bits for any thread count. Blocks of columns per thread, rows streamed in order.

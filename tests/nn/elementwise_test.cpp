@@ -1,5 +1,5 @@
-// Elementwise activation kernels: the polynomial exp against std::exp, and reference vs every
-// vectorized tier bit for bit.
+// Elementwise and row kernels (SwiGLU, softmax cross-entropy, RMSNorm): the polynomial exp
+// against std::exp, and reference vs every vectorized tier bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -100,6 +100,37 @@ TEST(Elementwise, SoftmaxCrossEntropyKernelIsBitExact) {
       std::vector<float> c = z;
       c[2 * V + V / 3] = bad;
       EXPECT_FALSE(ref::softmax_xent_rows(c.data(), la.data(), y.data(), 0, rows, V, 0.25f)) << "reference V=" << V;
+    }
+  }
+}
+
+// RMSNorm's row kernels: rstd, outputs and input gradients bit for bit between the reference and
+// every vector tier, at widths around the vector sizes (dx accumulates: it starts non-zero).
+TEST(Elementwise, RmsnormKernelsAreBitExact) {
+  const auto tiers = testing::vector_isas();
+  S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
+  for (int64_t C : {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 256}) {
+    const int64_t rows = 5;
+    const auto x = test_values(rows * C, 7), w = test_values(C, 8), dy = test_values(rows * C, 9);
+    const auto dx0 = test_values(rows * C, 10);
+    std::vector<float> out(rows * C), rstd(rows), dx = dx0;
+    ref::rmsnorm_rows(out.data(), rstd.data(), x.data(), w.data(), 1, rows, C, 1e-5f);
+    ref::rmsnorm_backward_rows(dx.data(), dy.data(), x.data(), w.data(), rstd.data(), 1, rows, C);
+    for (Isa isa : tiers) {
+      std::vector<float> out2(rows * C + 1, 0.0f), rstd2(rows + 1, 0.0f), dx2 = dx0;
+      out2[rows * C] = rstd2[rows] = -7.0f;
+      dx2.push_back(-7.0f);
+      const KernelTable& k = kernels_for(isa);
+      k.rmsnorm_rows(out2.data(), rstd2.data(), x.data(), w.data(), 1, rows, C, 1e-5f);
+      k.rmsnorm_backward_rows(dx2.data(), dy.data(), x.data(), w.data(), rstd.data(), 1, rows, C);
+      for (int64_t r = 1; r < rows; ++r) ASSERT_EQ(rstd[r], rstd2[r]) << isa_name(isa) << " C=" << C << " r=" << r;
+      for (int64_t i = 0; i < rows * C; ++i) {
+        ASSERT_EQ(out[i], out2[i]) << isa_name(isa) << " out C=" << C << " i=" << i;
+        ASSERT_EQ(dx[i], dx2[i]) << isa_name(isa) << " dx C=" << C << " i=" << i;
+      }
+      ASSERT_EQ(out2[rows * C], -7.0f) << isa_name(isa) << ": wrote past the end, C=" << C;
+      ASSERT_EQ(dx2[rows * C], -7.0f) << isa_name(isa) << ": dx written past the end, C=" << C;
+      ASSERT_EQ(rstd2[0], 0.0f) << isa_name(isa) << ": row 0 is outside [r0, r1)";
     }
   }
 }

@@ -1,4 +1,4 @@
-// AVX2 elementwise activation kernels; operation for operation the same as kernels/ref
+// AVX2 element-wise and row kernels (SwiGLU, softmax cross-entropy, RMSNorm); operation for operation the same as kernels/ref
 // (bit-exact, no FMA), including the polynomial exp.
 #include <cmath>
 
@@ -119,6 +119,96 @@ bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r
     row[y] = (ey * inv - 1.0f) * grad_scale;  // the one-hot term (e * inv - 0 = e * inv elsewhere)
   }
   return true;
+}
+
+namespace {
+
+// The reference's 16 interleaved double partial sums: p[q] holds partials 4q..4q+3.
+struct Partials16 {
+  __m256d p[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  void add_pd(int q, __m256d v) { p[q] = _mm256_add_pd(p[q], v); }
+  double sum() const {
+    alignas(32) double partial[16];
+    for (int q = 0; q < 4; ++q) _mm256_store_pd(partial + 4 * q, p[q]);
+    double s = 0.0;
+    for (double x : partial) s += x;
+    return s;
+  }
+};
+
+// The four doubles of lanes 4q..4q+3 of the 16 floats (v0 lanes 0..7, v1 lanes 8..15).
+inline __m256d quarter_pd(__m256 v0, __m256 v1, int q) {
+  const __m256 v = q < 2 ? v0 : v1;
+  return _mm256_cvtps_pd(q % 2 == 0 ? _mm256_castps256_ps128(v) : _mm256_extractf128_ps(v, 1));
+}
+
+}  // namespace
+
+void rmsnorm_rows(float* out, float* rstd, const float* x, const float* weight, int64_t r0,
+                  int64_t r1, int64_t width, float eps) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * width;
+    Partials16 acc;
+    for (int64_t c = 0; c < width; c += 16) {
+      const __m256 v0 = _mm256_maskload_ps(xr + c, first_lanes(width - c));  // tail lanes add 0
+      const __m256 v1 = _mm256_maskload_ps(xr + c + 8, first_lanes(width - c - 8));
+      for (int q = 0; q < 4; ++q) {
+        const __m256d d = quarter_pd(v0, v1, q);
+        acc.add_pd(q, _mm256_mul_pd(d, d));
+      }
+    }
+    const double ss = acc.sum();
+    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(width) + static_cast<double>(eps)));
+    rstd[r] = rs;
+    const __m256 vr = _mm256_set1_ps(rs);
+    for (int64_t c = 0; c < width; c += 8) {
+      const __m256i m = first_lanes(width - c);
+      const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(xr + c, m), vr), _mm256_maskload_ps(weight + c, m));
+      _mm256_maskstore_ps(out + r * width + c, m, v);
+    }
+  }
+}
+
+void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const float* weight,
+                           const float* rstd, int64_t r0, int64_t r1, int64_t width) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * width;
+    const float* g = dy + r * width;
+    Partials16 acc;
+    for (int64_t c = 0; c < width; c += 16) {
+      const __m256i m0 = first_lanes(width - c), m1 = first_lanes(width - c - 8);
+      const __m256 x0 = _mm256_maskload_ps(xr + c, m0), x1 = _mm256_maskload_ps(xr + c + 8, m1);
+      const __m256 w0 = _mm256_maskload_ps(weight + c, m0), w1 = _mm256_maskload_ps(weight + c + 8, m1);
+      const __m256 g0 = _mm256_maskload_ps(g + c, m0), g1 = _mm256_maskload_ps(g + c + 8, m1);
+      for (int q = 0; q < 4; ++q) {
+        acc.add_pd(q, _mm256_mul_pd(_mm256_mul_pd(quarter_pd(x0, x1, q), quarter_pd(w0, w1, q)), quarter_pd(g0, g1, q)));
+      }
+    }
+    const double dot = acc.sum();
+    const double rr = rstd[r];
+    const double k = rr * rr * rr * dot / static_cast<double>(width);
+    const __m256d vr = _mm256_set1_pd(rr), vk = _mm256_set1_pd(k);
+    const auto update = [&](const float* w4, const float* g4, const float* x4, float* d4) {
+      const __m256d v = _mm256_sub_pd(
+          _mm256_mul_pd(_mm256_mul_pd(vr, _mm256_cvtps_pd(_mm_loadu_ps(w4))), _mm256_cvtps_pd(_mm_loadu_ps(g4))),
+          _mm256_mul_pd(vk, _mm256_cvtps_pd(_mm_loadu_ps(x4))));
+      _mm_storeu_ps(d4, _mm_add_ps(_mm_loadu_ps(d4), _mm256_cvtpd_ps(v)));
+    };
+    float* d = dx + r * width;
+    int64_t c = 0;
+    for (; c + 4 <= width; c += 4) update(weight + c, g + c, xr + c, d + c);
+    if (c < width) {  // the last 1..3 columns through a zero-padded buffer
+      float wb[4] = {}, gb[4] = {}, xb[4] = {}, db[4] = {};
+      for (int64_t j = 0; c + j < width; ++j) {
+        wb[j] = weight[c + j];
+        gb[j] = g[c + j];
+        xb[j] = xr[c + j];
+        db[j] = d[c + j];
+      }
+      update(wb, gb, xb, db);
+      for (int64_t j = 0; c + j < width; ++j) d[c + j] = db[j];
+    }
+  }
 }
 
 }  // namespace s3r::kernels::avx2

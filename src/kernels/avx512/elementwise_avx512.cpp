@@ -1,4 +1,4 @@
-// AVX-512 elementwise activation kernels; operation for operation the same as kernels/ref
+// AVX-512 element-wise and row kernels (SwiGLU, softmax cross-entropy, RMSNorm); operation for operation the same as kernels/ref
 // (bit-exact), including the polynomial exp.
 #include <cmath>
 
@@ -100,6 +100,78 @@ bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r
     row[y] = (ey * inv - 1.0f) * grad_scale;  // the one-hot term (e * inv - 0 = e * inv elsewhere)
   }
   return true;
+}
+
+namespace {
+
+// The 16 floats of v as doubles: lanes 0..7 and 8..15.
+inline __m512d low_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+inline __m512d high_pd(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// partials 0..7 (lo) then 8..15 (hi), added in order.
+inline double sum_partials(__m512d lo, __m512d hi) {
+  alignas(64) double partial[16];
+  _mm512_store_pd(partial, lo);
+  _mm512_store_pd(partial + 8, hi);
+  double sum = 0.0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
+}  // namespace
+
+void rmsnorm_rows(float* out, float* rstd, const float* x, const float* weight, int64_t r0,
+                  int64_t r1, int64_t width, float eps) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * width;
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (int64_t c = 0; c < width; c += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(first_lanes(width - c), xr + c);  // tail lanes add 0
+      const __m512d a = low_pd(v), b = high_pd(v);
+      lo = _mm512_add_pd(lo, _mm512_mul_pd(a, a));
+      hi = _mm512_add_pd(hi, _mm512_mul_pd(b, b));
+    }
+    const double ss = sum_partials(lo, hi);
+    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(width) + static_cast<double>(eps)));
+    rstd[r] = rs;
+    const __m512 vr = _mm512_set1_ps(rs);
+    for (int64_t c = 0; c < width; c += 16) {
+      const __mmask16 m = first_lanes(width - c);
+      const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + c), vr), _mm512_maskz_loadu_ps(m, weight + c));
+      _mm512_mask_storeu_ps(out + r * width + c, m, v);
+    }
+  }
+}
+
+void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const float* weight,
+                           const float* rstd, int64_t r0, int64_t r1, int64_t width) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * width;
+    const float* g = dy + r * width;
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (int64_t c = 0; c < width; c += 16) {
+      const __mmask16 m = first_lanes(width - c);
+      const __m512 xv = _mm512_maskz_loadu_ps(m, xr + c), wv = _mm512_maskz_loadu_ps(m, weight + c);
+      const __m512 gv = _mm512_maskz_loadu_ps(m, g + c);
+      lo = _mm512_add_pd(lo, _mm512_mul_pd(_mm512_mul_pd(low_pd(xv), low_pd(wv)), low_pd(gv)));
+      hi = _mm512_add_pd(hi, _mm512_mul_pd(_mm512_mul_pd(high_pd(xv), high_pd(wv)), high_pd(gv)));
+    }
+    const double dot = sum_partials(lo, hi);
+    const double rr = rstd[r];
+    const double k = rr * rr * rr * dot / static_cast<double>(width);
+    const __m512d vr = _mm512_set1_pd(rr), vk = _mm512_set1_pd(k);
+    for (int64_t c = 0; c < width; c += 8) {
+      const __mmask8 m = static_cast<__mmask8>(first_lanes(width - c) & 0xFF);
+      const __m512d w = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, weight + c));
+      const __m512d gv = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, g + c));
+      const __m512d xv = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, xr + c));
+      const __m512d v = _mm512_sub_pd(_mm512_mul_pd(_mm512_mul_pd(vr, w), gv), _mm512_mul_pd(vk, xv));
+      float* d = dx + r * width + c;
+      _mm256_mask_storeu_ps(d, m, _mm256_add_ps(_mm256_maskz_loadu_ps(m, d), _mm512_cvtpd_ps(v)));
+    }
+  }
 }
 
 }  // namespace s3r::kernels::avx512

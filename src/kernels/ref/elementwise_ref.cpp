@@ -1,4 +1,4 @@
-// Scalar reference of the elementwise activation kernels.
+// Scalar reference of the element-wise and row kernels (SwiGLU, softmax cross-entropy, RMSNorm).
 #include <cmath>
 
 #include "kernels/kernels.hpp"
@@ -42,6 +42,40 @@ bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r
     for (int64_t i = 0; i < vocab; ++i) row[i] = (row[i] * inv - (i == y ? 1.0f : 0.0f)) * grad_scale;
   }
   return true;
+}
+
+void rmsnorm_rows(float* out, float* rstd, const float* x, const float* weight, int64_t r0,
+                  int64_t r1, int64_t width, float eps) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * width;
+    double partial[16] = {};
+    for (int64_t c = 0; c < width; ++c) partial[c % 16] += static_cast<double>(xr[c]) * static_cast<double>(xr[c]);
+    double ss = 0.0;
+    for (double p : partial) ss += p;
+    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(width) + static_cast<double>(eps)));
+    rstd[r] = rs;
+    for (int64_t c = 0; c < width; ++c) out[r * width + c] = (xr[c] * rs) * weight[c];
+  }
+}
+
+void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const float* weight,
+                           const float* rstd, int64_t r0, int64_t r1, int64_t width) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * width;
+    const float* g = dy + r * width;
+    double partial[16] = {};
+    for (int64_t c = 0; c < width; ++c) {
+      partial[c % 16] += (static_cast<double>(xr[c]) * static_cast<double>(weight[c])) * static_cast<double>(g[c]);
+    }
+    double dot = 0.0;
+    for (double p : partial) dot += p;
+    const double rr = rstd[r];
+    const double k = rr * rr * rr * dot / static_cast<double>(width);
+    for (int64_t c = 0; c < width; ++c) {
+      const double v = (rr * static_cast<double>(weight[c])) * static_cast<double>(g[c]) - k * static_cast<double>(xr[c]);
+      dx[r * width + c] += static_cast<float>(v);
+    }
+  }
 }
 
 }  // namespace s3r::kernels::ref
