@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Independent check of an s3r run's numbers: recomputes the final validation loss of a run
+folder's checkpoint in PyTorch and compares it with the val_loss that `s3r train` logged.
+
+  /usr/bin/python3 bench/peer/check_checkpoint.py --run DIR --data DATA_DIR [--eval-batches N]
+
+- weights: DIR/checkpoint/model.safetensors (flat F32, matrices (in, out)), config from
+  DIR/checkpoint/meta.json; read by bench/peer/s3r_files.py from docs/FORMATS.md alone;
+- data: the windows of DATA_DIR/val.bin that s3r's `evaluate` reads (a fresh
+  DataLoader(val, S, 0x5eed): Fisher-Yates on Threefry words, bench/peer/threefry.py), N batches
+  of B windows (N = `s3r train --eval-batches`, default 8);
+- forward: bench/peer/s3r_forward.py, s3r's numerics for the checkpoint's mode;
+- also the benchmark's peer model (llama_peer.py, plain PyTorch f32 ops) on the same weights and
+  windows (for an f32 checkpoint it must agree too: the peer that `bench` times is this model).
+
+Tolerances (relative difference of the mean validation loss) and what limits them; measured
+(tests/peer/checkpoint_check.sh; `small` runs of 60 and 600 steps on data/nlp-corpus):
+- f32 (1e-6): s3r's f32 products (oneDNN) sum in another order than the float64 sums here; the
+  rest repeats s3r's operations. Measured: 4e-10 (tiny), 7e-10 (small).
+- bf16 and int8 modes (1e-5): the int8 projections are bit-identical given identical inputs, but
+  their inputs pass through the f32 attention products (in bf16 mode, through every product),
+  whose last-bit differences flip a few int8 codes or bf16 roundings downstream (one code step is
+  1/127 of the row's scale, one bf16 step 2^-8 relative). The flips, not the sums themselves,
+  limit the agreement: computing attention with f32 instead of f64 sums here moves a `small`
+  batch's loss by 1.3-1.6e-6 relative, while the same change in the LM head moves it by 4e-10.
+  Measured: bf16 5e-8 (tiny, small); s3r + dx 1e-8 (tiny), 1.6e-6 (small, 600 steps) and 4.1e-6
+  (the same run trained as on an AVX2-only CPU, S3R_MAX_ISA=avx2). Deeper or wider models flip
+  more codes; pass --rtol for them.
+- the plain-PyTorch peer on an f32 checkpoint (1e-5): torch's sigmoid and exp (SLEEF, 1 ulp)
+  and OpenBLAS's summation order instead of s3r's. Measured: 1.5e-8 (tiny), 6e-9 (small).
+The tolerances catch plausible bugs (`--inject`, tests/peer), measured on tiny runs: RoPE on
+half-split pairs instead of adjacent ones (1.7-2.1e-4), RMSNorm eps 1e-6 instead of 1e-5
+(2.0-2.5e-4), one weight changed by 0.01 (7e-5), the attention matrices read transposed (6e-2),
+no causal mask (2-3e-3), the windows in file order (3e-4 to 1e-3). Int8 scales of absmax/128
+(2-7e-5) and an f32 LM head in an int8 or bf16 run (2-3e-5) are caught with less margin;
+rounding int8 ties away from zero (8e-7) and SiLU with torch.sigmoid instead of s3r's
+polynomial exp (3e-9) are below the resolution of a loss comparison.
+
+Exit status: 0 when every comparison is within its tolerance, 1 on a mismatch (the numbers and
+the relative difference are printed), 2 on unusable inputs.
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import peer_env
+
+
+def main():
+    # BLAS and thread settings go into the environment before torch loads (peer_env re-executes).
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--threads", type=int, default=os.cpu_count())
+    threads = max(1, pre.parse_known_args()[0].threads)
+    peer_env.ensure(threads, malloc_tuning=False)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True, help="s3r run folder (checkpoint/, metrics.jsonl)")
+    ap.add_argument("--data", required=True, help="dataset folder with val.bin")
+    ap.add_argument("--eval-batches", type=int, default=8, help="`s3r train --eval-batches` of the run (default 8)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--rtol", type=float, help="override the tolerance of the s3r-numerics comparison")
+    import s3r_forward
+
+    bugs = dict(s3r_forward.BUGS)
+    bugs.update({"perturb-weight": "one weight changed: lm_head[0, the most frequent target token] += 0.01",
+                 "transpose-attn": "the square attention matrices read as (out, in) instead of (in, out)",
+                 "window-order": "validation windows in file order instead of the loader's shuffled order"})
+    ap.add_argument("--inject", choices=sorted(bugs), metavar="BUG",
+                    help="compute with a deliberate bug (the check must then fail, except for the changes "
+                         "below its resolution: silu-exact, round-half-away): " +
+                         "; ".join(f"{k}: {v}" for k, v in sorted(bugs.items())))
+    ap.add_argument("--no-peer", action="store_true", help="skip the plain-PyTorch peer model")
+    args = ap.parse_args()
+    if args.eval_batches < 1 or args.threads < 1:
+        ap.error("--eval-batches and --threads must be >= 1")
+    import torch
+
+    import s3r_files
+    import threefry
+
+    torch.set_num_threads(args.threads)
+    try:
+        meta = s3r_files.read_meta(args.run)
+        cfg = meta["config"]
+        step = int(meta["step"])
+        flat = s3r_files.read_safetensors(os.path.join(args.run, "checkpoint", "model.safetensors"))
+        tokens, vocab = s3r_files.read_shard(os.path.join(args.data, "val.bin"))
+        logged = s3r_files.logged_val_loss(args.run, step)
+    except (OSError, ValueError, KeyError, s3r_files.FormatError) as e:
+        print(f"check_checkpoint: cannot read the run or the data: {e}", file=sys.stderr)
+        return 2
+    if logged is None:
+        print(f"check_checkpoint: {args.run}/metrics.jsonl has no val_loss for the checkpoint's step {step}",
+              file=sys.stderr)
+        return 2
+    if vocab != cfg["vocab"]:
+        print(f"check_checkpoint: val.bin's vocabulary {vocab} differs from the model's {cfg['vocab']}", file=sys.stderr)
+        return 2
+    mode = cfg["mode"]
+    if mode not in ("f32", "bf16") + s3r_forward.INT8_MODES:
+        print(f"check_checkpoint: unknown mode '{mode}' in meta.json", file=sys.stderr)
+        return 2
+    B, S = cfg["batch"], cfg["seq_len"]
+    if args.inject == "window-order":
+        windows = (len(tokens) - 1) // S
+        batches = [[((i * B + b) % windows) * S for b in range(B)] for i in range(args.eval_batches)]
+    else:
+        batches = threefry.loader_batches(tokens, S, 0x5EED, B, args.eval_batches)
+    tok = torch.from_numpy(tokens)
+    offs = torch.arange(S + 1)
+
+    def batch_tensors(starts):
+        w = tok[torch.tensor(starts)[:, None] + offs[None, :]]  # (B, S + 1)
+        return w[:, :-1].contiguous(), w[:, 1:].contiguous()
+
+    params = s3r_forward.unflatten(flat, cfg)
+    if args.inject == "perturb-weight":
+        frequent = int(torch.bincount(torch.cat([batch_tensors(b)[1].reshape(-1) for b in batches])).argmax())
+        flat = dict(flat)
+        flat["lm_head"] = flat["lm_head"].copy()
+        flat["lm_head"][frequent] += 0.01  # row 0 of the (C, V) matrix
+        params["lm_head"][0, frequent] += 0.01
+    if args.inject == "transpose-attn":
+        for l in range(cfg["layers"]):
+            for m in ("q", "k", "v", "o"):
+                name = f"blocks.{l}.attn.{m}"
+                params[name] = params[name].t().contiguous()
+    bug = args.inject if args.inject in s3r_forward.BUGS else None
+    theta = float(torch.tensor(cfg.get("rope_theta", 10000.0), dtype=torch.float32))
+    tables = s3r_forward.rope_tables(S, cfg["width"] // cfg["heads"], theta)
+    t0 = time.time()
+    total = 0.0
+    for starts in batches:
+        inputs, targets = batch_tensors(starts)
+        total += s3r_forward.mean_loss(params, cfg, mode, inputs, targets, bug=bug, tables=tables)
+    ours = total / len(batches)
+    elapsed = time.time() - t0
+
+    rtol = args.rtol if args.rtol is not None else (1e-6 if mode == "f32" else 1e-5)
+    ok = True
+
+    def compare(what, value, tol):
+        nonlocal ok
+        rel = abs(value - logged) / abs(logged) if logged != 0 else abs(value)
+        good = math.isfinite(value) and math.isfinite(logged) and rel < tol
+        ok &= good
+        print(f"  {what:<38} {value:.10f}  rel diff {rel:.3e}  (tolerance {tol:.0e})  "
+              f"{'ok' if good else 'MISMATCH'}")
+        return rel
+
+    print(f"check_checkpoint: {args.run} step {step}, mode {mode}"
+          f"{' + ' + cfg.get('correction', 'none') if mode in s3r_forward.INT8_MODES else ''}, "
+          f"L={cfg['layers']} C={cfg['width']} heads={cfg['heads']} F={cfg['ffn_width']} V={cfg['vocab']} "
+          f"S={S} B={B}; {len(batches)} validation batches of {args.data}/val.bin")
+    if args.inject:
+        print(f"  INJECTED BUG: {args.inject}")
+    print(f"  {'s3r val_loss (metrics.jsonl)':<38} {logged:.10f}")
+    compare(f"PyTorch, s3r numerics ({mode})", ours, rtol)
+    print(f"  ({elapsed:.1f} s; torch {torch.__version__}, {torch.get_num_threads()} threads)")
+    if not args.no_peer:
+        import llama_peer
+
+        model = llama_peer.build_model_classes()(dict(cfg, rope_theta=theta,
+                                                      norm_eps=float(torch.tensor(cfg.get("norm_eps", 1e-5),
+                                                                                  dtype=torch.float32))))
+        model.load_s3r(flat)
+        with torch.no_grad():
+            peer = sum(float(model(*batch_tensors(s))) for s in batches) / len(batches)
+        if mode == "f32" and args.inject in (None, "perturb-weight", "window-order"):
+            compare("PyTorch peer model (plain f32 ops)", peer, 1e-5)
+        else:
+            rel = abs(peer - logged) / abs(logged)
+            without = args.inject not in (None, "perturb-weight", "window-order")
+            print(f"  {'PyTorch peer model (plain f32 ops)':<38} {peer:.10f}  rel diff {rel:.3e}  "
+                  f"(information only: the peer runs f32{' without the injected bug' if without else ''})")
+    print("check_checkpoint: " + ("ok" if ok else "MISMATCH: PyTorch and s3r disagree on the validation loss"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main())

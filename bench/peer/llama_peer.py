@@ -1,0 +1,298 @@
+#!/usr/bin/python3
+"""The PyTorch peer of s3r's decoder: the same model in plain PyTorch (1.13, CPU), for
+side-by-side training-step speed (`bench`) and, loaded from an s3r checkpoint, as a second
+opinion on its loss (check_checkpoint.py).
+
+The model (s3r/model/model.hpp, src/model/layers.cpp): token embedding; per block RMSNorm ->
+Q, K, V (no bias) -> RoPE on adjacent pairs (elements 2i, 2i+1 of each head rotate by
+pos * theta^(-2i/HD)) -> causal softmax attention -> output projection -> residual; RMSNorm ->
+SwiGLU (silu(x W_gate) * (x W_up)) W_down -> residual; final RMSNorm; untied LM head; mean
+cross-entropy. Weights are stored (in, out) as s3r stores them: y = x W. Init as s3r: normal
+(0, 0.02), attn.o and ffn.down scaled by 1/sqrt(2L), norm gains 1. AdamW as `s3r train`'s
+defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the matrices (not on the embedding or
+the norm gains), global gradient-norm clip 1.0.
+
+Usage:
+  /usr/bin/python3 bench/peer/llama_peer.py bench --preset small --mode f32|bf16 --threads 2 \\
+      --warmup 2 --repeats 5 [--json OUT]
+  /usr/bin/python3 bench/peer/llama_peer.py info [--threads 2]
+"""
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+
+import peer_env
+
+# name: (layers L, width C, heads, ffn F, vocab V, seq_len S, batch B) - src/model/config.cpp
+PRESETS = {
+    "tiny": (2, 64, 4, 192, 256, 32, 4),
+    "small": (6, 256, 4, 768, 4096, 256, 16),
+    "wide": (4, 1024, 8, 4096, 4096, 256, 8),
+}
+# `s3r train` defaults (tools/train.cpp, include/s3r/optim/adamw.hpp)
+TRAIN_DEFAULTS = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "clip": 1.0,
+                  "rope_theta": 10000.0, "norm_eps": 1e-5}
+
+
+def preset_config(name):
+    L, C, H, F, V, S, B = PRESETS[name]
+    return {"layers": L, "width": C, "heads": H, "ffn_width": F, "vocab": V, "seq_len": S, "batch": B,
+            "rope_theta": TRAIN_DEFAULTS["rope_theta"], "norm_eps": TRAIN_DEFAULTS["norm_eps"]}
+
+
+def build_model_classes():
+    """The nn.Module classes (defined after torch is imported, i.e. after peer_env.ensure)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class RMSNorm(nn.Module):
+        def __init__(self, width, eps):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(width))
+            self.eps = eps
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+    class Block(nn.Module):
+        def __init__(self, cfg):
+            super().__init__()
+            C, Fw = cfg["width"], cfg["ffn_width"]
+            self.heads = cfg["heads"]
+            self.attn_norm = RMSNorm(C, cfg["norm_eps"])
+            self.ffn_norm = RMSNorm(C, cfg["norm_eps"])
+            # (in, out) matrices, y = x W, as s3r stores them
+            self.q = nn.Parameter(torch.empty(C, C))
+            self.k = nn.Parameter(torch.empty(C, C))
+            self.v = nn.Parameter(torch.empty(C, C))
+            self.o = nn.Parameter(torch.empty(C, C))
+            self.gate = nn.Parameter(torch.empty(C, Fw))
+            self.up = nn.Parameter(torch.empty(C, Fw))
+            self.down = nn.Parameter(torch.empty(Fw, C))
+
+        def rope(self, x, cos, sin):
+            # x (B, H, S, HD): pairs (2i, 2i+1) rotate by the angle of pair i
+            a, b = x[..., 0::2], x[..., 1::2]
+            return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+        def forward(self, x, cos, sin, mask):
+            B, S, C = x.shape
+            H = self.heads
+            xn = self.attn_norm(x)
+            q = (xn @ self.q).view(B, S, H, C // H).transpose(1, 2)
+            k = (xn @ self.k).view(B, S, H, C // H).transpose(1, 2)
+            v = (xn @ self.v).view(B, S, H, C // H).transpose(1, 2)
+            q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(C // H))
+            p = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+            att = (p @ v).transpose(1, 2).reshape(B, S, C)
+            x = x + att @ self.o
+            xn = self.ffn_norm(x)
+            return x + (F.silu(xn @ self.gate) * (xn @ self.up)) @ self.down
+
+    class LlamaPeer(nn.Module):
+        def __init__(self, cfg):
+            super().__init__()
+            self.cfg = cfg
+            C, V, S, H = cfg["width"], cfg["vocab"], cfg["seq_len"], cfg["heads"]
+            self.tok_emb = nn.Parameter(torch.empty(V, C))
+            self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg["layers"]))
+            self.final_norm = RMSNorm(C, cfg["norm_eps"])
+            self.lm_head = nn.Parameter(torch.empty(C, V))
+            hd = C // H
+            freq = cfg["rope_theta"] ** (-2.0 * torch.arange(hd // 2, dtype=torch.float64) / hd)
+            angle = torch.arange(S, dtype=torch.float64)[:, None] * freq[None, :]
+            self.register_buffer("cos", torch.cos(angle).float(), persistent=False)  # (S, HD/2)
+            self.register_buffer("sin", torch.sin(angle).float(), persistent=False)
+            self.register_buffer("mask", torch.triu(torch.ones(S, S, dtype=torch.bool), 1), persistent=False)
+
+        def init_weights(self, seed=0):
+            g = torch.Generator().manual_seed(seed)
+            residual = 1.0 / math.sqrt(2.0 * self.cfg["layers"])
+            with torch.no_grad():
+                for name, p in self.named_parameters():
+                    if "norm" in name:
+                        p.fill_(1.0)
+                    else:
+                        p.normal_(0.0, 0.02, generator=g)
+                        if name.endswith(".o") or name.endswith(".down"):
+                            p.mul_(residual)
+
+        def forward(self, tokens, targets):
+            S = tokens.shape[1]
+            x = self.tok_emb[tokens]
+            cos, sin, mask = self.cos[:S], self.sin[:S], self.mask[:S, :S]
+            for blk in self.blocks:
+                x = blk(x, cos, sin, mask)
+            logits = self.final_norm(x) @ self.lm_head
+            return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+        def s3r_names(self):
+            """{s3r checkpoint tensor name: parameter} (docs/FORMATS.md)."""
+            out = {"tok_emb": self.tok_emb, "final_norm": self.final_norm.weight, "lm_head": self.lm_head}
+            for l, b in enumerate(self.blocks):
+                p = f"blocks.{l}."
+                out.update({p + "attn_norm": b.attn_norm.weight, p + "ffn_norm": b.ffn_norm.weight,
+                            p + "attn.q": b.q, p + "attn.k": b.k, p + "attn.v": b.v, p + "attn.o": b.o,
+                            p + "ffn.gate": b.gate, p + "ffn.up": b.up, p + "ffn.down": b.down})
+            return out
+
+        def load_s3r(self, flat):
+            """Weights from an s3r checkpoint's flat f32 tensors {name: numpy array}."""
+            with torch.no_grad():
+                for name, p in self.s3r_names().items():
+                    p.copy_(torch.from_numpy(flat[name].copy()).view(p.shape))
+
+        def optimizer(self, lr=TRAIN_DEFAULTS["lr"]):
+            decay = [p for n, p in self.s3r_names().items() if "norm" not in n and n != "tok_emb"]
+            no_decay = [p for n, p in self.s3r_names().items() if "norm" in n or n == "tok_emb"]
+            return torch.optim.AdamW([{"params": decay, "weight_decay": TRAIN_DEFAULTS["weight_decay"]},
+                                      {"params": no_decay, "weight_decay": 0.0}],
+                                     lr=lr, betas=TRAIN_DEFAULTS["betas"], eps=TRAIN_DEFAULTS["eps"])
+
+    return LlamaPeer
+
+
+def peak_rss_bytes():
+    """VmHWM of this process (peak resident set), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def environment_info(threads, notes, want_onednn=False):
+    import torch
+
+    kind, libs = peer_env.blas_summary()
+    info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "blas": kind, "blas_libraries": libs,
+            "env_notes": notes, "cpu": peer_env.cpu_model(), "isa": peer_env.isa_tiers(),
+            "native_bf16": peer_env.native_bf16(), "python": sys.version.split()[0],
+            "malloc": {k: os.environ[k] for k in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+                       if k in os.environ}}
+    config = torch.__config__.show()
+    summary = [line.strip(" -") for line in config.splitlines()
+               if any(k in line for k in ("MKL-DNN", "oneDNN", "OpenMP", "CPU capability"))]
+    summary += [m.group(0) for m in re.finditer(r"BLAS_INFO=\w+", config)]
+    info["torch_build"] = "; ".join(summary)
+    if want_onednn:
+        isa, impl = peer_env.onednn_isa()
+        info["onednn_isa"], info["onednn_bf16_matmul"] = isa, impl
+    return info
+
+
+def bench(args, notes):
+    import torch
+
+    torch.set_num_threads(args.threads)
+    cfg = preset_config(args.preset)
+    LlamaPeer = build_model_classes()
+    if args.mode == "bf16" and not peer_env.native_bf16() and not args.allow_emulated_bf16:
+        raise SystemExit("llama_peer: this CPU has no native bf16 (avx512_bf16 or amx_bf16); "
+                         "bf16 autocast would be emulated (pass --allow-emulated-bf16 to run it anyway)")
+    model = LlamaPeer(cfg)
+    model.init_weights(0)
+    opt = model.optimizer()
+    g = torch.Generator().manual_seed(7)
+    B, S, V = cfg["batch"], cfg["seq_len"], cfg["vocab"]
+    data = torch.randint(0, V, (B, S + 1), generator=g)  # a fixed random batch
+    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    params = list(model.parameters())
+
+    def step():
+        t0 = time.perf_counter()
+        if args.mode == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(tokens, targets)
+        else:
+            loss = model(tokens, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, TRAIN_DEFAULTS["clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=args.grads_to_none)
+        return (time.perf_counter() - t0) * 1e3, float(loss)
+
+    info = environment_info(args.threads, notes, want_onednn=args.mode == "bf16")
+    print(f"llama_peer bench: preset {args.preset} ({' '.join(f'{k}={v}' for k, v in cfg.items())}), "
+          f"mode {args.mode}, {B * S} tokens per step")
+    print(f"  torch {info['torch']}, {info['threads']} threads, BLAS: {info['blas']}")
+    if "onednn_isa" in info:
+        print(f"  oneDNN bf16 matmul: {info['onednn_bf16_matmul']} ({info['onednn_isa']})")
+    for n in notes:
+        print(f"  env: {n}")
+    print(f"  cpu: {info['cpu']} ({info['isa']})")
+    sys.stdout.flush()
+    losses = []
+    for _ in range(args.warmup):
+        _, l = step()
+        losses.append(l)
+    ms = []
+    for i in range(args.repeats):
+        t, l = step()
+        ms.append(t)
+        losses.append(l)
+        print(f"  step {i + 1}/{args.repeats}: {t:.1f} ms (loss {l:.4f})")
+        sys.stdout.flush()
+    med = statistics.median(ms)
+    tps = B * S / (med / 1e3)
+    rss = peak_rss_bytes()
+    print(f"  median {med:.1f} ms, min {min(ms):.1f} ms, {tps:.0f} tokens/s, peak RSS {rss / 1e6:.1f} MB")
+    if not all(math.isfinite(l) for l in losses):
+        raise SystemExit("llama_peer: a non-finite loss")
+    result = {"preset": args.preset, "config": cfg, "mode": args.mode, "tokens_per_step": B * S,
+              "warmup": args.warmup, "repeats": args.repeats, "ms": ms, "median_ms": med, "min_ms": min(ms),
+              "tokens_per_s": tps, "peak_rss_bytes": rss, "losses": losses, "zero_grad_set_to_none":
+              args.grads_to_none, **info}
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, args.json)
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("bench", help="time full training steps on a fixed random batch")
+    b.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    b.add_argument("--mode", choices=("f32", "bf16"), default="f32",
+                   help="f32, or bf16 autocast (CPU with native bf16 only)")
+    b.add_argument("--threads", type=int, default=os.cpu_count())
+    b.add_argument("--warmup", type=int, default=2)
+    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--json", help="write the results as JSON")
+    b.add_argument("--grads-to-none", action="store_true",
+                   help="zero_grad(set_to_none=True): new gradient tensors every step (default: zero them in place)")
+    b.add_argument("--no-malloc-tuning", action="store_true",
+                   help="leave glibc malloc's defaults (large tensors mapped afresh every step)")
+    b.add_argument("--allow-emulated-bf16", action="store_true")
+    i = sub.add_parser("info", help="print the environment the peer runs in (BLAS, threads, oneDNN ISA)")
+    i.add_argument("--threads", type=int, default=os.cpu_count())
+    i.add_argument("--no-malloc-tuning", action="store_true")
+    args = ap.parse_args()
+    if args.threads < 1:
+        ap.error("--threads must be >= 1")
+    if args.cmd == "bench" and (args.repeats < 1 or args.warmup < 0):
+        ap.error("--repeats must be >= 1 and --warmup >= 0")
+    notes = peer_env.ensure(args.threads, malloc_tuning=not args.no_malloc_tuning)
+    if args.cmd == "bench":
+        bench(args, notes)
+    else:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        print(json.dumps(environment_info(args.threads, notes, want_onednn=True), indent=1))
+
+
+if __name__ == "__main__":
+    main()

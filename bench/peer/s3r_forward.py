@@ -1,0 +1,219 @@
+"""The decoder's forward pass with s3r's numerics, written in PyTorch from SPEC.md section 1 and
+the operations s3r documents (src/model/layers.cpp, src/nn/quant_linear.cpp,
+src/kernels/ref/numerics.hpp), for an independent check of a checkpoint's validation loss.
+
+Every element-wise step repeats s3r's f32 operations in the same order (s3r builds with
+-ffp-contract=off, so there is no fused multiply-add to mimic), and every long sum that s3r
+accumulates in double is accumulated in double here. What cannot be repeated bit for bit is the
+summation order of s3r's float matrix products (oneDNN's f32 and bf16 kernels); those products
+are computed here in float64 from the same f32 (or bf16-rounded) operands and rounded to f32
+once, i.e. closer to the exact value than s3r's f32 accumulation. The int8 products are integer
+sums, exact in float64, so the int8 projections are bit-identical given bit-identical inputs.
+
+Modes (the checkpoint's `mode`): f32 (every product f32); bf16 (the seven projections per block
+and the LM head on bf16-rounded operands, RTNE, f32 accumulation); rtne, sr, s3r, s3r-bcast (their
+forward is one and the same: per-token x per-output-channel absmax int8, round to nearest even,
+LM head bf16, or int8 when meta.json says "lm_head": "int8"). Attention products are f32 in
+every mode. Cross-entropy uses s3r's polynomial exp (since issue 11; before, libm's exp in
+double: a difference of about 1e-7 of the loss, far inside the check's tolerances).
+"""
+import math
+
+import torch
+
+F32 = torch.float32
+F64 = torch.float64
+INT8_MODES = ("rtne", "sr", "s3r", "s3r-bcast")
+
+# Deliberate bugs, to show that the check's tolerances catch them (check_checkpoint.py --inject).
+BUGS = {
+    "rope-half-split": "RoPE rotates element i with i + HD/2 (the GPT-NeoX layout) instead of adjacent pairs 2i, 2i+1",
+    "norm-eps": "RMSNorm eps 1e-6 instead of the checkpoint's 1e-5",
+    "no-causal-mask": "attention may look at later tokens",
+    "silu-exact": "SiLU with torch.sigmoid instead of s3r's polynomial exp (a 1-ulp-level change, not a bug: "
+                  "shows the resolution of the check)",
+    "int8-scale-128": "int8 scales absmax / 128 instead of absmax / 127 (int8 modes)",
+    "head-f32": "LM head in f32 instead of bf16 (int8 and bf16 modes)",
+    "round-half-away": "int8 codes rounded half away from zero instead of half to even (int8 modes)",
+}
+
+
+def _f32(x):
+    return torch.tensor(x, dtype=F32)
+
+
+def exp_poly(x):
+    """s3r's f32 exp (src/kernels/ref/numerics.hpp exp_poly): Cephes' method, same operations
+    in the same order, f32 throughout; 2^n applied exactly (in f64, then one exact rounding)."""
+    x = torch.clamp(x, -87.0, 88.0)
+    n = torch.floor(x * _f32(1.44269504088896341) + _f32(0.5))
+    r = x - n * _f32(0.693359375)
+    r = r - n * _f32(-2.12194440e-4)
+    p = torch.full_like(x, 1.9875691500e-4)
+    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = p * r + _f32(c)
+    p = p * (r * r) + r + _f32(1.0)
+    return (p.to(F64) * torch.exp2(n.to(F64))).to(F32)
+
+
+def sigmoid_poly(z):
+    return _f32(1.0) / (_f32(1.0) + exp_poly(-z))
+
+
+def rmsnorm(x, weight, eps):
+    """(x * r) * w in f32 with r = f32(1 / sqrt(sum_c x^2 / C + eps)), the sum in double."""
+    ss = (x.to(F64) ** 2).sum(-1, keepdim=True)
+    r = (1.0 / torch.sqrt(ss / x.shape[-1] + eps)).to(F32)
+    return (x * r) * weight
+
+
+def rope_tables(seq_len, head_dim, theta):
+    """cos and sin (S, HD/2) f32 of angle pos * theta^(-2i/HD), evaluated in double by libm."""
+    cos = torch.empty(seq_len, head_dim // 2, dtype=F32)
+    sin = torch.empty(seq_len, head_dim // 2, dtype=F32)
+    for i in range(head_dim // 2):
+        freq = math.pow(float(theta), -2.0 * i / head_dim)
+        for pos in range(seq_len):
+            a = 1.0 * pos * freq
+            cos[pos, i] = math.cos(a)
+            sin[pos, i] = math.sin(a)
+    return cos, sin
+
+
+def rope(x, cos, sin, heads, bug=None):
+    """x (B, S, C): in each head, elements 2i and 2i+1 rotate by the angle of pair i."""
+    B, S, C = x.shape
+    hd = C // heads
+    xh = x.reshape(B, S, heads, hd)
+    if bug == "rope-half-split":
+        a, b = xh[..., : hd // 2], xh[..., hd // 2:]
+    else:
+        a, b = xh[..., 0::2], xh[..., 1::2]
+    c = cos[None, :, None, :]
+    s = sin[None, :, None, :]
+    ra = a * c - b * s
+    rb = a * s + b * c
+    if bug == "rope-half-split":
+        out = torch.cat([ra, rb], dim=-1)
+    else:
+        out = torch.stack([ra, rb], dim=-1).reshape(B, S, heads, hd)
+    return out.reshape(B, S, C)
+
+
+def attention(q, k, v, heads, bug=None):
+    """Causal softmax attention as s3r computes it: scores in f32 (products here in f64, rounded
+    once), scaled in f32, max-subtracted, exp in f32 (libm expf; here exp in double rounded to
+    f32), the row sum in double, probabilities times f32(1 / sum)."""
+    B, S, C = q.shape
+    hd = C // heads
+    qh = q.reshape(B, S, heads, hd).transpose(1, 2).to(F64)
+    kh = k.reshape(B, S, heads, hd).transpose(1, 2).to(F64)
+    vh = v.reshape(B, S, heads, hd).transpose(1, 2).to(F64)
+    scale = _f32(1.0 / math.sqrt(hd))
+    scores = (qh @ kh.transpose(-1, -2)).to(F32) * scale
+    if bug != "no-causal-mask":
+        future = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+        scores = scores.masked_fill(future, -math.inf)
+    mx = scores.amax(-1, keepdim=True)
+    e = torch.exp((scores - mx).to(F64)).to(F32)
+    total = e.to(F64).sum(-1, keepdim=True)
+    p = e * (1.0 / total).to(F32)
+    out = (p.to(F64) @ vh).to(F32)
+    return out.transpose(1, 2).reshape(B, S, C)
+
+
+def _bf16(x):
+    return x.to(torch.bfloat16).to(F64)  # RTNE, like s3r::to_bf16 (finite values)
+
+
+def quantize(x, dim, bug=None):
+    """Absmax int8 codes along `dim` (the reduced axis): scale = absmax / 127 in f32 (1 where it
+    is 0), codes = clamp(rne(x / scale), -127, 127) with the division in f32 (SPEC section 1)."""
+    absmax = x.abs().amax(dim=dim, keepdim=True)
+    scale = absmax / _f32(128.0 if bug == "int8-scale-128" else 127.0)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    v = x / scale
+    if bug == "round-half-away":
+        codes = torch.sign(v) * torch.floor(v.abs() + 0.5)
+    else:
+        codes = torch.round(v)  # round half to even
+    return torch.clamp(codes, -127, 127), scale
+
+
+def linear(x, w, mode, bug=None):
+    """y = x W for x (T, K) f32, W (K, N) f32 in the given mode; returns f32 (T, N)."""
+    if mode == "f32":
+        return (x.to(F64) @ w.to(F64)).to(F32)
+    if mode == "bf16":
+        return (_bf16(x) @ _bf16(w)).to(F32)
+    xq, sx = quantize(x, 1, bug)  # (T, K), (T, 1): per token
+    wq, sw = quantize(w, 0, bug)  # (K, N), (1, N): per output channel
+    acc = (xq.to(F64) @ wq.to(F64)).to(F32)  # exact integer sums, converted to f32 as s3r does
+    return (acc * sw) * sx  # (float(acc) * sw[n]) * sx[t], s3r's epilogue order
+
+
+def unflatten(tensors, cfg):
+    """{name: f32 torch tensor of its shape} from a checkpoint's flat tensors."""
+    C, F, V = cfg["width"], cfg["ffn_width"], cfg["vocab"]
+    shapes = {"tok_emb": (V, C), "final_norm": (C,), "lm_head": (C, V)}
+    for l in range(cfg["layers"]):
+        p = f"blocks.{l}."
+        shapes.update({p + "attn_norm": (C,), p + "ffn_norm": (C,), p + "attn.q": (C, C), p + "attn.k": (C, C),
+                       p + "attn.v": (C, C), p + "attn.o": (C, C), p + "ffn.gate": (C, F), p + "ffn.up": (C, F),
+                       p + "ffn.down": (F, C)})
+    missing = sorted(set(shapes) - set(tensors))
+    extra = sorted(set(tensors) - set(shapes))
+    if missing or extra:
+        raise ValueError(f"checkpoint tensors do not match the config: missing {missing}, unexpected {extra}")
+    out = {}
+    for name, shape in shapes.items():
+        flat = torch.from_numpy(tensors[name].copy())
+        if flat.numel() != math.prod(shape):
+            raise ValueError(f"tensor '{name}' has {flat.numel()} values, expected {shape}")
+        out[name] = flat.reshape(shape)
+    return out
+
+
+def mean_loss(params, cfg, mode, inputs, targets, bug=None, tables=None):
+    """Mean cross-entropy (float) of one batch: inputs, targets (B, S) int64 tensors."""
+    C, heads, V = cfg["width"], cfg["heads"], cfg["vocab"]
+    B, S = inputs.shape
+    eps = float(torch.tensor(cfg.get("norm_eps", 1e-5), dtype=F32))  # an f32 option, promoted to double
+    if bug == "norm-eps":
+        eps = float(torch.tensor(1e-6, dtype=F32))
+    theta = float(torch.tensor(cfg.get("rope_theta", 10000.0), dtype=F32))
+    cos, sin = tables if tables is not None else rope_tables(S, C // heads, theta)
+    proj = mode if mode in ("f32", "bf16") else "int8"
+    if mode == "f32" or bug == "head-f32":
+        head_mode = "f32"
+    elif mode in INT8_MODES and cfg.get("lm_head", "default") == "int8":
+        head_mode = "int8"  # `s3r train --head int8`: the head as an eighth int8 projection
+    else:
+        head_mode = "bf16"
+    T = B * S
+    x = params["tok_emb"][inputs.reshape(-1)]  # (T, C)
+    for l in range(cfg["layers"]):
+        p = f"blocks.{l}."
+        xn = rmsnorm(x, params[p + "attn_norm"], eps)
+        q = linear(xn, params[p + "attn.q"], proj, bug).reshape(B, S, C)
+        k = linear(xn, params[p + "attn.k"], proj, bug).reshape(B, S, C)
+        v = linear(xn, params[p + "attn.v"], proj, bug).reshape(B, S, C)
+        q = rope(q, cos, sin, heads, bug)
+        k = rope(k, cos, sin, heads, bug)
+        att = attention(q, k, v, heads, bug).reshape(T, C)
+        x_mid = linear(att, params[p + "attn.o"], proj, bug) + x
+        xn2 = rmsnorm(x_mid, params[p + "ffn_norm"], eps)
+        h1 = linear(xn2, params[p + "ffn.gate"], proj, bug)
+        h3 = linear(xn2, params[p + "ffn.up"], proj, bug)
+        s = torch.sigmoid(h1) if bug == "silu-exact" else sigmoid_poly(h1)
+        hidden = (h1 * s) * h3
+        x = linear(hidden, params[p + "ffn.down"], proj, bug) + x_mid
+    xn = rmsnorm(x, params["final_norm"], eps)
+    logits = linear(xn, params["lm_head"], head_mode, bug)  # (T, V) f32
+    # Cross-entropy as s3r's softmax_xent_rows: max in f32, exp_poly(z - max) in f32, the sum of
+    # the exponentials in double, loss = (log(sum) + max) - z[y] in double.
+    mx = logits.amax(-1, keepdim=True)
+    total = exp_poly(logits - mx).to(F64).sum(-1)
+    zy = logits.gather(1, targets.reshape(-1, 1)).squeeze(1)
+    token_loss = (torch.log(total) + mx.squeeze(-1).to(F64)) - zy.to(F64)
+    return float(token_loss.sum()) / T

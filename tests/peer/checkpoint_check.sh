@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The PyTorch peer recomputes the validation loss of s3r checkpoints (bench/peer/check_checkpoint.py):
+# tiny models trained in f32, s3r + dx and bf16 must match s3r's logged val_loss (f32 to 1e-6
+# relative, the others to 1e-5), and the same check with a deliberate bug must fail (exit 1,
+# MISMATCH): so the tolerances are tight enough to catch these bugs, and the check can fail.
+# Usage: checkpoint_check.sh S3R_BINARY DATA_DIR WORK_DIR REPO_ROOT
+set -uo pipefail
+s3r=$1; data=$2; work=$3; root=$4
+check=(/usr/bin/python3 "$root/bench/peer/check_checkpoint.py" --threads 2)
+rm -rf "$work"; mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+
+train() {  # NAME MODE CORRECTION EVAL_BATCHES
+  "$s3r" train --preset tiny --vocab 300 --data "$data" --steps 30 --warmup 3 --eval-every 10 \
+    --eval-batches "$4" --mode "$2" --correction "$3" --out "$work/$1" > "$work/$1.log" 2>&1 \
+    || fail "training $1 failed: $(tail -3 "$work/$1.log")"
+}
+train f32 f32 none 8
+train s3r-dx s3r dx 30   # 30 batches of 4 windows: more than the 95 windows of val.bin, so the
+                         # loader's second epoch (a new permutation) is part of the check
+train bf16 bf16 none 8
+
+expect_match() {  # RUN EVAL_BATCHES
+  local out
+  out=$("${check[@]}" --run "$work/$1" --data "$data" --eval-batches "$2" 2>&1) \
+    || fail "check of $1 failed:"$'\n'"$out"
+  echo "$out"
+  grep -q "check_checkpoint: ok" <<<"$out" || fail "no 'ok' line for $1"
+}
+expect_mismatch() {  # RUN EVAL_BATCHES BUG (or '-' for none) [EXTRA...]
+  local run=$1 batches=$2 bug=$3 out rc
+  shift 3
+  local inject=()
+  [ "$bug" = - ] || inject=(--inject "$bug")
+  out=$("${check[@]}" --run "$work/$run" --data "$data" --eval-batches "$batches" --no-peer "${inject[@]}" "$@" 2>&1)
+  rc=$?
+  [ $rc = 1 ] || fail "$run with bug '$bug $*': exit status $rc, expected 1 (a mismatch):"$'\n'"$out"
+  grep -q "MISMATCH" <<<"$out" || fail "$run with bug '$bug $*': no MISMATCH line"$'\n'"$out"
+  echo "caught on $run: $bug $* ($(grep 's3r numerics' <<<"$out" | sed 's/.*rel diff/rel diff/'))"
+}
+
+expect_match f32 8
+expect_match s3r-dx 30
+expect_match bf16 8
+
+# Plausible bugs, each caught by the tolerance of its mode (measured on these runs: 7e-5 to 6e-2
+# relative, 10x or more above the tolerance; `--inject int8-scale-128` and `head-f32` move an int8
+# run by only 2-7e-5, too close to the tolerance to be a reliable failure here).
+expect_mismatch f32 8 rope-half-split
+expect_mismatch f32 8 norm-eps
+expect_mismatch f32 8 perturb-weight
+expect_mismatch f32 8 transpose-attn
+expect_mismatch f32 8 window-order
+expect_mismatch s3r-dx 30 rope-half-split
+expect_mismatch s3r-dx 30 norm-eps
+expect_mismatch s3r-dx 30 transpose-attn
+expect_mismatch s3r-dx 30 perturb-weight
+expect_mismatch s3r-dx 8 -            # the wrong --eval-batches: other windows than s3r evaluated
+expect_mismatch bf16 8 rope-half-split
+expect_mismatch bf16 8 norm-eps
+expect_mismatch bf16 8 no-causal-mask
+
+# Unusable inputs: exit status 2 with a message, not a traceback.
+out=$("${check[@]}" --run "$work/nonexistent" --data "$data" 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "cannot read the run" <<<"$out" || fail "missing run: exit $rc: $out"
+echo "checkpoint check: ok"
