@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""s3r against its PyTorch peer, full training steps of one preset on this machine, in one
+invocation: several rounds, each running the peer in f32, the peer in bf16 autocast (where the
+CPU has native bf16) and `s3r bench step` over s3r's configurations, in a rotating order, each a
+fresh process with its own warm-up; per-step times are pooled over the rounds. Prints one table:
+tokens/s and median ms per step, spread (min-max and interquartile range), peak memory, and
+every configuration's speed relative to the peer's fastest mode. Run by scripts/bench_peer.sh.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import peer_env  # noqa: E402  (standard library only: no torch in this process)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run(cmd, log):
+    """Runs cmd, its output appended to `log`; raises with the log's tail on failure."""
+    t0 = time.time()
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        with open(log) as f:
+            tail = "".join(f.readlines()[-15:])
+        raise SystemExit(f"side_by_side: {' '.join(cmd)} failed (exit {rc}); end of {log}:\n{tail}")
+    return time.time() - t0
+
+
+def spread(ms):
+    q = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else [ms[0]] * 3
+    return {"median_ms": statistics.median(ms), "min_ms": min(ms), "max_ms": max(ms), "q1_ms": q[0], "q3_ms": q[2],
+            "n": len(ms)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="small", choices=("tiny", "small", "wide"))
+    ap.add_argument("--rounds", type=int, default=4, help="rounds of (peer f32, peer bf16, s3r)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps per configuration per round")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per configuration per process")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--configs", default="bf16,rtne,sr,s3r,s3r+dx,f32", help="s3r bench step configurations")
+    ap.add_argument("--s3r", default=os.path.join(HERE, "..", "..", "build", "release", "tools", "s3r"))
+    ap.add_argument("--peer-modes", default="auto", help="auto (f32, and bf16 where the CPU has native bf16), "
+                                                          "or a list such as f32,bf16")
+    ap.add_argument("--work", default=None, help="folder for the per-process JSON files and the log")
+    ap.add_argument("--json", help="write the pooled results as JSON")
+    args = ap.parse_args()
+    if min(args.rounds, args.repeats, args.threads) < 1 or args.warmup < 0:
+        ap.error("--rounds, --repeats and --threads must be >= 1, --warmup >= 0")
+    flags = peer_env.cpu_flags()
+    if args.peer_modes == "auto":
+        modes = ["f32"] + (["bf16"] if peer_env.native_bf16(flags) else [])
+    else:
+        modes = [m for m in args.peer_modes.split(",") if m]
+    work = args.work or os.path.join(HERE, "..", "..", "results", "bench_peer", args.preset)
+    os.makedirs(work, exist_ok=True)
+    log = os.path.join(work, "log.txt")
+    open(log, "w").close()
+    peer = [sys.executable, os.path.join(HERE, "llama_peer.py"), "bench", "--preset", args.preset,
+            "--threads", str(args.threads), "--warmup", str(args.warmup), "--repeats", str(args.repeats)]
+    s3r = [args.s3r, "bench", "step", "--preset", args.preset, "--configs", args.configs, "--threads",
+           str(args.threads), "--warmup", str(args.warmup), "--repeats", str(args.repeats)]
+    start = datetime.datetime.now(datetime.timezone.utc)
+    load_start = loadavg()
+    print(f"side by side: preset {args.preset}, {args.rounds} rounds x {args.repeats} timed steps per configuration "
+          f"(+{args.warmup} warm-up per process), {args.threads} threads; peer modes {','.join(modes)}; "
+          f"s3r configs {args.configs}")
+    if load_start > 0.5:
+        print(f"WARNING: load average {load_start:.2f} before the start: another job is running; timings will be noisy")
+    print(f"log: {log}")
+    sys.stdout.flush()
+
+    jobs = [("peer", m) for m in modes] + [("s3r", None)]
+    peer_runs = {m: [] for m in modes}
+    s3r_runs = []
+    for r in range(args.rounds):
+        order = jobs[r % len(jobs):] + jobs[:r % len(jobs)]  # rotate: no job always first
+        for kind, mode in order:
+            if kind == "peer":
+                out = os.path.join(work, f"peer-{mode}-{r}.json")
+                secs = run(peer + ["--mode", mode, "--json", out], log)
+                with open(out) as f:
+                    peer_runs[mode].append(json.load(f))
+            else:
+                out = os.path.join(work, f"s3r-{r}.json")
+                # Peak memory (one child process per configuration) once, in the first round.
+                secs = run(s3r + ["--json", out] + ([] if r == 0 else ["--no-memory"]), log)
+                with open(out) as f:
+                    s3r_runs.append(json.load(f))
+            print(f"round {r + 1}/{args.rounds}: {kind}{' ' + mode if mode else ''} done ({secs:.0f} s)")
+            sys.stdout.flush()
+    load_end = loadavg()
+
+    tokens = (peer_runs[modes[0]][0]["tokens_per_step"] if modes else s3r_runs[0]["tokens_per_step"])
+    rows = []
+    for m in modes:
+        ms = [t for run_ in peer_runs[m] for t in run_["ms"]]
+        rows.append({"configuration": f"peer {m}" + (" autocast" if m == "bf16" else ""), "implementation": "pytorch",
+                     "mode": m, "ms": ms, **spread(ms),
+                     "peak_rss_bytes": max(x["peak_rss_bytes"] for x in peer_runs[m])})
+    names = [row["configuration"] for row in s3r_runs[0]["rows"]]
+    for name in names:
+        ms = [t for run_ in s3r_runs for row in run_["rows"] if row["configuration"] == name for t in row["ms"]]
+        mem = next((row.get("peak_rss_bytes") for row in s3r_runs[0]["rows"] if row["configuration"] == name), None)
+        rows.append({"configuration": f"s3r {name}", "implementation": "s3r", "mode": name, "ms": ms, **spread(ms),
+                     "peak_rss_bytes": mem})
+    for row in rows:
+        row["tokens_per_s"] = tokens / (row["median_ms"] / 1e3)
+    peer_rows = [row for row in rows if row["implementation"] == "pytorch"]
+    best = max(peer_rows, key=lambda row: row["tokens_per_s"]) if peer_rows else None
+    for row in rows:
+        row["vs_peer_best"] = row["tokens_per_s"] / best["tokens_per_s"] if best else None
+
+    p0 = peer_runs[modes[0]][0] if modes else {}
+    machine = f"{peer_env.cpu_model()}, {os.cpu_count()} CPUs ({peer_env.isa_tiers(flags)})"
+    print()
+    print(f"machine: {machine}")
+    print(f"s3r:     {s3r_runs[0].get('machine', '?')}")
+    if p0:
+        print(f"peer:    torch {p0['torch']}, {p0['threads']} threads, f32 products: {p0['blas']}")
+        bf = peer_runs.get("bf16")
+        if bf:
+            print(f"         bf16 products: oneDNN {bf[0].get('onednn_bf16_matmul', '?')}")
+        for n in p0.get("env_notes", []):
+            print(f"         {n}")
+    print(f"model:   {args.preset} ({s3r_runs[0].get('model', '')}), {tokens} tokens per step; {args.threads} threads "
+          f"for both; {start:%Y-%m-%d %H:%M} UTC; load average {load_start:.2f} before, {load_end:.2f} after")
+    print()
+    hdr = f"{'configuration':<20} {'tokens/s':>9} {'median ms':>10} {'min-max ms':>15} {'IQR ms':>15} " \
+          f"{'peak MB':>8} {'vs peer best':>13}"
+    print(hdr)
+    print("-" * len(hdr))
+    for row in rows:
+        mem = f"{row['peak_rss_bytes'] / 1e6:.0f}" if row.get("peak_rss_bytes") else "-"
+        vs = f"{row['vs_peer_best']:.2f}x" if row["vs_peer_best"] else "-"
+        print(f"{row['configuration']:<20} {row['tokens_per_s']:>9.0f} {row['median_ms']:>10.1f} "
+              f"{row['min_ms']:>7.0f}-{row['max_ms']:<7.0f} {row['q1_ms']:>7.0f}-{row['q3_ms']:<7.0f} {mem:>8} {vs:>13}")
+    n = rows[0]["n"] if rows else 0
+    print(f"(per configuration {n} timed steps: {args.rounds} rounds x {args.repeats}, each process after {args.warmup} "
+          f"warm-up steps; peer: full step forward, backward, clip, AdamW, zero_grad on a fixed random batch;\n"
+          f" s3r: `s3r bench step`, the same step in s3r. vs peer best: tokens/s over the peer's fastest mode"
+          f"{' (' + best['configuration'] + ')' if best else ''}. peak MB: peak resident set of a process running "
+          f"that configuration alone\n (peer: Python + torch included; s3r: one child per configuration))")
+    if load_end > args.threads + 0.5 or load_start > 0.5:
+        print("WARNING: the machine was not idle (load average above); rerun on an idle machine for numbers to quote")
+    if args.json:
+        result = {"preset": args.preset, "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
+                  "warmup": args.warmup, "tokens_per_step": tokens, "machine": machine,
+                  "s3r_machine": s3r_runs[0].get("machine"), "peer_env": {k: p0.get(k) for k in (
+                      "torch", "blas", "blas_libraries", "env_notes", "torch_build", "malloc")} if p0 else {},
+                  "onednn_bf16_matmul": peer_runs["bf16"][0].get("onednn_bf16_matmul") if "bf16" in peer_runs else None,
+                  "start_utc": start.isoformat(), "load_average": [load_start, load_end], "rows": rows}
+        tmp = args.json + ".tmp"
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, args.json)
+        print(f"json: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
