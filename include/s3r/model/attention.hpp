@@ -1,0 +1,48 @@
+#pragma once
+// Fused causal multi-head attention ("flash attention", issue 11): the same function as
+// attention_forward / attention_backward of layers.hpp, without the (B, NH, S, S) probabilities.
+//
+// Shapes and layout as in layers.hpp: T = B*S tokens, C = NH * HD; q, k, v, out and their
+// gradients are row-major (T, C), head h of token t in columns [h*HD, (h+1)*HD); examples are
+// contiguous blocks of S tokens and attend causally within themselves only.
+//
+// Numerics (kernels/attention_kernels.hpp has the exact operation order): f32 throughout, with
+// fused multiply-adds in fixed orders; queries and keys in blocks of 32, key blocks above the
+// diagonal skipped, an online softmax (running maximum and sum, rescaled per key block); exp is
+// the Cephes-style polynomial of kernels/ref/numerics.hpp (relative error <= 2^-21, i.e. at most
+// 8 ulp, tests/nn/elementwise_test.cpp; arguments below -87 clamped, so a probability below
+// e^-87 = 1.6e-38 comes out as 1.6e-38); masked (future) keys get probability exactly 0, never
+// through exp. The log of the sum and the backward's D_i = dout_i . out_i are formed in double.
+// Results are bit-identical for any thread count and across the reference, AVX2 and AVX-512
+// kernel tiers (the active tier: s3r/core/isa.hpp). Against the two-pass f32 attention of
+// layers.hpp they differ by f32 rounding: at most a few 1e-7 of the largest value in the tests
+// (tests/model/attention_test.cpp, MatchesTwoPassAttention), well inside first-order error bounds
+// computed from the data. Saved for the backward: lse, B*NH*S floats, instead of the two-pass
+// attention's (B, NH, S, S) probabilities.
+//
+// Threads: OpenMP inside each call; the forward over (example, head, query block), the backward
+// over (example, head). Each thread keeps one scratch buffer, grown once (O(S HD) floats).
+// Outputs must not alias inputs. Sizes are checked: a wrong one is an s3r::Error naming the
+// function, the tensor, its size and the expected size.
+#include <cstdint>
+#include <span>
+
+namespace s3r::model {
+
+// out (T, C) = causal softmax(q k^T / sqrt(HD)) v per (example, head), overwritten;
+// lse (B, NH, S) = log sum_{j <= i} exp(q_i . k_j / sqrt(HD)) of each query row i (f32), saved
+// for the backward, overwritten. q, k, v (T, C).
+void flash_attention_forward(std::span<float> out, std::span<float> lse, std::span<const float> q,
+                             std::span<const float> k, std::span<const float> v, int64_t seq_len,
+                             int64_t heads, int64_t head_dim);
+
+// dq, dk, dv (T, C) overwritten (not accumulated), from dout (T, C) and the forward's out (T, C)
+// and lse (B, NH, S): probabilities recomputed block by block as P = exp(s - lse),
+// D_i = dout_i . out_i, dS = P (dP - D) / sqrt(HD).
+void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::span<float> dv,
+                              std::span<const float> dout, std::span<const float> out,
+                              std::span<const float> q, std::span<const float> k,
+                              std::span<const float> v, std::span<const float> lse, int64_t seq_len,
+                              int64_t heads, int64_t head_dim);
+
+}  // namespace s3r::model

@@ -1,0 +1,107 @@
+#pragma once
+// Fused causal attention ("flash attention") kernels of one (example, head): the tier functions
+// behind s3r/model/attention.hpp. Kept apart from kernels.hpp's table: a second, small family
+// with its own table and its own dispatch (kernels/attention_dispatch.cpp), same tiers.
+//
+// The computation is defined block by block, and every tier performs it with the same f32
+// operations in the same order, so results agree bit for bit across tiers (tests/model/
+// attention_test.cpp checks it); -ffp-contract=off everywhere, and the fused multiply-adds are
+// explicit (std::fma in the reference, vfmadd in the tiers; both round once).
+//
+// Blocks: queries and keys in blocks of kAttnBlock = 32 (the last one may be shorter). The block
+// pair (query block [i0, i0 + ni), key block [j0, j0 + nj)) is visited iff j0 <= i0 (blocks
+// wholly above the diagonal are skipped); j0 < i0 is a full pair, j0 = i0 the diagonal pair.
+// The causal mask (j > i) is applied by setting the score to -inf before the maximum and the
+// probability (and dS) to exactly +0, never through exp. In the diagonal pair, masked terms are
+// also skipped, at a granularity that every tier shares (kAttnGroup = 4 rows): query row i of
+// group g (rows i0 + 4g .. i0 + 4g + 3) accumulates over keys j < j0 + min(nj, 4g + 4), and key j
+// of group g accumulates over rows i >= i0 + 4g; the masked keys those ranges still include add
+// fma(+0, x, acc) = acc for finite x. Scores that no unmasked pair needs are not computed.
+//
+// Per visited pair, for query row i and keys j (in order):
+//   s_ij  = fma chain over d = 0..HD-1 of k_j[d] * q_i[d] (from 0), then * scale
+// forward (state m_i = -inf, l_i = 0, acc_i = 0 before the first key block):
+//   mb    = max over unmasked j of s_ij (as mb = s > mb ? s : mb, from -inf)
+//   mnew  = mb > m ? mb : m;  alpha = exp_poly(m - mnew)
+//   p_ij  = unmasked ? exp_poly(s_ij - mnew) : 0;  lsum = ((0 + p_i0) + p_i1) + ...
+//   l     = l * alpha + lsum  (two roundings);  m = mnew
+//   acc_i = acc_i * alpha, then acc_i = fma(p_ij, v_j, acc_i) for j in order (in its range)
+// and after the last key block: out_i = acc_i / l;  lse_i = float(double(m) + log(double(l))).
+// backward, with D_i = dout_i . out_i in double: eight partial sums P_l (lane l adds the exact
+// products double(dout_i[d]) * out_i[d] of d = l mod 8, in d order), then
+// D_i = float(((P_0 + P_4) + (P_2 + P_6)) + ((P_1 + P_5) + (P_3 + P_7))):
+//   p_ij  = unmasked ? exp_poly(s_ij - lse_i) : +0
+//   dp_ij = fma chain over d of v_j[d] * dout_i[d] (from 0), then * 1
+//   ds_ij = unmasked ? (p_ij * (dp_ij - D_i)) * scale : +0
+//   dv_j  = fma(p_ij, dout_i, dv_j) for i in order (query blocks in order, rows in their range)
+//   dk_j  = fma(ds_ij, q_i, dk_j)   for i in order
+//   dq_i  = fma(ds_ij, k_j, dq_i)   for j in order (key blocks in order, keys in their range)
+// with dq, dk, dv zeroed first, key blocks outermost. exp_poly is kernels/ref/numerics.hpp's
+// Cephes-style exp (relative error <= 2^-21 on [-87, 88], argument clamped to that range).
+#include <cstdint>
+
+#include "s3r/core/isa.hpp"
+
+namespace s3r::kernels {
+
+inline constexpr int64_t kAttnBlock = 32;
+inline constexpr int64_t kAttnGroup = 4;
+
+// One (example, head): row s of q, k, v (and of out, dout, dq, dk, dv) starts at s * ld;
+// HD = head_dim columns are used.
+struct AttnHead {
+  const float* q = nullptr;  // (S, ld)
+  const float* k = nullptr;  // (S, ld)
+  const float* v = nullptr;  // (S, ld)
+  int64_t seq_len = 0;       // S >= 1
+  int64_t head_dim = 0;      // HD >= 1
+  int64_t ld = 0;            // >= HD (C in the (T, C) layout)
+  float scale = 1.0f;        // 1 / sqrt(HD)
+};
+
+// Scratch floats a kernel needs (the caller provides them, e.g. one buffer per thread).
+inline int64_t attention_padded(int64_t S) {
+  return (S + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
+}
+inline int64_t attention_forward_scratch(int64_t head_dim) {
+  return 2 * head_dim * kAttnBlock + kAttnBlock * kAttnBlock + 4 * kAttnBlock;
+}
+inline int64_t attention_backward_scratch(int64_t seq_len, int64_t head_dim) {
+  return 2 * head_dim * attention_padded(seq_len) + 2 * attention_padded(seq_len) +
+         2 * kAttnBlock * kAttnBlock;
+}
+
+#define S3R_DECLARE_ATTENTION_KERNELS                                                             \
+  /* Query block `block` of one head: rows [32 block, min(32 block + 32, S)) of out (row stride   \
+     h.ld, HD columns written) and of lse (S) are written. scratch: attention_forward_scratch. */ \
+  void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,          \
+                               float* scratch);                                                   \
+  /* The whole head: dq, dk, dv (S rows, stride h.ld, HD columns) overwritten; dout, out as q;    \
+     lse (S). scratch: attention_backward_scratch. */                                             \
+  void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,                \
+                               const float* out, const float* lse, const AttnHead& h,             \
+                               float* scratch);
+
+namespace ref {
+S3R_DECLARE_ATTENTION_KERNELS
+// The scalar piece every tier calls (compiled once, here, so it is the same code everywhere):
+// lse = float(double(m) + log(double(l))).
+float attention_lse(float m, float l);
+}  // namespace ref
+namespace avx2 {
+S3R_DECLARE_ATTENTION_KERNELS
+}  // namespace avx2
+namespace avx512 {
+S3R_DECLARE_ATTENTION_KERNELS
+}  // namespace avx512
+#undef S3R_DECLARE_ATTENTION_KERNELS
+
+struct AttentionKernels {
+  decltype(&ref::attention_forward_block) forward_block;
+  decltype(&ref::attention_backward_head) backward_head;
+};
+
+// The attention kernels of `isa`; throws s3r::Error if this build has no such tier.
+const AttentionKernels& attention_kernels_for(Isa isa);
+
+}  // namespace s3r::kernels

@@ -1,0 +1,353 @@
+// AVX2 fused causal attention kernels; operation for operation the same as
+// kernels/ref/attention_ref.cpp (bit-exact). The same layout as the AVX-512 twin
+// (kernels/avx512/attention_avx512.cpp): the 32 query rows of a block in the lanes (four
+// vectors) for the per-(key, query) quantities, HD in the lanes for the row accumulations.
+#include <algorithm>
+#include <limits>
+
+#include "kernels/attention_kernels.hpp"
+#include "kernels/avx2/common_avx2.hpp"
+
+namespace s3r::kernels::avx2 {
+
+namespace {
+
+constexpr int64_t kB = kAttnBlock;
+
+// ref::exp_poly on 8 lanes (as elementwise_avx2.cpp's exp_poly8: the same operations, NaN passes
+// through, 2^n built from its exponent bits, exact like ldexp).
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
+  const __m256 n = round_floor(
+      _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+// Lanes r (of the 8 starting at lane0) with r >= t: all-ones, else zero.
+inline __m256 lanes_from(int64_t lane0, int64_t t) {
+  const __m256i r = _mm256_add_epi32(lane_iota(), _mm256_set1_epi32(static_cast<int32_t>(lane0)));
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(r, _mm256_set1_epi32(static_cast<int32_t>(t - 1))));
+}
+
+// st[j * 32 + h + r] = (fma chain over d of a[j * lda + d] * bt[d * ldb + h + r]) * scale for
+// j < JT and the 16 lanes r of half h (h = 0 or 16; bt already offset by h).
+template <int JT>
+inline void score_rows(float* st, const float* a, int64_t lda, const float* bt, int64_t ldb,
+                       int64_t hd, float scale) {
+  __m256 c0[JT], c1[JT];
+#pragma GCC unroll 16
+  for (int j = 0; j < JT; ++j) c0[j] = c1[j] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < hd; ++d) {
+    const __m256 b0 = _mm256_loadu_ps(bt + d * ldb), b1 = _mm256_loadu_ps(bt + d * ldb + 8);
+#pragma GCC unroll 16
+    for (int j = 0; j < JT; ++j) {
+      const __m256 x = _mm256_broadcast_ss(a + j * lda + d);
+      c0[j] = _mm256_fmadd_ps(x, b0, c0[j]);
+      c1[j] = _mm256_fmadd_ps(x, b1, c1[j]);
+    }
+  }
+  const __m256 sc = _mm256_set1_ps(scale);
+#pragma GCC unroll 16
+  for (int j = 0; j < JT; ++j) {
+    _mm256_storeu_ps(st + j * kB, _mm256_mul_ps(c0[j], sc));
+    _mm256_storeu_ps(st + j * kB + 8, _mm256_mul_ps(c1[j], sc));
+  }
+}
+
+// The scores of a block pair, per half of 16 lanes (rows): keys [0, nj); in the diagonal pair,
+// the lower half only for keys 0..15 (keys 16..31 are masked for rows 0..15).
+void score_tile(float* st, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t hd,
+                int64_t nj, bool diagonal, float scale) {
+  constexpr int kJt = 6;  // 2 vectors x 6 keys: 12 accumulators
+  for (int64_t half = 0; half < kB; half += 16) {
+    const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
+    int64_t j = 0;
+    for (; j + kJt <= jn; j += kJt) {
+      score_rows<kJt>(st + j * kB + half, a + j * lda, lda, bt + half, ldb, hd, scale);
+    }
+    const float* aj = a + j * lda;
+    float* sj = st + j * kB + half;
+    switch (jn - j) {
+      case 5:
+        score_rows<5>(sj, aj, lda, bt + half, ldb, hd, scale);
+        break;
+      case 4:
+        score_rows<4>(sj, aj, lda, bt + half, ldb, hd, scale);
+        break;
+      case 3:
+        score_rows<3>(sj, aj, lda, bt + half, ldb, hd, scale);
+        break;
+      case 2:
+        score_rows<2>(sj, aj, lda, bt + half, ldb, hd, scale);
+        break;
+      case 1:
+        score_rows<1>(sj, aj, lda, bt + half, ldb, hd, scale);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// XT rows x (8 NV) columns of c, the last vector's first `last_n` lanes only: c = +0 (init), or
+// c = c * alpha[x] (when alpha is set), then for y in [y0, y1) in order
+// c[x, :] = fma(coef[x cx + y cy], r[y, :], c[x, :]).
+template <int XT, int NV>
+void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy, const float* r,
+                int64_t ldr, int64_t y0, int64_t y1, bool init, const float* alpha,
+                int64_t last_n) {
+  __m256 acc[XT][NV];
+#pragma GCC unroll 16
+  for (int x = 0; x < XT; ++x) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      if (init) {
+        acc[x][v] = _mm256_setzero_ps();
+        continue;
+      }
+      acc[x][v] = load8(c + x * ldc + 8 * v, v == NV - 1 ? last_n : 8);
+      if (alpha != nullptr) acc[x][v] = _mm256_mul_ps(acc[x][v], _mm256_set1_ps(alpha[x]));
+    }
+  }
+  for (int64_t y = y0; y < y1; ++y) {
+    __m256 rv[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) rv[v] = load8(r + y * ldr + 8 * v, v == NV - 1 ? last_n : 8);
+#pragma GCC unroll 16
+    for (int x = 0; x < XT; ++x) {
+      const __m256 w = _mm256_broadcast_ss(coef + x * cx + y * cy);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[x][v] = _mm256_fmadd_ps(w, rv[v], acc[x][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int x = 0; x < XT; ++x) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) store8(c + x * ldc + 8 * v, v == NV - 1 ? last_n : 8, acc[x][v]);
+  }
+}
+
+// Tiles of one kAttnGroup (4 rows) x 3 vectors: 12 accumulators, 3 row loads, 1 broadcast; a
+// tile is one group, so the diagonal pair's ranges are per tile.
+constexpr int kXt = static_cast<int>(kAttnGroup);
+constexpr int kNv = 3;
+using AccumFn = void (*)(float*, int64_t, const float*, int64_t, int64_t, const float*, int64_t,
+                         int64_t, int64_t, bool, const float*, int64_t);
+#define S3R_ACCUM_ROW(X) \
+  { accum_tile<X, 1>, accum_tile<X, 2>, accum_tile<X, 3> }
+constexpr AccumFn kAccum[kXt][kNv] = {S3R_ACCUM_ROW(1), S3R_ACCUM_ROW(2), S3R_ACCUM_ROW(3),
+                                      S3R_ACCUM_ROW(4)};
+#undef S3R_ACCUM_ROW
+
+// As in the AVX-512 twin: which y a row x accumulates over.
+enum class Range { kAll, kKeysUpToGroup, kRowsFromGroup };
+
+void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx, int64_t cy,
+                const float* r, int64_t ldr, int64_t ny, int64_t hd, bool init, const float* alpha,
+                Range range) {
+  for (int64_t d0 = 0; d0 < hd; d0 += 8 * kNv) {
+    const int64_t w = std::min<int64_t>(8 * kNv, hd - d0);
+    const int64_t nv = (w + 7) / 8;
+    const int64_t last_n = w - 8 * (nv - 1);
+    for (int64_t x = 0; x < nx; x += kXt) {
+      const int64_t xt = std::min<int64_t>(kXt, nx - x);
+      const int64_t y0 = range == Range::kRowsFromGroup ? x : 0;
+      const int64_t y1 = range == Range::kKeysUpToGroup ? std::min(ny, x + kXt) : ny;
+      kAccum[xt - 1][nv - 1](c + x * ldc + d0, ldc, coef + x * cx, cx, cy, r + d0, ldr, y0, y1,
+                             init, alpha != nullptr ? alpha + x : nullptr, last_n);
+    }
+  }
+}
+
+// dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 tile.
+inline void transpose8x8(float* dst, int64_t ldd, const float* src, int64_t lds) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+// dst[d * ldd + r] = src[r * lds + d] for r < n, 0 for n <= r < 32 (d < hd): 8 x 8 tiles, the
+// edges element by element.
+void transpose_block(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t n,
+                     int64_t hd) {
+  const int64_t n8 = n / 8 * 8, hd8 = hd / 8 * 8;
+  for (int64_t r = 0; r < n8; r += 8) {
+    for (int64_t d = 0; d < hd8; d += 8)
+      transpose8x8(dst + d * ldd + r, ldd, src + r * lds + d, lds);
+    for (int64_t d = hd8; d < hd; ++d) {
+      for (int64_t i = r; i < r + 8; ++i) dst[d * ldd + i] = src[i * lds + d];
+    }
+  }
+  for (int64_t d = 0; d < hd; ++d) {
+    float* row = dst + d * ldd;
+    for (int64_t i = n8; i < n; ++i) row[i] = src[i * lds + d];
+    for (int64_t i = n; i < kB; ++i) row[i] = 0.0f;
+  }
+}
+
+// D_i = dout_i . out_i as ref's row_dots: the 8 double lanes (d = l mod 8) as two vectors of 4,
+// lanes 0..3 and 4..7; then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t ld, int64_t hd) {
+  for (int64_t i = 0; i < rows; ++i) {
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int64_t c = 0; c < hd; c += 8) {
+      const int64_t n = hd - c;
+      const __m256 x = load8(a + i * ld + c, n), y = load8(b + i * ld + c, n);
+      const __m256d plo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)),
+                                        _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
+      const __m256d phi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)),
+                                        _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
+      if (n >= 8) {
+        lo = _mm256_add_pd(lo, plo);
+        hi = _mm256_add_pd(hi, phi);
+      } else {  // only the lanes below n add (an added +0 could turn a -0 sum into +0)
+        const __m256i keep = first_lanes(n);
+        const __m256d klo =
+            _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(keep)));
+        const __m256d khi =
+            _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(keep, 1)));
+        lo = _mm256_blendv_pd(lo, _mm256_add_pd(lo, plo), klo);
+        hi = _mm256_blendv_pd(hi, _mm256_add_pd(hi, phi), khi);
+      }
+    }
+    const __m256d t = _mm256_add_pd(lo, hi);
+    const __m128d u = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    dd[i] = static_cast<float>(_mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u))));
+  }
+}
+
+}  // namespace
+
+void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,
+                             float* scratch) {
+  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld;
+  const int64_t i0 = block * kB, ni = std::min(kB, S - i0);
+  float* qt = scratch;        // (HD, 32)
+  float* acc = qt + HD * kB;  // (32, HD)
+  float* p = acc + kB * HD;   // (32, 32): p[j * 32 + r]
+  float* ms = p + kB * kB;    // (32)
+  float* ls = ms + kB;        // (32)
+  float* alpha = ls + kB;     // (32)
+  transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::fill(ms, ms + kB, -kInf);
+  std::fill(ls, ls + kB, 0.0f);
+  for (int64_t j0 = 0; j0 <= i0; j0 += kB) {
+    const int64_t nj = std::min(kB, S - j0);
+    const bool diagonal = j0 == i0;
+    score_tile(p, h.k + j0 * ld, ld, qt, kB, HD, nj, diagonal, h.scale);
+    for (int64_t g = 0; g < kB; g += 8) {  // lanes g..g+7 of the 32 query rows
+      // In the diagonal pair, keys past the 16-row half's last row: masked, scores not computed.
+      const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
+      __m256 mb = _mm256_set1_ps(-kInf);
+      for (int64_t j = 0; j < jn; ++j) {
+        const __m256 keep = lanes_from(g, j0 + j - i0);
+        const __m256 s = _mm256_loadu_ps(p + j * kB + g);
+        mb = _mm256_blendv_ps(mb, _mm256_max_ps(s, mb), keep);
+      }
+      const __m256 m = _mm256_loadu_ps(ms + g);
+      const __m256 mn = _mm256_max_ps(mb, m);
+      const __m256 a = exp8(_mm256_sub_ps(m, mn));
+      __m256 sum = _mm256_setzero_ps();
+      for (int64_t j = 0; j < jn; ++j) {
+        const __m256 keep = lanes_from(g, j0 + j - i0);
+        const __m256 e =
+            _mm256_and_ps(keep, exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), mn)));
+        _mm256_storeu_ps(p + j * kB + g, e);
+        sum = _mm256_add_ps(sum, e);
+      }
+      _mm256_storeu_ps(ls + g, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(ls + g), a), sum));
+      _mm256_storeu_ps(ms + g, mn);
+      _mm256_storeu_ps(alpha + g, a);
+    }
+    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ld, ld, nj, HD, j0 == 0, alpha,
+               diagonal ? Range::kKeysUpToGroup : Range::kAll);
+  }
+  for (int64_t r = 0; r < ni; ++r) {
+    const __m256 lv = _mm256_set1_ps(ls[r]);
+    for (int64_t d = 0; d < HD; d += 8) {
+      store8(out + (i0 + r) * ld + d, HD - d, _mm256_div_ps(load8(acc + r * HD + d, HD - d), lv));
+    }
+    lse[i0 + r] = ref::attention_lse(ms[r], ls[r]);
+  }
+}
+
+void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                             const float* lse, const AttnHead& h, float* scratch) {
+  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, Sp = attention_padded(S);
+  // q and dout transposed block by block: block b's (HD, 32) at b * HD * 32, rows past S zero.
+  float* qt = scratch;        // (Sp / 32, HD, 32)
+  float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32)
+  float* D = dot + HD * Sp;   // (Sp)
+  float* L = D + Sp;          // (Sp)
+  float* p = L + Sp;          // (32, 32): p[j * 32 + r]
+  float* ds = p + kB * kB;    // (32, 32)
+  for (int64_t i0 = 0; i0 < S; i0 += kB) {
+    const int64_t ni = std::min(kB, S - i0);
+    transpose_block(qt + i0 * HD, kB, h.q + i0 * ld, ld, ni, HD);
+    transpose_block(dot + i0 * HD, kB, dout + i0 * ld, ld, ni, HD);
+  }
+  row_dots(D, dout, out, S, ld, HD);
+  std::copy(lse, lse + S, L);
+  std::fill(D + S, D + Sp, 0.0f);
+  std::fill(L + S, L + Sp, 0.0f);
+  // dq, dk, dv are not zeroed: each row's first accumulation starts from +0 (init).
+
+  const __m256 sc = _mm256_set1_ps(h.scale);
+  for (int64_t j0 = 0; j0 < S; j0 += kB) {
+    const int64_t nj = std::min(kB, S - j0);
+    for (int64_t i0 = j0; i0 < S; i0 += kB) {
+      const int64_t ni = std::min(kB, S - i0);
+      const bool diagonal = i0 == j0;
+      score_tile(p, h.k + j0 * ld, ld, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
+      score_tile(ds, h.v + j0 * ld, ld, dot + i0 * HD, kB, HD, nj, diagonal, 1.0f);
+      for (int64_t g = 0; g < kB; g += 8) {
+        const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
+        const __m256 Lg = _mm256_loadu_ps(L + i0 + g), Dg = _mm256_loadu_ps(D + i0 + g);
+        for (int64_t j = 0; j < jn; ++j) {
+          const __m256 keep = lanes_from(g, j0 + j - i0);
+          const __m256 e =
+              _mm256_and_ps(keep, exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), Lg)));
+          _mm256_storeu_ps(p + j * kB + g, e);
+          const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(ds + j * kB + g), Dg);
+          _mm256_storeu_ps(ds + j * kB + g,
+                           _mm256_and_ps(keep, _mm256_mul_ps(_mm256_mul_ps(e, dp), sc)));
+        }
+      }
+      const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
+      const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;
+      accum_rows(dv + j0 * ld, ld, nj, p, kB, 1, dout + i0 * ld, ld, ni, HD, diagonal, nullptr,
+                 rows);
+      accum_rows(dk + j0 * ld, ld, nj, ds, kB, 1, h.q + i0 * ld, ld, ni, HD, diagonal, nullptr,
+                 rows);
+      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, h.k + j0 * ld, ld, nj, HD, j0 == 0, nullptr,
+                 keys);
+    }
+  }
+}
+
+}  // namespace s3r::kernels::avx2

@@ -1,0 +1,378 @@
+// AVX-512 fused causal attention kernels; operation for operation the same as
+// kernels/ref/attention_ref.cpp (bit-exact), see kernels/attention_kernels.hpp for the blocks.
+//
+// Layout of the work: the 32 query rows of a block are the lanes of two vectors wherever a
+// quantity is per (key, query) pair (scores, probabilities, their gradients: p[j * 32 + r]),
+// so the softmax's maxima and sums run down the keys, vertically, without horizontal
+// reductions; products that accumulate rows of HD values (p v, dS k, p^T dout, dS^T q) keep HD in
+// the lanes and broadcast one coefficient at a time. Every output element thus sees the
+// reference's chain of fmas in the reference's order.
+#include <algorithm>
+#include <limits>
+
+#include "kernels/attention_kernels.hpp"
+#include "kernels/avx512/common_avx512.hpp"
+
+namespace s3r::kernels::avx512 {
+
+namespace {
+
+constexpr int64_t kB = kAttnBlock;
+
+// ref::exp_poly on 16 lanes (the same operations; max/min return their second operand when one
+// is NaN, so a NaN passes through as in the reference's comparisons).
+inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
+  const __m512 n = round_floor(
+      _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(0.5f)));
+  __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
+  r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);  // p * 2^n, exact like ldexp
+}
+
+// st[j * 32 + r] = (fma chain over d of a[j * lda + d] * bt[d * ldb + r]) * scale, j < JT, for
+// the 16 NH lanes r from st / bt (NH = 2: all 32 rows of the block; NH = 1: one half).
+template <int JT, int NH>
+inline void score_rows(float* st, const float* a, int64_t lda, const float* bt, int64_t ldb,
+                       int64_t hd, float scale) {
+  __m512 c[JT][NH];
+#pragma GCC unroll 16
+  for (int j = 0; j < JT; ++j) {
+#pragma GCC unroll 2
+    for (int v = 0; v < NH; ++v) c[j][v] = _mm512_setzero_ps();
+  }
+  for (int64_t d = 0; d < hd; ++d) {
+    __m512 b[NH];
+#pragma GCC unroll 2
+    for (int v = 0; v < NH; ++v) b[v] = _mm512_loadu_ps(bt + d * ldb + 16 * v);
+#pragma GCC unroll 16
+    for (int j = 0; j < JT; ++j) {
+      const __m512 x = _mm512_set1_ps(a[j * lda + d]);
+#pragma GCC unroll 2
+      for (int v = 0; v < NH; ++v) c[j][v] = _mm512_fmadd_ps(x, b[v], c[j][v]);
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 16
+  for (int j = 0; j < JT; ++j) {
+#pragma GCC unroll 2
+    for (int v = 0; v < NH; ++v) _mm512_storeu_ps(st + j * kB + 16 * v, _mm512_mul_ps(c[j][v], sc));
+  }
+}
+
+// score_rows for keys [j, nj) (nj <= 32), tiles of 8 keys (16 accumulators with both halves).
+template <int NH>
+void score_keys(float* st, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t hd,
+                int64_t j, int64_t nj, float scale) {
+  constexpr int kJt = 8;
+  for (; j + kJt <= nj; j += kJt) {
+    score_rows<kJt, NH>(st + j * kB, a + j * lda, lda, bt, ldb, hd, scale);
+  }
+  const float* aj = a + j * lda;
+  float* sj = st + j * kB;
+  switch (nj - j) {
+    case 7:
+      score_rows<7, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      break;
+    case 6:
+      score_rows<6, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      break;
+    case 5:
+      score_rows<5, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      break;
+    case 4:
+      score_rows<4, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      break;
+    case 3:
+      score_rows<3, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      break;
+    case 2:
+      score_rows<2, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      break;
+    case 1:
+      score_rows<1, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      break;
+    default:
+      break;
+  }
+}
+
+// The scores of a block pair: every (key, row) of a full pair; in the diagonal pair, keys 16..31
+// are masked for rows 0..15, so only the upper half of the lanes is computed for them.
+void score_tile(float* st, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t hd,
+                int64_t nj, bool diagonal, float scale) {
+  if (!diagonal) {
+    score_keys<2>(st, a, lda, bt, ldb, hd, 0, nj, scale);
+    return;
+  }
+  score_keys<2>(st, a, lda, bt, ldb, hd, 0, std::min<int64_t>(nj, 16), scale);
+  score_keys<1>(st + 16, a, lda, bt + 16, ldb, hd, 16, nj, scale);
+}
+
+// XT rows x (16 NV) columns of c: c = +0 (init), or c = c * alpha[x] (when alpha is set), then
+// for y in [y0, y1) in order c[x, :] = fma(coef[x * cx + y * cy], r[y, :], c[x, :]). The last
+// vector is masked by `last`.
+template <int XT, int NV>
+void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy, const float* r,
+                int64_t ldr, int64_t y0, int64_t y1, bool init, const float* alpha,
+                __mmask16 last) {
+  __m512 acc[XT][NV];
+#pragma GCC unroll 16
+  for (int x = 0; x < XT; ++x) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF);
+      if (init) {
+        acc[x][v] = _mm512_setzero_ps();
+        continue;
+      }
+      acc[x][v] = _mm512_maskz_loadu_ps(m, c + x * ldc + 16 * v);
+      if (alpha != nullptr) acc[x][v] = _mm512_mul_ps(acc[x][v], _mm512_set1_ps(alpha[x]));
+    }
+  }
+  for (int64_t y = y0; y < y1; ++y) {
+    __m512 rv[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF);
+      rv[v] = _mm512_maskz_loadu_ps(m, r + y * ldr + 16 * v);
+    }
+#pragma GCC unroll 16
+    for (int x = 0; x < XT; ++x) {
+      const __m512 w = _mm512_set1_ps(coef[x * cx + y * cy]);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[x][v] = _mm512_fmadd_ps(w, rv[v], acc[x][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int x = 0; x < XT; ++x) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF);
+      _mm512_mask_storeu_ps(c + x * ldc + 16 * v, m, acc[x][v]);
+    }
+  }
+}
+
+// Tiles of one kAttnGroup (4 rows) x 4 vectors: 16 accumulators, 4 row loads and 4 broadcasts
+// per step; a tile is one group, so the diagonal pair's ranges are per tile.
+constexpr int kXt = static_cast<int>(kAttnGroup);
+using AccumFn = void (*)(float*, int64_t, const float*, int64_t, int64_t, const float*, int64_t,
+                         int64_t, int64_t, bool, const float*, __mmask16);
+#define S3R_ACCUM_ROW(X) \
+  { accum_tile<X, 1>, accum_tile<X, 2>, accum_tile<X, 3>, accum_tile<X, 4> }
+constexpr AccumFn kAccum[kXt][4] = {S3R_ACCUM_ROW(1), S3R_ACCUM_ROW(2), S3R_ACCUM_ROW(3),
+                                    S3R_ACCUM_ROW(4)};
+#undef S3R_ACCUM_ROW
+
+// Which y a row x accumulates over (kernels/attention_kernels.hpp): all of [0, ny); in the
+// diagonal pair, keys up to the end of x's group (kKeysUpToGroup: x a query row, y keys) or rows
+// from the start of x's group on (kRowsFromGroup: x a key, y query rows).
+enum class Range { kAll, kKeysUpToGroup, kRowsFromGroup };
+
+// Rows x < nx of c (stride ldc, hd columns): accum_tile over tiles of one group x 64 columns.
+// init: c starts at +0 (its first visit) instead of being read.
+void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx, int64_t cy,
+                const float* r, int64_t ldr, int64_t ny, int64_t hd, bool init, const float* alpha,
+                Range range) {
+  for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+    const int64_t w = std::min<int64_t>(64, hd - d0);
+    const int64_t nv = (w + 15) / 16;
+    const __mmask16 last = first_lanes(w - 16 * (nv - 1));
+    for (int64_t x = 0; x < nx; x += kXt) {
+      const int64_t xt = std::min<int64_t>(kXt, nx - x);
+      const int64_t y0 = range == Range::kRowsFromGroup ? x : 0;
+      const int64_t y1 = range == Range::kKeysUpToGroup ? std::min(ny, x + kXt) : ny;
+      kAccum[xt - 1][nv - 1](c + x * ldc + d0, ldc, coef + x * cx, cx, cy, r + d0, ldr, y0, y1,
+                             init, alpha != nullptr ? alpha + x : nullptr, last);
+    }
+  }
+}
+
+// dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 tile.
+inline void transpose8x8(float* dst, int64_t ldd, const float* src, int64_t lds) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+// dst[d * ldd + r] = src[r * lds + d] for r < n, 0 for n <= r < 32 (d < hd): 8 x 8 tiles, the
+// edges element by element.
+void transpose_block(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t n,
+                     int64_t hd) {
+  const int64_t n8 = n / 8 * 8, hd8 = hd / 8 * 8;
+  for (int64_t r = 0; r < n8; r += 8) {
+    for (int64_t d = 0; d < hd8; d += 8)
+      transpose8x8(dst + d * ldd + r, ldd, src + r * lds + d, lds);
+    for (int64_t d = hd8; d < hd; ++d) {
+      for (int64_t i = r; i < r + 8; ++i) dst[d * ldd + i] = src[i * lds + d];
+    }
+  }
+  for (int64_t d = 0; d < hd; ++d) {
+    float* row = dst + d * ldd;
+    for (int64_t i = n8; i < n; ++i) row[i] = src[i * lds + d];
+    for (int64_t i = n; i < kB; ++i) row[i] = 0.0f;
+  }
+}
+
+// D_i = dout_i . out_i as ref's row_dots: lane l of 8 doubles sums d = l mod 8 (exact products,
+// then the add), then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t ld, int64_t hd) {
+  for (int64_t i = 0; i < rows; ++i) {
+    __m512d acc = _mm512_setzero_pd();
+    for (int64_t c = 0; c < hd; c += 8) {
+      const __mmask8 m = static_cast<__mmask8>(first_lanes(hd - c));
+      const __m512d x = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, a + i * ld + c));
+      const __m512d y = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, b + i * ld + c));
+      acc = _mm512_mask_add_pd(acc, m, acc, _mm512_mul_pd(x, y));
+    }
+    const __m256d t = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
+    const __m128d u = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    dd[i] = static_cast<float>(_mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u))));
+  }
+}
+
+}  // namespace
+
+void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,
+                             float* scratch) {
+  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld;
+  const int64_t i0 = block * kB, ni = std::min(kB, S - i0);
+  float* qt = scratch;        // (HD, 32)
+  float* acc = qt + HD * kB;  // (32, HD)
+  float* p = acc + kB * HD;   // (32, 32): p[j * 32 + r]
+  float* ms = p + kB * kB;    // (32)
+  float* ls = ms + kB;        // (32)
+  float* alpha = ls + kB;     // (32)
+  transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const __m512i iota = lane_iota();
+  for (int64_t half = 0; half < kB; half += 16) {
+    _mm512_storeu_ps(ms + half, _mm512_set1_ps(-kInf));
+    _mm512_storeu_ps(ls + half, _mm512_setzero_ps());
+  }
+  for (int64_t j0 = 0; j0 <= i0; j0 += kB) {
+    const int64_t nj = std::min(kB, S - j0);
+    const bool diagonal = j0 == i0;
+    score_tile(p, h.k + j0 * ld, ld, qt, kB, HD, nj, diagonal, h.scale);
+    for (int64_t half = 0; half < kB; half += 16) {  // rows half .. half + 15 in the lanes
+      // Lane r of key j is unmasked iff j0 + j <= i0 + half + r. In the diagonal pair the keys
+      // past the half's last row are masked in every lane: their scores were not computed.
+      const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
+      const __m512i r =
+          _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(i0 + half - j0)));
+      __m512 mb = _mm512_set1_ps(-kInf);
+      for (int64_t j = 0; j < jn; ++j) {
+        const __mmask16 keep =
+            _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(static_cast<int32_t>(j)));
+        mb = _mm512_mask_max_ps(mb, keep, _mm512_loadu_ps(p + j * kB + half), mb);
+      }
+      const __m512 m = _mm512_loadu_ps(ms + half);
+      const __m512 mn = _mm512_max_ps(mb, m);
+      const __m512 a = exp16(_mm512_sub_ps(m, mn));
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t j = 0; j < jn; ++j) {
+        const __mmask16 keep =
+            _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(static_cast<int32_t>(j)));
+        const __m512 e =
+            _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), mn)));
+        _mm512_storeu_ps(p + j * kB + half, e);
+        sum = _mm512_add_ps(sum, e);  // (the skipped keys would add +0)
+      }
+      _mm512_storeu_ps(ls + half, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(ls + half), a), sum));
+      _mm512_storeu_ps(ms + half, mn);
+      _mm512_storeu_ps(alpha + half, a);
+    }
+    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ld, ld, nj, HD, j0 == 0, alpha,
+               diagonal ? Range::kKeysUpToGroup : Range::kAll);
+  }
+  for (int64_t r = 0; r < ni; ++r) {
+    const __m512 lv = _mm512_set1_ps(ls[r]);
+    for (int64_t d = 0; d < HD; d += 16) {
+      const __mmask16 m = first_lanes(HD - d);
+      _mm512_mask_storeu_ps(out + (i0 + r) * ld + d, m,
+                            _mm512_div_ps(_mm512_maskz_loadu_ps(m, acc + r * HD + d), lv));
+    }
+    lse[i0 + r] = ref::attention_lse(ms[r], ls[r]);
+  }
+}
+
+void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                             const float* lse, const AttnHead& h, float* scratch) {
+  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, Sp = attention_padded(S);
+  // q and dout transposed block by block: block b's (HD, 32) at b * HD * 32, rows past S zero.
+  float* qt = scratch;        // (Sp / 32, HD, 32)
+  float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32)
+  float* D = dot + HD * Sp;   // (Sp)
+  float* L = D + Sp;          // (Sp)
+  float* p = L + Sp;          // (32, 32): p[j * 32 + r]
+  float* ds = p + kB * kB;    // (32, 32)
+  for (int64_t i0 = 0; i0 < S; i0 += kB) {
+    const int64_t ni = std::min(kB, S - i0);
+    transpose_block(qt + i0 * HD, kB, h.q + i0 * ld, ld, ni, HD);
+    transpose_block(dot + i0 * HD, kB, dout + i0 * ld, ld, ni, HD);
+  }
+  row_dots(D, dout, out, S, ld, HD);
+  std::copy(lse, lse + S, L);
+  std::fill(D + S, D + Sp, 0.0f);
+  std::fill(L + S, L + Sp, 0.0f);
+  // dq, dk, dv are not zeroed: each row's first accumulation starts from +0 (init).
+
+  const __m512i iota = lane_iota();
+  const __m512 sc = _mm512_set1_ps(h.scale);
+  for (int64_t j0 = 0; j0 < S; j0 += kB) {
+    const int64_t nj = std::min(kB, S - j0);
+    for (int64_t i0 = j0; i0 < S; i0 += kB) {
+      const int64_t ni = std::min(kB, S - i0);
+      const bool diagonal = i0 == j0;
+      score_tile(p, h.k + j0 * ld, ld, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
+      score_tile(ds, h.v + j0 * ld, ld, dot + i0 * HD, kB, HD, nj, diagonal, 1.0f);
+      for (int64_t half = 0; half < kB; half += 16) {
+        const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
+        const __m512i r =
+            _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(i0 + half - j0)));
+        const __m512 Lh = _mm512_loadu_ps(L + i0 + half), Dh = _mm512_loadu_ps(D + i0 + half);
+        for (int64_t j = 0; j < jn; ++j) {
+          const __mmask16 keep =
+              _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(static_cast<int32_t>(j)));
+          const __m512 e = _mm512_maskz_mov_ps(
+              keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), Lh)));
+          _mm512_storeu_ps(p + j * kB + half, e);
+          const __m512 g = _mm512_sub_ps(_mm512_loadu_ps(ds + j * kB + half), Dh);
+          _mm512_storeu_ps(ds + j * kB + half,
+                           _mm512_maskz_mov_ps(keep, _mm512_mul_ps(_mm512_mul_ps(e, g), sc)));
+        }
+      }
+      const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
+      const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;
+      accum_rows(dv + j0 * ld, ld, nj, p, kB, 1, dout + i0 * ld, ld, ni, HD, diagonal, nullptr,
+                 rows);
+      accum_rows(dk + j0 * ld, ld, nj, ds, kB, 1, h.q + i0 * ld, ld, ni, HD, diagonal, nullptr,
+                 rows);
+      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, h.k + j0 * ld, ld, nj, HD, j0 == 0, nullptr,
+                 keys);
+    }
+  }
+}
+
+}  // namespace s3r::kernels::avx512
