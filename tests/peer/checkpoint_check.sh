@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The PyTorch peer recomputes the validation loss of s3r checkpoints (bench/peer/check_checkpoint.py):
-# tiny models trained in f32, s3r + dx and bf16 must match s3r's logged val_loss (f32 to 1e-6
+# tiny models trained in f32, s3r + dx, bf16 and rtne with an int8 LM head must match s3r's logged val_loss (f32 to 1e-6
 # relative, the others to 1e-5), and the same check with a deliberate bug must fail (exit 1,
 # MISMATCH): so the tolerances are tight enough to catch these bugs, and the check can fail.
 # Usage: checkpoint_check.sh S3R_BINARY DATA_DIR WORK_DIR REPO_ROOT
@@ -10,15 +10,19 @@ check=(/usr/bin/python3 "$root/bench/peer/check_checkpoint.py" --threads 2)
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 
-train() {  # NAME MODE CORRECTION EVAL_BATCHES
+train() {  # NAME MODE CORRECTION EVAL_BATCHES [EXTRA...]
+  local name=$1 mode=$2 correction=$3 batches=$4
+  shift 4
   "$s3r" train --preset tiny --vocab 300 --data "$data" --steps 30 --warmup 3 --eval-every 10 \
-    --eval-batches "$4" --mode "$2" --correction "$3" --out "$work/$1" > "$work/$1.log" 2>&1 \
-    || fail "training $1 failed: $(tail -3 "$work/$1.log")"
+    --eval-batches "$batches" --mode "$mode" --correction "$correction" --out "$work/$name" "$@" \
+    > "$work/$name.log" 2>&1 \
+    || fail "training $name failed: $(tail -3 "$work/$name.log")"
 }
 train f32 f32 none 8
 train s3r-dx s3r dx 30   # 30 batches of 4 windows: more than the 95 windows of val.bin, so the
                          # loader's second epoch (a new permutation) is part of the check
 train bf16 bf16 none 8
+train rtne-int8-head rtne none 8 --head int8  # the LM head as an int8 projection (meta.json lm_head)
 
 expect_match() {  # RUN EVAL_BATCHES
   local out
@@ -42,6 +46,7 @@ expect_mismatch() {  # RUN EVAL_BATCHES BUG (or '-' for none) [EXTRA...]
 expect_match f32 8
 expect_match s3r-dx 30
 expect_match bf16 8
+expect_match rtne-int8-head 8
 
 # Plausible bugs, each caught by the tolerance of its mode (measured on these runs: 7e-5 to 6e-2
 # relative, 10x or more above the tolerance; `--inject int8-scale-128` and `head-f32` move an int8
@@ -59,6 +64,7 @@ expect_mismatch s3r-dx 8 -            # the wrong --eval-batches: other windows 
 expect_mismatch bf16 8 rope-half-split
 expect_mismatch bf16 8 norm-eps
 expect_mismatch bf16 8 no-causal-mask
+expect_mismatch rtne-int8-head 8 head-f32     # the head computed in f32 instead of int8
 
 # Unusable inputs: exit status 2 with a message, not a traceback.
 out=$("${check[@]}" --run "$work/nonexistent" --data "$data" 2>&1); rc=$?
