@@ -7,6 +7,7 @@
 
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/backend.hpp"
+#include "s3r/model/attention.hpp"
 #include "s3r/model/layers.hpp"
 #include "nn/phase_clock.hpp"
 
@@ -19,7 +20,7 @@ struct Model::Block {
   int64_t attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
   std::vector<float> x_in;              // (T, C) residual stream entering the block
   std::vector<float> xn1, rstd1;        // attention RMSNorm
-  std::vector<float> q, k, v, att, probs;
+  std::vector<float> q, k, v, att, lse;  // lse (B, NH, S): the fused attention's log-sum-exp
   std::vector<float> x_mid, xn2, rstd2;  // after the attention residual; FFN RMSNorm
   nn::LinearInput qkv_in, o_in;
   nn::LinearWeight wq_w, wk_w, wv_w, wo_w;
@@ -51,7 +52,7 @@ int64_t Model::estimate_bytes(const ModelConfig& c, nn::LinearMode mode) {
                       : c.int8_head && nn::is_int8(mode) ? 1.0
                                                          : (emulated ? 6.0 : 2.0);
   double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
-  f32 += L * (8.0 * T * C + 2.0 * T + B * NH * S * S);         // per block: saved activations
+  f32 += L * (8.0 * T * C + 2.0 * T + B * NH * S);             // per block: saved activations
   f32 += L * 6.0 * T * F;                                      // SwiGLU h1, h3, hidden and their gradients
   f32 += 8.0 * T * C + T + 1.0 * T * V;                         // final norm, gradients, logits
   double bytes = 4.0 * f32;
@@ -87,7 +88,7 @@ Model::Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction corr
     for (auto* v : {&b.x_in, &b.xn1, &b.q, &b.k, &b.v, &b.att, &b.x_mid, &b.xn2}) v->resize(T * C);
     b.rstd1.resize(T);
     b.rstd2.resize(T);
-    b.probs.resize(B * NH * S * S);
+    b.lse.resize(B * NH * S);
   }
   final_norm_ = add_param("final_norm", C, false);
   lm_head_ = add_param("lm_head", C * V, true);
@@ -167,7 +168,7 @@ double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> 
     rope_forward(b.q, S, NH, HD, cfg_.rope_theta);
     rope_forward(b.k, S, NH, HD, cfg_.rope_theta);
     clock.lap(&B::rope);
-    attention_forward(b.att, b.probs, b.q, b.k, b.v, S, NH, HD);
+    flash_attention_forward(b.att, b.lse, b.q, b.k, b.v, S, NH, HD);
     clock.lap(&B::attention);
     nn::prepare_input(b.o_in, b.att, T, C, mode_, p + "attn.o.X");
     nn::linear_forward(b.x_mid, b.o_in, b.wo_w);
@@ -230,7 +231,7 @@ void Model::backward(Key step_key) {
     nn::LinearBackwardConfig cfg{correction_, S, fold_in(step_key, index + 3), false, index + 3};
     nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, cfg, ws_);
     clock.lap(&B::projections);
-    attention_backward(dq_, dk_, dv_, datt_, b.q, b.k, b.v, b.probs, S, NH, HD);
+    flash_attention_backward(dq_, dk_, dv_, datt_, b.att, b.q, b.k, b.v, b.lse, S, NH, HD);
     clock.lap(&B::attention);
     rope_backward(dq_, S, NH, HD, cfg_.rope_theta);
     rope_backward(dk_, S, NH, HD, cfg_.rope_theta);

@@ -3,6 +3,7 @@
 // attention -> output projection -> residual; RMSNorm -> SwiGLU (gate, up, down) -> residual;
 // final RMSNorm; untied LM head; mean cross-entropy.
 //
+// Attention is fused (s3r/model/attention.hpp): no (B, NH, S, S) tensor is kept.
 // All seven projections of every block are QuantLinear in the model's mode and correction. The
 // embedding and the attention products run in f32 and the LM head in bf16 (f32 in f32 mode) in
 // every mode, so mode comparisons measure only the quantized projections; with
