@@ -149,12 +149,13 @@ def build_model_classes():
                 for name, p in self.s3r_names().items():
                     p.copy_(torch.from_numpy(flat[name].copy()).view(p.shape))
 
-        def optimizer(self, lr=TRAIN_DEFAULTS["lr"]):
+        def optimizer(self, lr=TRAIN_DEFAULTS["lr"], foreach=False):
             decay = [p for n, p in self.s3r_names().items() if "norm" not in n and n != "tok_emb"]
             no_decay = [p for n, p in self.s3r_names().items() if "norm" in n or n == "tok_emb"]
             return torch.optim.AdamW([{"params": decay, "weight_decay": TRAIN_DEFAULTS["weight_decay"]},
                                       {"params": no_decay, "weight_decay": 0.0}],
-                                     lr=lr, betas=TRAIN_DEFAULTS["betas"], eps=TRAIN_DEFAULTS["eps"])
+                                     lr=lr, betas=TRAIN_DEFAULTS["betas"], eps=TRAIN_DEFAULTS["eps"],
+                                     foreach=foreach)
 
     return LlamaPeer
 
@@ -201,7 +202,7 @@ def bench(args, notes):
                          "bf16 autocast would be emulated (pass --allow-emulated-bf16 to run it anyway)")
     model = LlamaPeer(cfg)
     model.init_weights(0)
-    opt = model.optimizer()
+    opt = model.optimizer(foreach=args.foreach)
     g = torch.Generator().manual_seed(7)
     B, S, V = cfg["batch"], cfg["seq_len"], cfg["vocab"]
     data = torch.randint(0, V, (B, S + 1), generator=g)  # a fixed random batch
@@ -229,6 +230,8 @@ def bench(args, notes):
         print(f"  oneDNN bf16 matmul: {info['onednn_bf16_matmul']} ({info['onednn_isa']})")
     for n in notes:
         print(f"  env: {n}")
+    if info["blas"].startswith("REFERENCE"):
+        print(f"WARNING: torch's f32 products run on the reference BLAS: {info['blas']}", file=sys.stderr)
     print(f"  cpu: {info['cpu']} ({info['isa']})")
     sys.stdout.flush()
     losses = []
@@ -251,7 +254,7 @@ def bench(args, notes):
     result = {"preset": args.preset, "config": cfg, "mode": args.mode, "tokens_per_step": B * S,
               "warmup": args.warmup, "repeats": args.repeats, "ms": ms, "median_ms": med, "min_ms": min(ms),
               "tokens_per_s": tps, "peak_rss_bytes": rss, "losses": losses, "zero_grad_set_to_none":
-              args.grads_to_none, **info}
+              args.grads_to_none, "adamw_foreach": args.foreach, **info}
     if args.json:
         tmp = args.json + ".tmp"
         with open(tmp, "w") as f:
@@ -273,6 +276,7 @@ def main():
     b.add_argument("--json", help="write the results as JSON")
     b.add_argument("--grads-to-none", action="store_true",
                    help="zero_grad(set_to_none=True): new gradient tensors every step (default: zero them in place)")
+    b.add_argument("--foreach", action="store_true", help="AdamW(foreach=True): multi-tensor updates")
     b.add_argument("--no-malloc-tuning", action="store_true",
                    help="leave glibc malloc's defaults (large tensors mapped afresh every step)")
     b.add_argument("--allow-emulated-bf16", action="store_true")
