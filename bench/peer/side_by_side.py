@@ -25,6 +25,34 @@ def loadavg():
         return float(f.read().split()[0])
 
 
+def busy_cpu_seconds():
+    """CPU seconds spent busy (all but idle and iowait) by the whole machine since boot."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds():
+    import resource
+
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
+class OtherLoad:
+    """CPU time that processes other than this benchmark used while it ran: the machine's busy
+    time minus this process's and its children's (a share of the machine's CPUs)."""
+
+    def __init__(self):
+        self.t0, self.busy0, self.mine0 = time.time(), busy_cpu_seconds(), children_cpu_seconds() + time.process_time()
+
+    def share(self):
+        wall = time.time() - self.t0
+        others = (busy_cpu_seconds() - self.busy0) - (children_cpu_seconds() + time.process_time() - self.mine0)
+        return max(0.0, others) / (wall * os.cpu_count()) if wall > 0 else 0.0
+
+
 def run(cmd, log):
     """Runs cmd, its output appended to `log`; raises with the log's tail on failure."""
     t0 = time.time()
@@ -79,11 +107,15 @@ def main():
     print(f"side by side: preset {args.preset}, {args.rounds} rounds x {args.repeats} timed steps per configuration "
           f"(+{args.warmup} warm-up per process), {args.threads} threads; peer modes {','.join(modes)}; "
           f"s3r configs {args.configs}")
-    if load_start > 0.5:
-        print(f"WARNING: load average {load_start:.2f} before the start: another job is running; timings will be noisy")
+    probe = OtherLoad()
+    time.sleep(2.0)
+    idle_share = probe.share()
+    if idle_share > 0.1:
+        print(f"WARNING: other processes use {100 * idle_share:.0f}% of the CPUs before the start; timings will be noisy")
     print(f"log: {log}")
     sys.stdout.flush()
 
+    others = OtherLoad()
     jobs = [("peer", m) for m in modes] + [("s3r", None)]
     peer_runs = {m: [] for m in modes}
     s3r_runs = []
@@ -104,6 +136,7 @@ def main():
             print(f"round {r + 1}/{args.rounds}: {kind}{' ' + mode if mode else ''} done ({secs:.0f} s)")
             sys.stdout.flush()
     load_end = loadavg()
+    other_share = others.share()
 
     tokens = (peer_runs[modes[0]][0]["tokens_per_step"] if modes else s3r_runs[0]["tokens_per_step"])
     rows = []
@@ -138,7 +171,9 @@ def main():
         for n in p0.get("env_notes", []):
             print(f"         {n}")
     print(f"model:   {args.preset} ({s3r_runs[0].get('model', '')}), {tokens} tokens per step; {args.threads} threads "
-          f"for both; {start:%Y-%m-%d %H:%M} UTC; load average {load_start:.2f} before, {load_end:.2f} after")
+          f"for both; {start:%Y-%m-%d %H:%M} UTC")
+    print(f"load:    other processes used {100 * other_share:.1f}% of the CPUs during the runs "
+          f"({100 * idle_share:.1f}% just before); load average {load_start:.2f} before, {load_end:.2f} after")
     print()
     hdr = f"{'configuration':<20} {'tokens/s':>9} {'median ms':>10} {'min-max ms':>15} {'IQR ms':>15} " \
           f"{'peak MB':>8} {'vs peer best':>13}"
@@ -155,15 +190,17 @@ def main():
           f" s3r: `s3r bench step`, the same step in s3r. vs peer best: tokens/s over the peer's fastest mode"
           f"{' (' + best['configuration'] + ')' if best else ''}. peak MB: peak resident set of a process running "
           f"that configuration alone\n (peer: Python + torch included; s3r: one child per configuration))")
-    if load_end > args.threads + 0.5 or load_start > 0.5:
-        print("WARNING: the machine was not idle (load average above); rerun on an idle machine for numbers to quote")
+    if other_share > 0.05:
+        print(f"WARNING: the machine was not idle (other processes took {100 * other_share:.0f}% of the CPUs); "
+              "rerun on an idle machine for numbers to quote")
     if args.json:
         result = {"preset": args.preset, "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
                   "warmup": args.warmup, "tokens_per_step": tokens, "machine": machine,
                   "s3r_machine": s3r_runs[0].get("machine"), "peer_env": {k: p0.get(k) for k in (
                       "torch", "blas", "blas_libraries", "env_notes", "torch_build", "malloc")} if p0 else {},
                   "onednn_bf16_matmul": peer_runs["bf16"][0].get("onednn_bf16_matmul") if "bf16" in peer_runs else None,
-                  "start_utc": start.isoformat(), "load_average": [load_start, load_end], "rows": rows}
+                  "start_utc": start.isoformat(), "load_average": [load_start, load_end],
+                  "other_processes_cpu_share": other_share, "rows": rows}
         tmp = args.json + ".tmp"
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(tmp, "w") as f:
