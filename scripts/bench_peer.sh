@@ -2,12 +2,13 @@
 # s3r against its PyTorch peer (bench/peer): full training steps of one preset, in one invocation
 # on this machine, interleaved rounds of peer f32, peer bf16 autocast (where the CPU has native
 # bf16) and `s3r bench step`, pooled into one table (tokens/s, median ms, spread, peak memory,
-# speed relative to the peer's fastest mode). About 5-6 minutes for `small` on 2 cores with the
+# speed relative to the peer's fastest mode). About 4-5 minutes for `small` on 2 cores with the
 # defaults; run it on an otherwise idle machine. Per-process JSON and the log in
 # results/bench_peer/PRESET/.
 # Usage: scripts/bench_peer.sh [--preset small] [--repeats N] [--rounds R] [--warmup W]
-#                              [--threads T] [--configs LIST] [--json OUT]
-#   --repeats: timed steps per configuration per round (default 3; pooled over the rounds)
+#                              [--threads T] [--configs LIST] [--retries K] [--json OUT]
+#   --repeats: timed steps per configuration per round (default 3; pooled over the 4 rounds)
+#   --retries: a process during which other processes took > 10% of the CPUs runs again (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x build/release/tools/s3r ] || ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
@@ -18,7 +19,7 @@ args=()
 while (($#)); do
   case $1 in
     --preset) preset=$2; args+=("$1" "$2"); shift 2 ;;
-    --repeats|--rounds|--warmup|--threads|--configs|--json) args+=("$1" "$2"); shift 2 ;;
+    --repeats|--rounds|--warmup|--retries|--threads|--configs|--json) args+=("$1" "$2"); shift 2 ;;
     -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "bench_peer: unknown option '$1' (see --help)" >&2; exit 1 ;;
   esac
