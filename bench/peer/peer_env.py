@@ -4,11 +4,12 @@ read their settings when they are loaded), by re-executing the script once with 
 system setting is changed.
 
 Why (measured on the 2-vCPU Emerald Rapids VM, docs in bench/peer/README.md):
-- Debian's python3-torch links the generic libblas.so.3. The reference BLAS (libblas3) is about
-  18x slower than OpenBLAS for f32 products; when update-alternatives selects it for
-  libblas.so.3-x86_64-linux-gnu, the peer LD_PRELOADs OpenBLAS's libblas.so.3 instead.
+- Debian's python3-torch links the generic libblas.so.3. The reference BLAS (libblas3) is
+  10-50x slower than OpenBLAS for f32 products (2.9 GFLOP/s against 30-140 here); when
+  update-alternatives selects it for libblas.so.3-x86_64-linux-gnu, the peer LD_PRELOADs
+  OpenBLAS's libblas.so.3 instead.
 - OpenBLAS 0.3.21 (Debian 12) does not know this CPU model and falls back to its generic
-  'Prescott' kernels (3-5x slower); the peer sets OPENBLAS_CORETYPE from the CPU's flags.
+  'Prescott' kernels (4.7x slower: 30 against 140 GFLOP/s); the peer sets OPENBLAS_CORETYPE from the CPU's flags.
 - OpenBLAS's pthread build starts one thread per CPU whatever torch.set_num_threads says;
   OPENBLAS_NUM_THREADS follows --threads, and OpenMP's idle threads sleep (OMP_WAIT_POLICY=
   PASSIVE) instead of spinning against OpenBLAS's threads: 1.3x on f32 steps with 2 cores.
@@ -209,7 +210,7 @@ def blas_summary():
         except (OSError, AttributeError):
             pass
     elif os.path.dirname(provider).endswith("/blas"):
-        kind = f"REFERENCE BLAS {provider} (about 18x slower for f32 products: install libopenblas0-pthread)"
+        kind = f"REFERENCE BLAS {provider} (10-50x slower than OpenBLAS for f32 products: install libopenblas0-pthread)"
     else:
         kind = provider
     return kind, libs
