@@ -176,7 +176,7 @@ def unflatten(tensors, cfg):
 
 def mean_loss(params, cfg, mode, inputs, targets, bug=None, tables=None):
     """Mean cross-entropy (float) of one batch: inputs, targets (B, S) int64 tensors."""
-    C, heads, V = cfg["width"], cfg["heads"], cfg["vocab"]
+    C, heads = cfg["width"], cfg["heads"]
     B, S = inputs.shape
     eps = float(torch.tensor(cfg.get("norm_eps", 1e-5), dtype=F32))  # an f32 option, promoted to double
     if bug == "norm-eps":
