@@ -101,9 +101,13 @@ def rope(x, cos, sin, heads, bug=None):
 
 
 def attention(q, k, v, heads, bug=None):
-    """Causal softmax attention as s3r computes it: scores in f32 (products here in f64, rounded
-    once), scaled in f32, max-subtracted, exp in f32 (libm expf; here exp in double rounded to
-    f32), the row sum in double, probabilities times f32(1 / sum)."""
+    """Causal softmax attention as s3r's unfused attention_forward computed it: scores in f32
+    (products here in f64, rounded once), scaled in f32, max-subtracted, exp in f32 (libm expf;
+    here exp in double rounded to f32), the row sum in double, probabilities times f32(1 / sum).
+    s3r's fused attention (src/model/attention.cpp, issue 11) computes the same function in
+    another order (an online softmax over key blocks with its polynomial exp); like the order of
+    the float products, that is below the check's tolerances (measured: f32 9e-10, s3r + dx
+    3e-7 on tiny runs)."""
     B, S, C = q.shape
     hd = C // heads
     qh = q.reshape(B, S, heads, hd).transpose(1, 2).to(F64)
