@@ -14,25 +14,6 @@ namespace {
 
 constexpr int64_t kB = kAttnBlock;
 
-// ref::exp_poly on 8 lanes (as elementwise_avx2.cpp's exp_poly8: the same operations, NaN passes
-// through, 2^n built from its exponent bits, exact like ldexp).
-inline __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
-  const __m256 n = round_floor(
-      _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(0.5f)));
-  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
-  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-}
 
 // Lanes r (of the 8 starting at lane0) with r >= t: all-ones, else zero.
 inline __m256 lanes_from(int64_t lane0, int64_t t) {
@@ -271,12 +252,12 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       }
       const __m256 m = _mm256_loadu_ps(ms + g);
       const __m256 mn = _mm256_max_ps(mb, m);
-      const __m256 a = exp8(_mm256_sub_ps(m, mn));
+      const __m256 a = exp_poly8(_mm256_sub_ps(m, mn));
       __m256 sum = _mm256_setzero_ps();
       for (int64_t j = 0; j < jn; ++j) {
         const __m256 keep = lanes_from(g, j0 + j - i0);
         const __m256 e =
-            _mm256_and_ps(keep, exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), mn)));
+            _mm256_and_ps(keep, exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), mn)));
         _mm256_storeu_ps(p + j * kB + g, e);
         sum = _mm256_add_ps(sum, e);
       }
@@ -331,7 +312,7 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
         for (int64_t j = 0; j < jn; ++j) {
           const __m256 keep = lanes_from(g, j0 + j - i0);
           const __m256 e =
-              _mm256_and_ps(keep, exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), Lg)));
+              _mm256_and_ps(keep, exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), Lg)));
           _mm256_storeu_ps(p + j * kB + g, e);
           const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(ds + j * kB + g), Dg);
           _mm256_storeu_ps(ds + j * kB + g,

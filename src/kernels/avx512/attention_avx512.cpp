@@ -19,23 +19,6 @@ namespace {
 
 constexpr int64_t kB = kAttnBlock;
 
-// ref::exp_poly on 16 lanes (the same operations; max/min return their second operand when one
-// is NaN, so a NaN passes through as in the reference's comparisons).
-inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
-  const __m512 n = round_floor(
-      _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(0.5f)));
-  __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
-  r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);  // p * 2^n, exact like ldexp
-}
 
 // st[j * 32 + r] = (fma chain over d of a[j * lda + d] * bt[d * ldb + r]) * scale, j < JT, for
 // the 16 NH lanes r from st / bt (NH = 2: all 32 rows of the block; NH = 1: one half).
@@ -289,13 +272,13 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       }
       const __m512 m = _mm512_loadu_ps(ms + half);
       const __m512 mn = _mm512_max_ps(mb, m);
-      const __m512 a = exp16(_mm512_sub_ps(m, mn));
+      const __m512 a = exp_poly16(_mm512_sub_ps(m, mn));
       __m512 sum = _mm512_setzero_ps();
       for (int64_t j = 0; j < jn; ++j) {
         const __mmask16 keep =
             _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(static_cast<int32_t>(j)));
         const __m512 e =
-            _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), mn)));
+            _mm512_maskz_mov_ps(keep, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), mn)));
         _mm512_storeu_ps(p + j * kB + half, e);
         sum = _mm512_add_ps(sum, e);  // (the skipped keys would add +0)
       }
@@ -356,7 +339,7 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
           const __mmask16 keep =
               _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(static_cast<int32_t>(j)));
           const __m512 e = _mm512_maskz_mov_ps(
-              keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), Lh)));
+              keep, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), Lh)));
           _mm512_storeu_ps(p + j * kB + half, e);
           const __m512 g = _mm512_sub_ps(_mm512_loadu_ps(ds + j * kB + half), Dh);
           _mm512_storeu_ps(ds + j * kB + half,
