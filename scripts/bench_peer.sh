@@ -13,6 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x build/release/tools/s3r ] || ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   scripts/setup.sh  # installs python3-torch and OpenBLAS, builds build/release
+else
+  cmake --build --preset release > /dev/null  # a stale binary would time old code (no-op if current)
 fi
 preset=small
 args=()
