@@ -225,9 +225,14 @@ TEST(Trainer, ResumeRecoversFromACrashDuringASave) {
   // One flipped byte in a tensor file: named, never trained on.
   const fs::path weights = fs::path(dir) / "checkpoint" / "model.safetensors";
   {
+    // Inverted, not overwritten with a constant: a byte that already held the constant would
+    // leave the file intact (it did under S3R_ISA=avx2, whose weights differ in the last bits).
     std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(fs::file_size(weights) / 2));
-    f.put('\x5a');
+    const auto middle = static_cast<std::streamoff>(fs::file_size(weights) / 2);
+    f.seekg(middle);
+    const char byte = static_cast<char>(f.get());
+    f.seekp(middle);
+    f.put(static_cast<char>(~byte));
   }
   o.steps = 14;
   o.lr.total = 14;
