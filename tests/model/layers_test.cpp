@@ -144,6 +144,19 @@ TEST(Layers, AttentionBackwardMatchesFiniteDifferences) {
   }
 }
 
+// The definition: mean over tokens of log sum_i exp(z_i) - z_y, in double with the max shift.
+double mean_cross_entropy(const Vec& z, const std::vector<int32_t>& y, int64_t V) {
+  const int64_t T = static_cast<int64_t>(y.size());
+  double total = 0.0;
+  for (int64_t t = 0; t < T; ++t) {
+    double mx = -1e300, sum = 0.0;
+    for (int64_t i = 0; i < V; ++i) mx = std::max(mx, z[t * V + i]);
+    for (int64_t i = 0; i < V; ++i) sum += std::exp(z[t * V + i] - mx);
+    total += std::log(sum) + mx - z[t * V + y[t]];
+  }
+  return total / T;
+}
+
 TEST(Layers, CrossEntropyBackwardMatchesFiniteDifferences) {
   const int64_t T = 4, V = 11;
   const auto z = random_vec(T * V, 10, 2.0f);
@@ -151,16 +164,7 @@ TEST(Layers, CrossEntropyBackwardMatchesFiniteDifferences) {
   std::vector<float> probs(T * V), dz(T * V);
   const double L = cross_entropy_forward(probs, z, y, V);
   cross_entropy_backward(dz, probs, y, V);
-  auto loss = [&](const Vec& zv) {
-    double total = 0.0;
-    for (int64_t t = 0; t < T; ++t) {
-      double mx = -1e300, sum = 0.0;
-      for (int64_t i = 0; i < V; ++i) mx = std::max(mx, zv[t * V + i]);
-      for (int64_t i = 0; i < V; ++i) sum += std::exp(zv[t * V + i] - mx);
-      total += std::log(sum) + mx - zv[t * V + y[t]];
-    }
-    return total / T;
-  };
+  auto loss = [&](const Vec& zv) { return mean_cross_entropy(zv, y, V); };
   EXPECT_NEAR(L, loss(to_double(z)), 1e-6);
   check("cross-entropy dlogits", to_double(z), loss, dz);
   std::vector<int32_t> bad = {3, 0, 11, 3};
@@ -177,16 +181,7 @@ TEST(Layers, FusedCrossEntropyMatchesDefinitionAndFiniteDifferences) {
     auto z = random_vec(T * V, 11 + V, 2.0f);
     for (int64_t i = 0; i < V; ++i) z[3 * V + i] *= 40.0f;  // a peaked row: exp underflows for most
     const std::vector<int32_t> y = {3, 0, static_cast<int32_t>(V - 1), 7, 3};
-    auto loss = [&](const Vec& zv) {
-      double total = 0.0;
-      for (int64_t t = 0; t < T; ++t) {
-        double mx = -1e300, sum = 0.0;
-        for (int64_t i = 0; i < V; ++i) mx = std::max(mx, zv[t * V + i]);
-        for (int64_t i = 0; i < V; ++i) sum += std::exp(zv[t * V + i] - mx);
-        total += std::log(sum) + mx - zv[t * V + y[t]];
-      }
-      return total / T;
-    };
+    auto loss = [&](const Vec& zv) { return mean_cross_entropy(zv, y, V); };
     std::vector<float> dz = z;
     const double L = cross_entropy_fused(dz, y, V);
     EXPECT_NEAR(L, loss(to_double(z)), 1e-6 * std::max(1.0, std::fabs(L))) << "V=" << V;
