@@ -67,7 +67,10 @@ class ScopedThreads {
   int previous_;
 };
 
-// One line of ../shared/testdata/random123_kat.txt: name rounds words... (hex).
+// Known-answer files live in tests/known_answers/ (S3R_TESTDATA_DIR; provenance in its README.md).
+// A missing or unreadable file reads as no lines, and the tests that read it then fail.
+
+// One line of random123_kat.txt: name rounds words... (hex).
 struct KatLine {
   std::string name;
   int rounds = 0;
@@ -92,5 +95,31 @@ inline std::vector<KatLine> read_kat_file(const std::string& path) {
 }
 
 inline std::string kat_path() { return std::string(S3R_TESTDATA_DIR) + "/random123_kat.txt"; }
+
+// One line of jax_threefry.txt: kind ("bits32" or "uniform") seed index expected, decimal; the
+// expected value is kept as text (a uint32 for bits32, a float32 written in decimal for uniform).
+struct JaxLine {
+  std::string kind;
+  uint32_t seed = 0;
+  uint64_t index = 0;
+  std::string expected;
+};
+
+inline std::vector<JaxLine> read_jax_file(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<JaxLine> lines;
+  if (!in) return lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ss(line);
+    JaxLine j;
+    ss >> j.kind >> j.seed >> j.index >> j.expected;
+    lines.push_back(j);
+  }
+  return lines;
+}
+
+inline std::string jax_path() { return std::string(S3R_TESTDATA_DIR) + "/jax_threefry.txt"; }
 
 }  // namespace s3r::testing

@@ -1,20 +1,25 @@
 """Threefry-2x32-20 and JAX's key handling (SPEC section 3), in plain Python integers, and the
 validation windows that s3r's DataLoader serves (its Fisher-Yates order on Threefry words).
 
-Run as a script it checks the SPEC's known answers."""
+Run as a script it checks the known answers of tests/known_answers/ (Random123's published
+Threefry-2x32 vectors, JAX's bits and uniforms), the same files the C++ tests read."""
+
+import os
+import struct
 
 M32 = 0xFFFFFFFF
 _ROT = (13, 15, 26, 6, 17, 29, 16, 24)
 _PARITY = 0x1BD11BDA
 
 
-def threefry2x32(key, c0, c1):
-    """(y0, y1) = Threefry-2x32 with 20 rounds of `key` = (k0, k1) on counter (c0, c1)."""
+def threefry2x32(key, c0, c1, rounds=20):
+    """(y0, y1) = Threefry-2x32 with `rounds` rounds (20: s3r's) of `key` = (k0, k1) on counter
+    (c0, c1)."""
     k0, k1 = key
     ks = (k0, k1, k0 ^ k1 ^ _PARITY)
     x0 = (c0 + ks[0]) & M32
     x1 = (c1 + ks[1]) & M32
-    for r in range(20):
+    for r in range(rounds):
         x0 = (x0 + x1) & M32
         rot = _ROT[r % 8]
         x1 = ((x1 << rot) | (x1 >> (32 - rot))) & M32
@@ -74,14 +79,41 @@ def loader_batches(tokens, seq_len, seed, batch, count):
     return out
 
 
+_KNOWN_ANSWERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                              "known_answers")
+
+
+def _data_lines(name):
+    with open(os.path.join(_KNOWN_ANSWERS, name)) as f:
+        return [line.split() for line in f if line.strip() and not line.startswith("#")]
+
+
 def _self_test():
-    # SPEC section 3's known answers (Random123 / JAX).
-    assert threefry2x32((0, 0), 0, 0) == (0x6B200159, 0x99BA4EFE), "threefry known answer 1"
-    assert threefry2x32((0x13198A2E, 0x03707344), 0x243F6A88, 0x85A308D3) == (0xC4923A9C, 0x483DF7A0), \
-        "threefry known answer 2"
+    # Random123's Threefry-2x32 vectors (13 and 20 rounds).
+    threefry = 0
+    for name, rounds, *words in _data_lines("random123_kat.txt"):
+        if name != "threefry2x32":
+            continue
+        c0, c1, k0, k1, y0, y1 = (int(w, 16) for w in words)
+        got = threefry2x32((k0, k1), c0, c1, int(rounds))
+        assert got == (y0, y1), f"threefry2x32 {rounds} rounds, counter {c0:08x} {c1:08x}: {got}"
+        threefry += 1
+    assert threefry == 6, f"expected 6 threefry2x32 vectors in random123_kat.txt, found {threefry}"
+    # JAX's bits and uniforms (partitionable layout); a uniform is float32((bits >> 9) * 2^-23).
+    jax = 0
+    for kind, seed, index, expected in _data_lines("jax_threefry.txt"):
+        bits = random_bits32(key_from_seed(int(seed)), int(index))
+        if kind == "bits32":
+            assert bits == int(expected), f"bits32 seed {seed} index {index}: {bits}"
+        else:
+            assert kind == "uniform", f"unknown kind {kind} in jax_threefry.txt"
+            f32 = struct.unpack("f", struct.pack("f", float(expected)))[0]
+            assert (bits >> 9) * 2.0 ** -23 == f32, f"uniform seed {seed} index {index}"
+        jax += 1
+    assert jax == 20, f"expected 20 vectors in jax_threefry.txt, found {jax}"
     order = window_order(1000, 0x5EED, 0)
     assert sorted(order) == list(range(1000))
-    print("threefry: known answers ok")
+    print(f"threefry: known answers ok ({threefry} Random123, {jax} JAX)")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "test_util.hpp"
 
 namespace s3r {
@@ -36,19 +38,25 @@ TEST(Threefry, SpecKnownAnswers) {
             (std::array<uint32_t, 2>{0xc4923a9c, 0x483df7a0}));
 }
 
-// jax.random.bits(jax.random.key(0), (4,), jnp.uint32) in the partitionable layout.
-TEST(Threefry, JaxBitsKnownAnswer) {
-  const uint32_t expected[4] = {4070199207u, 4202968722u, 1427181096u, 2012915765u};
-  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(random_bits32(key_from_seed(0), i), expected[i]) << i;
-}
-
-// jax.random.uniform(jax.random.key(0), (4,)).
-TEST(Threefry, JaxUniformKnownAnswer) {
-  const double expected[4] = {0.9476670026779175, 0.9785798788070679, 0.33229148387908936,
-                              0.46866846084594727};
-  for (uint64_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(static_cast<double>(uniform23(random_bits32(key_from_seed(0), i))), expected[i]) << i;
+// jax.random.bits and jax.random.uniform (partitionable layout), tests/known_answers/jax_threefry.txt.
+TEST(Threefry, JaxKnownAnswers) {
+  const auto lines = testing::read_jax_file(testing::jax_path());
+  int bits = 0, uniforms = 0;
+  for (const auto& j : lines) {
+    const uint32_t word = random_bits32(key_from_seed(j.seed), j.index);
+    if (j.kind == "bits32") {
+      EXPECT_EQ(word, static_cast<uint32_t>(std::stoul(j.expected))) << "seed " << j.seed << " index " << j.index;
+      ++bits;
+    } else if (j.kind == "uniform") {
+      // The file names a float32 by decimal digits: round them to float32, then compare exactly.
+      EXPECT_EQ(uniform23(word), std::stof(j.expected)) << "seed " << j.seed << " index " << j.index;
+      ++uniforms;
+    } else {
+      ADD_FAILURE() << "unknown kind " << j.kind << " in " << testing::jax_path();
+    }
   }
+  EXPECT_EQ(bits, 12) << "expected 12 bits32 vectors in " << testing::jax_path();
+  EXPECT_EQ(uniforms, 8) << "expected 8 uniform vectors in " << testing::jax_path();
 }
 
 TEST(Threefry, KeysAndFoldIn) {
