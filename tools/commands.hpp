@@ -39,4 +39,9 @@ void register_data_prepare(CLI::App& data);
 // `s3r train`: the main job.
 void register_train(CLI::App& app);
 
+// `s3r generate`, `s3r eval`, `s3r export`: use a trained checkpoint (issue 13).
+void register_generate(CLI::App& app);
+void register_eval(CLI::App& app);
+void register_export(CLI::App& app);
+
 }  // namespace s3r::tools

@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   data->require_subcommand(1);
   s3r::tools::register_data_prepare(*data);
   s3r::tools::register_train(app);
+  s3r::tools::register_generate(app);
+  s3r::tools::register_eval(app);
+  s3r::tools::register_export(app);
   CLI::App* diag = app.add_subcommand("diag", "diagnostics of the rounding on a trained checkpoint");
   diag->require_subcommand(1);
   s3r::tools::register_diag_grad_error(*diag);

@@ -13,8 +13,9 @@ class FormatError(Exception):
 
 
 def read_safetensors(path):
-    """{name: 1-D float32 numpy array} of an F32 safetensors file (8-byte little-endian header
-    length, JSON header, data). s3r stores every tensor flat (its row-major data)."""
+    """{name: float32 numpy array of its stored shape} of an F32 safetensors file (8-byte
+    little-endian header length, JSON header, data). s3r checkpoints of version 3 store each
+    tensor with its shape (matrices (in, out)); versions 1 and 2 stored them flat."""
     with open(path, "rb") as f:
         blob = f.read()
     if len(blob) < 8:
@@ -36,7 +37,7 @@ def read_safetensors(path):
             count *= d
         if end - begin != 4 * count or end > len(data):
             raise FormatError(f"{path}: tensor '{name}' offsets {begin}..{end} do not match shape {info['shape']}")
-        out[name] = np.frombuffer(data[begin:end], dtype="<f4").astype(np.float32)
+        out[name] = np.frombuffer(data[begin:end], dtype="<f4").astype(np.float32).reshape(info["shape"])
     return out
 
 
@@ -64,6 +65,17 @@ def read_meta(run_dir):
         meta = json.load(f)
     if meta.get("format") != "s3r-checkpoint":
         raise FormatError(f"{path}: format {meta.get('format')!r}, expected 's3r-checkpoint'")
+    version = meta.get("version")
+    if version not in (1, 2, 3):
+        raise FormatError(f"{path}: version {version!r}; this reader knows versions 1 to 3")
+    if version >= 3:  # the forward's conventions are recorded: they must be the ones computed here
+        arch = meta.get("architecture", {})
+        if arch.get("rope", {}).get("layout") != "adjacent-pairs" or arch.get("matrix_orientation") != "in_out":
+            raise FormatError(f"{path}: architecture {arch.get('rope')}, {arch.get('matrix_orientation')}: "
+                              "expected adjacent-pairs RoPE and (in, out) matrices")
+        if abs(arch["norm"]["eps"] - meta["config"].get("norm_eps", 1e-5)) > 1e-12 or \
+                arch["rope"]["theta"] != meta["config"].get("rope_theta", 10000.0):
+            raise FormatError(f"{path}: architecture and config disagree on norm eps or RoPE theta")
     return meta
 
 

@@ -157,7 +157,8 @@ def linear(x, w, mode, bug=None):
 
 
 def unflatten(tensors, cfg):
-    """{name: f32 torch tensor of its shape} from a checkpoint's flat tensors."""
+    """{name: f32 torch tensor of its shape} from a checkpoint's tensors: stored with their shapes
+    (version 3; matrices (in, out)) or flat (versions 1 and 2)."""
     C, F, V = cfg["width"], cfg["ffn_width"], cfg["vocab"]
     shapes = {"tok_emb": (V, C), "final_norm": (C,), "lm_head": (C, V)}
     for l in range(cfg["layers"]):
@@ -174,6 +175,8 @@ def unflatten(tensors, cfg):
         flat = torch.from_numpy(tensors[name].copy())
         if flat.numel() != math.prod(shape):
             raise ValueError(f"tensor '{name}' has {flat.numel()} values, expected {shape}")
+        if flat.dim() != 1 and tuple(flat.shape) != shape:
+            raise ValueError(f"tensor '{name}' has shape {tuple(flat.shape)}, expected {shape} (in, out)")
         out[name] = flat.reshape(shape)
     return out
 

@@ -1,6 +1,7 @@
 // Checkpoints of a training run; see s3r/train/checkpoint.hpp.
 #include "s3r/train/checkpoint.hpp"
 
+#include <sentencepiece_processor.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -8,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <type_traits>
 #include <vector>
 
@@ -22,8 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kVersion = 2;
+constexpr int kVersion = 3;
 constexpr const char* kFiles[] = {"model.safetensors", "optimizer.safetensors"};
+constexpr const char* kTokenizerFile = "tokenizer.model";
 
 // The run configuration <-> the "config" object of meta.json (the one place that knows its
 // fields). from_json throws s3r::Error naming `where` and the field.
@@ -92,6 +96,37 @@ RunConfig from_json(const nlohmann::json& j, const std::string& where) {
   return c;
 }
 
+// The forward's hyper-parameters beyond the shapes, for readers outside s3r (docs/FORMATS.md).
+std::string precision_of(nn::LinearMode mode) {
+  if (mode == nn::LinearMode::kF32) return "f32";
+  if (mode == nn::LinearMode::kBf16) return "bf16";
+  return "int8";  // every int8 mode rounds the forward operands to nearest (SPEC section 1)
+}
+
+nlohmann::json architecture(const RunConfig& c) {
+  const model::ModelConfig& m = c.model;
+  const nn::LinearMode head = c.mode == nn::LinearMode::kF32 ? nn::LinearMode::kF32
+                              : (m.int8_head && nn::is_int8(c.mode)) ? c.mode : nn::LinearMode::kBf16;
+  return {{"family", "llama"},
+          {"layers", m.layers}, {"width", m.width}, {"heads", m.heads}, {"kv_heads", m.heads},
+          {"head_dim", m.head_dim()}, {"ffn_width", m.ffn_width}, {"vocab", m.vocab},
+          {"context_length", m.seq_len},
+          {"norm", {{"type", "rmsnorm"}, {"eps", m.norm_eps}, {"formula", "x / sqrt(mean(x^2) + eps) * gain"}}},
+          {"rope", {{"theta", m.rope_theta}, {"layout", "adjacent-pairs"}, {"dimensions", m.head_dim()},
+                    {"formula", "in each head, pair i = (x[2i], x[2i+1]) at position p rotates by "
+                                "p * theta^(-2i/head_dim)"}}},
+          {"attention", {{"type", "causal"}, {"scale", "1/sqrt(head_dim)"}, {"precision", "f32"}}},
+          {"ffn", {{"type", "swiglu"}, {"formula", "(silu(x gate) * (x up)) down"}}},
+          {"embedding", {{"tied", false}, {"precision", "f32"}}},
+          {"bias", false},
+          {"projections", {{"precision", precision_of(c.mode)},
+                           {"rounding", nn::is_int8(c.mode) ? "per-token x per-output-channel absmax/127, "
+                                                              "round to nearest even" : "none"}}},
+          {"lm_head", {{"precision", precision_of(head)}}},
+          {"matrix_orientation", "in_out"},
+          {"matrix_orientation_note", "matrices are stored (in, out) row-major: y = x W"}};
+}
+
 // CRC-32 (zlib) and size of a file.
 struct FileSum {
   uint64_t bytes = 0;
@@ -115,6 +150,26 @@ FileSum file_sum(const fs::path& path) {
   return s;
 }
 
+// A tokenizer.model's record: loads it with SentencePiece. Throws s3r::Error naming the file.
+TokenizerRecord tokenizer_record(const fs::path& path) {
+  sentencepiece::SentencePieceProcessor sp;
+  if (const auto status = sp.Load(path.string()); !status.ok()) {
+    throw Error("tokenizer '" + path.string() + "' is not a SentencePiece model: " + status.ToString());
+  }
+  TokenizerRecord r;
+  r.vocab = sp.GetPieceSize();
+  r.eos_id = sp.eos_id();
+  r.bos_id = sp.bos_id();
+  r.unk_id = sp.unk_id();
+  r.pad_id = sp.pad_id();
+  return r;
+}
+
+nlohmann::json to_json(const TokenizerRecord& t) {
+  return {{"type", t.type}, {"file", kTokenizerFile}, {"vocab", t.vocab}, {"bytes", t.bytes}, {"crc32", t.crc32},
+          {"eos_id", t.eos_id}, {"bos_id", t.bos_id}, {"unk_id", t.unk_id}, {"pad_id", t.pad_id}};
+}
+
 // A checkpoint folder checked whole: meta.json parses and has every field, and the tensor
 // files are there with their recorded size and checksum. Throws s3r::Error naming the file.
 CheckpointInfo inspect(const fs::path& dir) {
@@ -132,10 +187,12 @@ CheckpointInfo inspect(const fs::path& dir) {
     throw Error(where + " is not an s3r checkpoint (no \"format\": \"s3r-checkpoint\")");
   }
   const auto version = field<int64_t>(meta, "version", where);
-  if (version != 1 && version != kVersion) {
-    throw Error(where + ": checkpoint version " + std::to_string(version) + "; this build reads versions 1 and 2");
+  if (version < 1 || version > kVersion) {
+    throw Error(where + ": checkpoint version " + std::to_string(version) + "; this build reads versions 1 to " +
+                std::to_string(kVersion) + (version > kVersion ? " (written by a newer s3r: update s3r)" : ""));
   }
   CheckpointInfo info;
+  info.version = static_cast<int>(version);
   if (!meta.contains("config")) throw Error(where + ": field \"config\" is missing");
   static_cast<RunConfig&>(info) = from_json(meta["config"], where);
   info.step = field<int64_t>(meta, "step", where);
@@ -145,7 +202,43 @@ CheckpointInfo inspect(const fs::path& dir) {
   if (info.step < 0 || info.loader.epoch < 0 || info.loader.cursor < 0 || info.bad_steps < 0) {
     throw Error(where + ": step, loader_epoch, loader_cursor and bad_steps must be >= 0");
   }
-  for (const char* name : kFiles) {
+  if (version >= 3) {
+    // The forward's conventions: this build computes exactly these.
+    if (!meta.contains("architecture") || !meta["architecture"].is_object()) {
+      throw Error(where + ": field \"architecture\" is missing");
+    }
+    const nlohmann::json& a = meta["architecture"];
+    const std::string a_where = where + " architecture";
+    if (!a.contains("rope") || field<std::string>(a["rope"], "layout", a_where + ".rope") != "adjacent-pairs") {
+      throw Error(a_where + ": RoPE layout is not \"adjacent-pairs\"; this build computes only that one");
+    }
+    if (field<std::string>(a, "matrix_orientation", a_where) != "in_out") {
+      throw Error(a_where + ": matrix_orientation is not \"in_out\"; this build stores matrices (in, out)");
+    }
+  }
+  std::vector<std::string> files(std::begin(kFiles), std::end(kFiles));
+  if (version >= 3 && meta.contains("tokenizer") && !meta["tokenizer"].is_null()) {
+    const nlohmann::json& t = meta["tokenizer"];
+    const std::string t_where = where + " tokenizer";
+    TokenizerRecord r;
+    r.type = field<std::string>(t, "type", t_where);
+    r.vocab = field<int64_t>(t, "vocab", t_where);
+    r.bytes = static_cast<uint64_t>(field<int64_t>(t, "bytes", t_where));
+    r.crc32 = static_cast<uint32_t>(field<int64_t>(t, "crc32", t_where));
+    for (auto [key, dst] : {std::pair{"eos_id", &r.eos_id}, {"bos_id", &r.bos_id}, {"unk_id", &r.unk_id},
+                            {"pad_id", &r.pad_id}}) {
+      *dst = field<int64_t>(t, key, t_where);
+    }
+    if (r.type != "sentencepiece") throw Error(t_where + ": type \"" + r.type + "\", not \"sentencepiece\"");
+    if (r.vocab != info.model.vocab) {
+      throw Error(t_where + ": " + std::to_string(r.vocab) + " pieces, but the model's V is " +
+                  std::to_string(info.model.vocab));
+    }
+    info.tokenizer = r;
+    info.tokenizer_model = (dir / kTokenizerFile).string();
+    files.push_back(kTokenizerFile);
+  }
+  for (const std::string& name : files) {
     const fs::path path = dir / name;
     if (!fs::is_regular_file(path)) throw Error("checkpoint file '" + path.string() + "' is missing");
     if (version == 1) continue;  // no checksums recorded
@@ -204,20 +297,25 @@ const Candidate& newest(const std::vector<Candidate>& all, const fs::path& run) 
   throw Error("no complete checkpoint in '" + run.string() + "': " + why);
 }
 
-// A run folder (holding checkpoint/ or a leftover) or a checkpoint folder itself.
-fs::path checkpoint_folder(const std::string& dir) {
-  const fs::path d(dir);
-  if (fs::is_regular_file(d / "meta.json")) return d;
-  return find_checkpoint(dir);
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
 }
 
-// Copies tensor `name` (of `size` elements) of a safetensors file into dst; values must be finite.
+// Copies tensor `name` of a safetensors file into dst; values must be finite. Its shape must be
+// `shape` (version 3), or it may be flat with the same number of elements (versions 1 and 2).
 void copy_tensor(const io::SafetensorsFile& file, const fs::path& path, const std::string& name, float* dst,
-                 int64_t size) {
+                 const std::vector<int64_t>& shape, int version) {
+  int64_t size = 1;
+  for (int64_t d : shape) size *= d;
   const auto it = file.tensors.find(name);
-  if (it == file.tensors.end() || static_cast<int64_t>(it->second.data.size()) != size) {
-    throw Error("tensor '" + name + "' is missing from '" + path.string() + "' or does not have " +
-                std::to_string(size) + " elements");
+  if (it == file.tensors.end()) throw Error("tensor '" + name + "' is missing from '" + path.string() + "'");
+  const std::vector<int64_t>& got = it->second.shape;
+  const bool flat_ok = version < 3 && got.size() == 1 && got[0] == size;
+  if (got != shape && !flat_ok) {
+    throw Error("tensor '" + name + "' of '" + path.string() + "' has shape " + shape_text(got) + ", expected " +
+                shape_text(shape) + (version < 3 ? " or flat (" + std::to_string(size) + ")" : ""));
   }
   const std::vector<float>& src = it->second.data;
   for (size_t i = 0; i < src.size(); ++i) {
@@ -245,6 +343,29 @@ void sync_renamed(const fs::path& run) { io::sync_path(run.string()); }
 
 }  // namespace
 
+std::string checkpoint_folder(const std::string& dir) {
+  const fs::path d(dir);
+  if (fs::is_regular_file(d / "meta.json")) return d.string();
+  return find_checkpoint(dir);
+}
+
+std::vector<int64_t> tensor_shape(const model::ModelConfig& c, const std::string& name) {
+  const int64_t C = c.width, F = c.ffn_width, V = c.vocab;
+  const auto ends = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (name == "tok_emb") return {V, C};
+  if (name == "lm_head") return {C, V};
+  if (name == "final_norm" || ends("attn_norm") || ends("ffn_norm")) return {C};
+  if (ends("attn.q") || ends("attn.k") || ends("attn.v") || ends("attn.o")) return {C, C};
+  if (ends("ffn.gate") || ends("ffn.up")) return {C, F};
+  if (ends("ffn.down")) return {F, C};
+  throw Error("tensor_shape: unknown parameter '" + name + "'");
+}
+
+std::string architecture_json(const RunConfig& config) { return architecture(config).dump(); }
+
 std::string describe(const RunConfig& c) {
   return c.model.describe() + ", mode " + std::string(nn::to_string(c.mode)) + ", correction " +
          std::string(nn::to_string(c.correction)) + ", seed " + std::to_string(c.seed);
@@ -265,19 +386,46 @@ void save_checkpoint(const std::string& run_dir, const CheckpointInfo& info, mod
     fs::create_directories(tmp);
     std::vector<io::TensorView> weights, moments;
     for (const model::ParamInfo& p : model.param_table()) {
-      weights.push_back({p.name, {p.size}, params.subspan(p.offset, p.size)});
-      moments.push_back({p.name + ".m", {p.size}, m.subspan(p.offset, p.size)});
-      moments.push_back({p.name + ".v", {p.size}, v.subspan(p.offset, p.size)});
+      const std::vector<int64_t> shape = tensor_shape(model.config(), p.name);
+      weights.push_back({p.name, shape, params.subspan(p.offset, p.size)});
+      moments.push_back({p.name + ".m", shape, m.subspan(p.offset, p.size)});
+      moments.push_back({p.name + ".v", shape, v.subspan(p.offset, p.size)});
     }
-    io::write_safetensors((tmp / kFiles[0]).string(), weights);
-    io::write_safetensors((tmp / kFiles[1]).string(), moments);
+    const std::map<std::string, std::string> st_meta = {{"format", "s3r-checkpoint"},
+                                                        {"matrix_orientation", "in_out"}};
+    io::write_safetensors((tmp / kFiles[0]).string(), weights, st_meta);
+    io::write_safetensors((tmp / kFiles[1]).string(), moments, st_meta);
+    std::vector<std::string> names(std::begin(kFiles), std::end(kFiles));
+    nlohmann::json tokenizer = nullptr;
+    std::optional<TokenizerRecord> record;
+    if (!info.tokenizer_model.empty()) {
+      record = tokenizer_record(info.tokenizer_model);
+      if (record->vocab != model.config().vocab) {
+        throw Error("save_checkpoint: tokenizer '" + info.tokenizer_model + "' has " + std::to_string(record->vocab) +
+                    " pieces, but the model's V is " + std::to_string(model.config().vocab));
+      }
+      const std::string bytes = [&] {
+        std::ifstream in(info.tokenizer_model, std::ios::binary);
+        std::ostringstream s;
+        s << in.rdbuf();
+        return s.str();
+      }();
+      io::write_file_atomic((tmp / kTokenizerFile).string(), [&](std::ostream& f) { f << bytes; });
+      names.push_back(kTokenizerFile);
+    }
     nlohmann::json files = nlohmann::json::object();
-    for (const char* name : kFiles) {
+    for (const std::string& name : names) {
       const FileSum s = file_sum(tmp / name);  // what is on disk now, read back
       files[name] = {{"bytes", s.bytes}, {"crc32", s.crc}};
+      if (name == kTokenizerFile) {
+        record->bytes = s.bytes;
+        record->crc32 = s.crc;
+        tokenizer = to_json(*record);
+      }
     }
     const nlohmann::json meta = {{"format", "s3r-checkpoint"}, {"version", kVersion}, {"step", info.step},
-                                 {"config", to_json(info.config())}, {"loader_epoch", info.loader.epoch},
+                                 {"config", to_json(info.config())}, {"architecture", architecture(info.config())},
+                                 {"tokenizer", tokenizer}, {"loader_epoch", info.loader.epoch},
                                  {"loader_cursor", info.loader.cursor}, {"bad_steps", info.bad_steps},
                                  {"files", files}};
     io::write_file_atomic((tmp / "meta.json").string(), [&](std::ostream& f) { f << meta.dump(2) << "\n"; });
@@ -356,7 +504,8 @@ CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std:
   const fs::path weights_path = folder / kFiles[0];
   const io::SafetensorsFile weights = io::read_safetensors(weights_path.string());
   for (const model::ParamInfo& p : model.param_table()) {
-    copy_tensor(weights, weights_path, p.name, model.params().data() + p.offset, p.size);
+    copy_tensor(weights, weights_path, p.name, model.params().data() + p.offset,
+                tensor_shape(model.config(), p.name), info.version);
   }
   if (!m.empty() || !v.empty()) {
     if (m.size() != model.params().size() || v.size() != model.params().size()) {
@@ -365,13 +514,34 @@ CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std:
     const fs::path moments_path = folder / kFiles[1];
     const io::SafetensorsFile moments = io::read_safetensors(moments_path.string());
     for (const model::ParamInfo& p : model.param_table()) {
-      copy_tensor(moments, moments_path, p.name + ".m", m.data() + p.offset, p.size);
-      copy_tensor(moments, moments_path, p.name + ".v", v.data() + p.offset, p.size);
+      const std::vector<int64_t> shape = tensor_shape(model.config(), p.name);
+      copy_tensor(moments, moments_path, p.name + ".m", m.data() + p.offset, shape, info.version);
+      copy_tensor(moments, moments_path, p.name + ".v", v.data() + p.offset, shape, info.version);
     }
   }
   return info;
 }
 
 void load_checkpoint_weights(const std::string& dir, model::Model& model) { load_checkpoint(dir, model, {}, {}); }
+
+CheckpointInfo load_checkpoint_for_inference(const std::string& dir, model::Model& model) {
+  const fs::path folder = checkpoint_folder(dir);
+  const CheckpointInfo info = inspect(folder);
+  model::ModelConfig want = info.model, have = model.config();
+  want.batch = have.batch = 1;
+  want.seq_len = have.seq_len = 1;
+  want.int8_head = have.int8_head = false;  // the head's precision is the caller's choice
+  if (!(want == have)) {
+    throw Error("the checkpoint in '" + folder.string() + "' is of another model: " + info.model.describe() +
+                " (this model: " + model.config().describe() + ")");
+  }
+  const fs::path weights_path = folder / kFiles[0];
+  const io::SafetensorsFile weights = io::read_safetensors(weights_path.string());
+  for (const model::ParamInfo& p : model.param_table()) {
+    copy_tensor(weights, weights_path, p.name, model.params().data() + p.offset,
+                tensor_shape(model.config(), p.name), info.version);
+  }
+  return info;
+}
 
 }  // namespace s3r::train

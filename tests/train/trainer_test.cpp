@@ -302,7 +302,7 @@ TEST(Trainer, CorruptMetaFieldsAreNamed) {
             std::string::npos);
   EXPECT_NE(with("\"step\": 1", "\"stop\": 1").find("field \"step\" is missing"), std::string::npos);
   EXPECT_NE(with("\"crc32\"", "\"crc\"").find("field \"crc32\" is missing"), std::string::npos);
-  const std::string what = with("\"version\": 2", "\"version\": 7");
+  const std::string what = with("\"version\": 3", "\"version\": 7");
   EXPECT_NE(what.find("meta.json': checkpoint version 7"), std::string::npos) << what;
 }
 

@@ -2,11 +2,15 @@
 // Checkpoints of a training run: what `s3r train` saves and resumes from, and what `s3r diag`
 // reads. Format in docs/FORMATS.md.
 //
-//   RUN/checkpoint/model.safetensors      weights, one F32 tensor per parameter (flat)
-//   RUN/checkpoint/optimizer.safetensors  AdamW moments NAME.m, NAME.v
-//   RUN/checkpoint/meta.json              format, version 2, step, run configuration, data-loader
-//                                         position, skipped-step count, and per file its size
-//                                         and CRC-32 ("files")
+//   RUN/checkpoint/model.safetensors      weights, one F32 tensor per parameter, with its shape
+//                                         (tensor_shape(); matrices (in, out): y = x W)
+//   RUN/checkpoint/optimizer.safetensors  AdamW moments NAME.m, NAME.v (the same shapes)
+//   RUN/checkpoint/tokenizer.model        the SentencePiece tokenizer, when the saver named one
+//   RUN/checkpoint/meta.json              format, version 3, step, run configuration, the
+//                                         forward's hyper-parameters ("architecture": norm eps,
+//                                         RoPE base and layout, precisions, orientation), the
+//                                         tokenizer's identity, data-loader position,
+//                                         skipped-step count, and per file its size and CRC-32
 //
 // Durability and atomicity. A save writes RUN/checkpoint.tmp/ (each file fsynced, meta.json with
 // the checksums last, then the folder), then swaps it in: checkpoint/ -> checkpoint.old/,
@@ -16,10 +20,13 @@
 // their checksums). Only finite states are saved: a NaN or Inf weight or moment is an error and
 // nothing is written.
 //
-// Version 1 checkpoints (no "files" checksums) still load, unchecked.
+// Versions 1 (no "files" checksums: unchecked) and 2 (flat 1-D tensors, no "architecture") still
+// load; a newer version is a clear error.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "s3r/data/dataloader.hpp"
 #include "s3r/model/config.hpp"
@@ -37,13 +44,36 @@ struct RunConfig {
   friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
 
+// The tokenizer a checkpoint holds (checkpoint/tokenizer.model), as meta.json identifies it.
+struct TokenizerRecord {
+  std::string type = "sentencepiece";
+  int64_t vocab = 0;       // pieces; equals the model's V
+  uint64_t bytes = 0;      // size and CRC-32 of tokenizer.model
+  uint32_t crc32 = 0;
+  int64_t eos_id = -1, bos_id = -1, unk_id = -1, pad_id = -1;  // -1: none
+};
+
 // What a checkpoint's meta.json records: the run's configuration, and where the run stands.
 struct CheckpointInfo : RunConfig {
   const RunConfig& config() const { return *this; }
   int64_t step = 0;            // the last step the checkpoint covers (0-based)
   data::LoaderPosition loader; // the training loader's position after that step
   int bad_steps = 0;           // consecutive skipped steps up to that step
+  int version = 0;             // the format version read (set by read_checkpoint_info)
+  // Saving: a SentencePiece tokenizer.model to copy into the checkpoint (empty: none; the
+  // trainer's data folder holds it). Reading: the folder's tokenizer.model when it has one.
+  std::string tokenizer_model;
+  std::optional<TokenizerRecord> tokenizer;  // read: meta.json's "tokenizer" (null: none)
 };
+
+// The shape of parameter `name` (Model::param_table()) in a model of `config`: tok_emb (V, C),
+// norm gains (C), attention matrices (C, C), ffn.gate and ffn.up (C, F), ffn.down (F, C),
+// lm_head (C, V). Matrices are (in, out): y = x W. Throws s3r::Error for an unknown name.
+std::vector<int64_t> tensor_shape(const model::ModelConfig& config, const std::string& name);
+
+// The "architecture" object of meta.json for a run: every hyper-parameter the forward pass needs
+// beyond the shapes (written for readers outside s3r; docs/FORMATS.md).
+std::string architecture_json(const RunConfig& config);
 
 // One line describing a configuration, for error messages ("L=2 C=64 ... mode s3r ...").
 std::string describe(const RunConfig& config);
@@ -82,5 +112,15 @@ CheckpointInfo read_checkpoint_info(const std::string& dir);
 CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std::span<float> m,
                                std::span<float> v);
 void load_checkpoint_weights(const std::string& dir, model::Model& model);
+
+// For inference: loads the weights of the checkpoint in `dir` into `model`, whose configuration
+// must equal the checkpoint's except for batch and seq_len (which do not change the weights), in
+// any mode (an f32 model evaluates an int8-trained checkpoint in full precision). Returns the
+// checkpoint's own information (its configuration, mode and tokenizer).
+CheckpointInfo load_checkpoint_for_inference(const std::string& dir, model::Model& model);
+
+// The checkpoint folder that `dir` names: `dir` itself when it holds meta.json, else the newest
+// complete checkpoint of the run folder `dir` (find_checkpoint).
+std::string checkpoint_folder(const std::string& dir);
 
 }  // namespace s3r::train

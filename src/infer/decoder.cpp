@@ -1,0 +1,257 @@
+// Inference with a KV cache; see s3r/infer/decoder.hpp.
+#include "s3r/infer/decoder.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/dispatch.hpp"
+#include "s3r/core/error.hpp"
+#include "s3r/model/layers.hpp"
+#include "s3r/nn/quant_linear.hpp"
+
+namespace s3r::infer {
+
+using nn::LinearMode;
+
+Precision parse_precision(const std::string& name) {
+  if (name == "trained") return Precision::kTrained;
+  if (name == "f32") return Precision::kF32;
+  throw Error("unknown precision '" + name + "'; expected trained or f32");
+}
+
+const char* to_string(Precision p) { return p == Precision::kTrained ? "trained" : "f32"; }
+
+LoadedCheckpoint load_for_inference(const std::string& dir) {
+  LoadedCheckpoint out;
+  const train::CheckpointInfo info = train::read_checkpoint_info(dir);
+  model::ModelConfig c = info.model;
+  c.batch = 1;
+  out.model = std::make_unique<model::Model>(c, info.mode, info.correction);
+  out.info = train::load_checkpoint_for_inference(dir, *out.model);
+  return out;
+}
+
+struct Decoder::Impl {
+  struct Layer {
+    const float *attn_norm, *ffn_norm;
+    nn::LinearWeight q, k, v, o, gate, up, down;
+    std::vector<float> k_cache, v_cache;  // (context, C)
+  };
+  model::ModelConfig cfg;
+  LinearMode mode, head_mode;
+  const float *tok_emb, *final_norm;
+  nn::LinearWeight head;
+  std::vector<Layer> layers;
+  // Scratch for n tokens (grown on demand).
+  std::vector<float> x, xn, rstd, q, k, v, att, o, h1, h3, hidden, ff, logits;
+  nn::LinearInput in, hid_in;
+  std::vector<double> scores;
+};
+
+namespace {
+
+const float* param(const model::Model& m, const std::string& name) {
+  for (const model::ParamInfo& p : m.param_table()) {
+    if (p.name == name) return const_cast<model::Model&>(m).params().data() + p.offset;
+  }
+  throw Error("decoder: the model has no parameter '" + name + "'");
+}
+
+// RoPE at absolute positions first, first + 1, ...: the model's rope_forward (layers.cpp) with
+// positions taken from the cache instead of t % S; the same operations in the same order.
+void rope_at(std::span<float> x, int64_t first, int64_t n, int64_t heads, int64_t head_dim, float theta) {
+  const int64_t C = heads * head_dim, pairs = head_dim / 2;
+  for (int64_t t = 0; t < n; ++t) {
+    const double pos = static_cast<double>(first + t);
+    for (int64_t i = 0; i < pairs; ++i) {
+      const double freq = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
+      const double angle = pos * freq;
+      const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+      for (int64_t h = 0; h < heads; ++h) {
+        float* p = x.data() + t * C + h * head_dim;
+        const float a = p[2 * i], b = p[2 * i + 1];
+        p[2 * i] = a * c - b * s;
+        p[2 * i + 1] = a * s + b * c;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context)
+    : impl_(std::make_unique<Impl>()), context_(context) {
+  Impl& m = *impl_;
+  m.cfg = w.info.model;
+  const int64_t C = m.cfg.width, F = m.cfg.ffn_width, V = m.cfg.vocab;
+  V_ = V;
+  if (context < 1) throw Error("decoder: the context must hold at least one position, got " + std::to_string(context));
+  const LinearMode trained = w.info.mode;
+  m.mode = precision == Precision::kF32 ? LinearMode::kF32 : trained;
+  if (precision == Precision::kF32 || trained == LinearMode::kF32) {
+    m.head_mode = LinearMode::kF32;
+  } else {
+    m.head_mode = m.cfg.int8_head && nn::is_int8(trained) ? trained : LinearMode::kBf16;
+  }
+  const model::Model& model = *w.model;
+  m.tok_emb = param(model, "tok_emb");
+  m.final_norm = param(model, "final_norm");
+  nn::prepare_weight(m.head, {param(model, "lm_head"), size_t(C * V)}, C, V, m.head_mode, "lm_head.W");
+  m.layers.resize(static_cast<size_t>(m.cfg.layers));
+  for (int64_t l = 0; l < m.cfg.layers; ++l) {
+    Impl::Layer& L = m.layers[l];
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    L.attn_norm = param(model, p + "attn_norm");
+    L.ffn_norm = param(model, p + "ffn_norm");
+    const auto prep = [&](nn::LinearWeight& dst, const char* name, int64_t in, int64_t out) {
+      nn::prepare_weight(dst, {param(model, p + name), size_t(in * out)}, in, out, m.mode, p + name + ".W");
+    };
+    prep(L.q, "attn.q", C, C);
+    prep(L.k, "attn.k", C, C);
+    prep(L.v, "attn.v", C, C);
+    prep(L.o, "attn.o", C, C);
+    prep(L.gate, "ffn.gate", C, F);
+    prep(L.up, "ffn.up", C, F);
+    prep(L.down, "ffn.down", F, C);
+    L.k_cache.assign(static_cast<size_t>(context * C), 0.0f);
+    L.v_cache.assign(static_cast<size_t>(context * C), 0.0f);
+  }
+}
+
+Decoder::~Decoder() = default;
+
+std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
+  Impl& m = *impl_;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t C = m.cfg.width, F = m.cfg.ffn_width, V = m.cfg.vocab, NH = m.cfg.heads;
+  const int64_t HD = m.cfg.head_dim();
+  if (n < 1) throw Error("decoder: no tokens to feed");
+  if (pos_ + n > context_) {
+    throw Error("decoder: " + std::to_string(pos_) + " + " + std::to_string(n) + " tokens exceed the context of " +
+                std::to_string(context_) + " positions");
+  }
+  for (auto* b : {&m.x, &m.xn, &m.q, &m.k, &m.v, &m.att, &m.o, &m.ff}) b->resize(static_cast<size_t>(n * C));
+  for (auto* b : {&m.h1, &m.h3, &m.hidden}) b->resize(static_cast<size_t>(n * F));
+  m.rstd.resize(static_cast<size_t>(n));
+  model::embedding_forward(m.x, tokens, {m.tok_emb, size_t(V * C)}, V, C);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
+  const auto& kernels = kernels::active_kernels();
+  for (int64_t l = 0; l < m.cfg.layers; ++l) {
+    Impl::Layer& L = m.layers[l];
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    model::rmsnorm_forward(m.xn, m.rstd, m.x, {L.attn_norm, size_t(C)}, C, m.cfg.norm_eps);
+    nn::prepare_input(m.in, m.xn, n, C, m.mode, p + "attn.X");
+    nn::linear_forward(m.q, m.in, L.q);
+    nn::linear_forward(m.k, m.in, L.k);
+    nn::linear_forward(m.v, m.in, L.v);
+    rope_at(m.q, pos_, n, NH, HD, m.cfg.rope_theta);
+    rope_at(m.k, pos_, n, NH, HD, m.cfg.rope_theta);
+    std::copy(m.k.begin(), m.k.end(), L.k_cache.begin() + pos_ * C);
+    std::copy(m.v.begin(), m.v.end(), L.v_cache.begin() + pos_ * C);
+    // Causal attention of each new token over the cache up to its own position: scores as f32
+    // products scaled as the model does (q . k) / sqrt(HD), the softmax and the weighted sum in
+    // double.
+#pragma omp parallel for collapse(2) schedule(static) if (n > 1)
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t h = 0; h < NH; ++h) {
+        const int64_t upto = pos_ + t + 1;
+        std::vector<double> s(static_cast<size_t>(upto));
+        const float* qv = m.q.data() + t * C + h * HD;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < upto; ++j) {
+          const float* kv = L.k_cache.data() + j * C + h * HD;
+          double dot = 0;
+          for (int64_t d = 0; d < HD; ++d) dot += static_cast<double>(qv[d]) * kv[d];
+          s[j] = dot * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < upto; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        std::vector<double> acc(static_cast<size_t>(HD), 0.0);
+        for (int64_t j = 0; j < upto; ++j) {
+          const float* vv = L.v_cache.data() + j * C + h * HD;
+          const double pj = s[j] / sum;
+          for (int64_t d = 0; d < HD; ++d) acc[d] += pj * vv[d];
+        }
+        float* out = m.att.data() + t * C + h * HD;
+        for (int64_t d = 0; d < HD; ++d) out[d] = static_cast<float>(acc[d]);
+      }
+    }
+    nn::prepare_input(m.in, m.att, n, C, m.mode, p + "attn.o.X");
+    nn::linear_forward(m.o, m.in, L.o);
+    for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.o[i];  // x is now the block's x_mid
+    model::rmsnorm_forward(m.xn, m.rstd, m.x, {L.ffn_norm, size_t(C)}, C, m.cfg.norm_eps);
+    nn::prepare_input(m.in, m.xn, n, C, m.mode, "ffn.X");
+    nn::linear_forward(m.h1, m.in, L.gate);
+    nn::linear_forward(m.h3, m.in, L.up);
+    kernels.swiglu_forward_ew(m.hidden.data(), m.h1.data(), m.h3.data(), 0, n * F);  // silu(h1) * h3
+    nn::prepare_input(m.hid_in, m.hidden, n, F, m.mode, "ffn.hidden");
+    nn::linear_forward(m.ff, m.hid_in, L.down);
+    for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.ff[i];
+  }
+  pos_ += n;
+  // The head on every row when all logits are wanted, else on the last one only.
+  const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
+  std::span<const float> last_x(m.x.data() + first * C, static_cast<size_t>(rows * C));
+  std::span<float> xn_rows(m.xn.data(), static_cast<size_t>(rows * C));
+  model::rmsnorm_forward(xn_rows, std::span<float>(m.rstd.data(), size_t(rows)), last_x, {m.final_norm, size_t(C)}, C,
+                         m.cfg.norm_eps);
+  nn::prepare_input(m.in, xn_rows, rows, C, m.head_mode, "lm_head.X");
+  m.logits.resize(static_cast<size_t>(rows * V));
+  nn::linear_forward(m.logits, m.in, m.head);
+  if (all_logits) all_logits->assign(m.logits.begin(), m.logits.end());
+  return {m.logits.data() + (rows - 1) * V, static_cast<size_t>(V)};
+}
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+Sampler::Sampler(const SamplingOptions& o) : o_(o), rng_(o.seed) {
+  if (!(o.temperature >= 0) || !std::isfinite(o.temperature)) {
+    throw Error("--temperature must be a finite number >= 0, got " + std::to_string(o.temperature));
+  }
+  if (o.top_k < 0) throw Error("--top-k must be >= 0 (0: no limit), got " + std::to_string(o.top_k));
+  if (!(o.top_p > 0 && o.top_p <= 1)) throw Error("--top-p must be in (0, 1], got " + std::to_string(o.top_p));
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  if (o_.temperature == 0) return argmax(logits);
+  const int64_t V = static_cast<int64_t>(logits.size());
+  work_.resize(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) work_[i] = {logits[i], static_cast<int32_t>(i)};
+  const auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  const int64_t k = o_.top_k > 0 ? std::min(o_.top_k, V) : V;
+  std::partial_sort(work_.begin(), work_.begin() + k, work_.end(), by_logit);
+  work_.resize(static_cast<size_t>(k));
+  std::vector<double> prob(static_cast<size_t>(k));
+  const double mx = work_[0].first;
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += (prob[i] = std::exp((work_[i].first - mx) / o_.temperature));
+  int64_t keep = k;
+  if (o_.top_p < 1) {
+    double cum = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      cum += prob[i] / sum;
+      if (cum >= o_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  const double total = std::accumulate(prob.begin(), prob.begin() + keep, 0.0);
+  const double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  double cum = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    cum += prob[i];
+    if (u < cum) return work_[i].second;
+  }
+  return work_[keep - 1].second;
+}
+
+}  // namespace s3r::infer

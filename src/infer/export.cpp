@@ -1,0 +1,362 @@
+// GGUF and Hugging Face export; see s3r/infer/export.hpp.
+#include "s3r/infer/export.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <vector>
+
+#include "s3r/core/bf16.hpp"
+#include "s3r/core/error.hpp"
+#include "s3r/io/atomic_file.hpp"
+#include "s3r/io/safetensors.hpp"
+
+namespace s3r::infer {
+
+namespace fs = std::filesystem;
+
+GgufType parse_gguf_type(const std::string& name) {
+  if (name == "f32") return GgufType::kF32;
+  if (name == "f16") return GgufType::kF16;
+  if (name == "bf16") return GgufType::kBf16;
+  if (name == "q8_0") return GgufType::kQ8_0;
+  throw Error("unknown weight type '" + name + "'; expected f32, f16, bf16 or q8_0");
+}
+
+uint16_t to_f16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u); // overflow (rounds to inf)
+  if (abs < 0x38800000u) {  // below the smallest normal half 2^-14: a subnormal half (or zero)
+    // value = abs * 2^-24 units: round(f / 2^-24) to nearest even.
+    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // exact (power of two)
+    const float r = std::nearbyint(scaled);                         // current mode: nearest even
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
+  }
+  // Normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even.
+  uint32_t h = ((abs >> 13) - ((127 - 15) << 10));
+  const uint32_t rest = abs & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float from_f16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ffu;
+  if (e == 0) return std::bit_cast<float>(sign) + (sign ? -1.0f : 1.0f) * std::ldexp(static_cast<float>(m), -24);
+  if (e == 31) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));
+  return std::bit_cast<float>(sign | ((e + 112) << 23) | (m << 13));
+}
+
+namespace {
+
+// A parameter of the checkpoint's model, as (rows, cols) row-major in s3r's orientation.
+struct Param {
+  const float* data;
+  int64_t rows, cols;
+};
+
+Param param(const LoadedCheckpoint& c, const std::string& name) {
+  const auto shape = train::tensor_shape(c.info.model, name);
+  for (const model::ParamInfo& p : c.model->param_table()) {
+    if (p.name == name) {
+      return {c.model->params().data() + p.offset, shape[0], shape.size() > 1 ? shape[1] : 1};
+    }
+  }
+  throw Error("export: the model has no parameter '" + name + "'");
+}
+
+// (rows, cols) -> (cols, rows).
+std::vector<float> transposed(const Param& p) {
+  std::vector<float> out(static_cast<size_t>(p.rows * p.cols));
+  for (int64_t r = 0; r < p.rows; ++r) {
+    for (int64_t c = 0; c < p.cols; ++c) out[c * p.rows + r] = p.data[r * p.cols + c];
+  }
+  return out;
+}
+
+// Rows of an (out, in) Q or K matrix reordered per head for half-split RoPE: new row h HD + i =
+// old row h HD + 2i, new row h HD + HD/2 + i = old row h HD + 2i + 1.
+std::vector<float> permute_for_half_split(const std::vector<float>& w, int64_t heads, int64_t head_dim, int64_t in) {
+  std::vector<float> out(w.size());
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t from = h * head_dim + 2 * i + j, to = h * head_dim + j * half + i;
+        std::copy_n(w.begin() + from * in, in, out.begin() + to * in);
+      }
+    }
+  }
+  return out;
+}
+
+// One tensor in the output orientation: row-major (rows, cols), i.e. GGUF ne = [cols, rows].
+struct OutTensor {
+  std::string name;
+  std::vector<float> data;
+  int64_t rows = 0, cols = 0;  // cols = 1 dimension for vectors (rows = 1)
+  bool vector = false;
+};
+
+// The model's tensors in Hugging Face orientation (out, in); `hf_names` picks the names, and
+// `half_split` whether Q and K are permuted for half-split RoPE.
+std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, bool half_split,
+                                      const std::string& inject) {
+  const model::ModelConfig& m = c.info.model;
+  std::vector<OutTensor> out;
+  const auto vec = [&](const std::string& name, const std::string& from) {
+    const Param p = param(c, from);
+    out.push_back({name, std::vector<float>(p.data, p.data + p.rows), 1, p.rows, true});
+  };
+  const auto mat = [&](const std::string& name, const std::string& from, bool permute, bool transpose = true) {
+    const Param p = param(c, from);
+    std::vector<float> w = transpose ? transposed(p) : std::vector<float>(p.data, p.data + p.rows * p.cols);
+    const int64_t rows = transpose ? p.cols : p.rows, cols = transpose ? p.rows : p.cols;
+    if (permute) w = permute_for_half_split(w, m.heads, m.head_dim(), cols);
+    out.push_back({name, std::move(w), rows, cols, false});
+  };
+  const bool permute_qk = half_split != (inject == "permute-qk");
+  // The embedding is (V, C), a row per token, in every format.
+  mat(hf_names ? "model.embed_tokens.weight" : "token_embd.weight", "tok_emb", false, false);
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const std::string s = "blocks." + std::to_string(l) + ".";
+    if (hf_names) {
+      const std::string d = "model.layers." + std::to_string(l) + ".";
+      vec(d + "input_layernorm.weight", s + "attn_norm");
+      mat(d + "self_attn.q_proj.weight", s + "attn.q", permute_qk);
+      mat(d + "self_attn.k_proj.weight", s + "attn.k", permute_qk);
+      mat(d + "self_attn.v_proj.weight", s + "attn.v", false);
+      mat(d + "self_attn.o_proj.weight", s + "attn.o", false, inject != "transpose-o");
+      vec(d + "post_attention_layernorm.weight", s + "ffn_norm");
+      mat(d + "mlp.gate_proj.weight", s + "ffn.gate", false);
+      mat(d + "mlp.up_proj.weight", s + "ffn.up", false);
+      mat(d + "mlp.down_proj.weight", s + "ffn.down", false);
+    } else {
+      const std::string d = "blk." + std::to_string(l) + ".";
+      vec(d + "attn_norm.weight", s + "attn_norm");
+      mat(d + "attn_q.weight", s + "attn.q", permute_qk);
+      mat(d + "attn_k.weight", s + "attn.k", permute_qk);
+      mat(d + "attn_v.weight", s + "attn.v", false);
+      mat(d + "attn_output.weight", s + "attn.o", false, inject != "transpose-o");
+      vec(d + "ffn_norm.weight", s + "ffn_norm");
+      mat(d + "ffn_gate.weight", s + "ffn.gate", false);
+      mat(d + "ffn_up.weight", s + "ffn.up", false);
+      mat(d + "ffn_down.weight", s + "ffn.down", false);
+    }
+  }
+  vec(hf_names ? "model.norm.weight" : "output_norm.weight", "final_norm");
+  mat(hf_names ? "lm_head.weight" : "output.weight", "lm_head", false);
+  return out;
+}
+
+void check_inject(const std::string& inject) {
+  if (!inject.empty() && inject != "permute-qk" && inject != "transpose-o") {
+    throw Error("export: unknown --inject '" + inject + "'; expected permute-qk or transpose-o");
+  }
+}
+
+// ---- GGUF (llama.cpp's docs/gguf.md, version 3, little-endian) ----------------------------
+enum GgufValue : uint32_t { kU8 = 0, kI8, kU16, kI16, kU32, kI32, kF32v, kBool, kString, kArray, kU64, kI64, kF64 };
+enum GgmlType : uint32_t { kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBf16 = 30 };
+constexpr uint64_t kAlignment = 32;
+
+class GgufBuffer {
+ public:
+  std::string bytes;
+  template <typename T>
+  void put(T v) {
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    bytes.append(b, sizeof(T));
+  }
+  void str(const std::string& s) {
+    put<uint64_t>(s.size());
+    bytes += s;
+  }
+  void key(const std::string& k, uint32_t type) {
+    str(k);
+    put<uint32_t>(type);
+    ++count;
+  }
+  void kv_u32(const std::string& k, uint32_t v) { key(k, kU32); put(v); }
+  void kv_i32(const std::string& k, int32_t v) { key(k, kI32); put(v); }
+  void kv_f32(const std::string& k, float v) { key(k, kF32v); put(v); }
+  void kv_bool(const std::string& k, bool v) { key(k, kBool); put<uint8_t>(v ? 1 : 0); }
+  void kv_str(const std::string& k, const std::string& v) { key(k, kString); str(v); }
+  uint64_t count = 0;
+};
+
+// ggml's Q8_0: blocks of 32 values, an f16 scale d = absmax / 127 and 32 int8 codes round(x / d).
+void put_q8_0(std::string& out, const std::vector<float>& x) {
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
+    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const uint16_t dh = to_f16(d);
+    out.append(reinterpret_cast<const char*>(&dh), 2);
+    for (size_t i = 0; i < 32; ++i) {
+      const auto q = static_cast<int8_t>(std::lround(x[b + i] * id));  // roundf: half away from zero
+      out.push_back(static_cast<char>(q));
+    }
+  }
+}
+
+}  // namespace
+
+void export_gguf(const LoadedCheckpoint& c, const Tokenizer& tok, const std::string& path, const ExportOptions& o) {
+  check_inject(o.inject);
+  const model::ModelConfig& m = c.info.model;
+  const std::vector<OutTensor> tensors = output_tensors(c, false, false, o.inject);
+  if (o.type == GgufType::kQ8_0) {
+    for (const OutTensor& t : tensors) {
+      if (!t.vector && t.cols % 32 != 0) {
+        throw Error("export: q8_0 needs rows that are a multiple of 32 values, but tensor '" + t.name + "' has " +
+                    std::to_string(t.cols) + "; use f16, bf16 or f32");
+      }
+    }
+  }
+  GgufBuffer kv;
+  const uint32_t file_type = o.type == GgufType::kF32 ? 0 : o.type == GgufType::kF16 ? 1 : o.type == GgufType::kQ8_0 ? 7 : 32;
+  kv.kv_str("general.architecture", "llama");
+  kv.kv_str("general.name", o.name.empty() ? "s3r" : o.name);
+  kv.kv_u32("general.file_type", file_type);
+  kv.kv_u32("general.quantization_version", 2);
+  kv.kv_u32("general.alignment", static_cast<uint32_t>(kAlignment));
+  kv.kv_u32("llama.context_length", static_cast<uint32_t>(m.seq_len));
+  kv.kv_u32("llama.embedding_length", static_cast<uint32_t>(m.width));
+  kv.kv_u32("llama.block_count", static_cast<uint32_t>(m.layers));
+  kv.kv_u32("llama.feed_forward_length", static_cast<uint32_t>(m.ffn_width));
+  kv.kv_u32("llama.attention.head_count", static_cast<uint32_t>(m.heads));
+  kv.kv_u32("llama.attention.head_count_kv", static_cast<uint32_t>(m.heads));
+  kv.kv_u32("llama.rope.dimension_count", static_cast<uint32_t>(m.head_dim()));
+  kv.kv_f32("llama.rope.freq_base", m.rope_theta);
+  kv.kv_f32("llama.attention.layer_norm_rms_epsilon", m.norm_eps);
+  kv.kv_u32("llama.vocab_size", static_cast<uint32_t>(m.vocab));
+  // The SentencePiece tokenizer: every piece, its score and type (GGUF's numbering).
+  const int64_t V = tok.vocab();
+  kv.kv_str("tokenizer.ggml.model", "llama");
+  kv.key("tokenizer.ggml.tokens", kArray);
+  kv.put<uint32_t>(kString);
+  kv.put<uint64_t>(static_cast<uint64_t>(V));
+  for (int32_t i = 0; i < V; ++i) kv.str(tok.piece(i));
+  kv.key("tokenizer.ggml.scores", kArray);
+  kv.put<uint32_t>(kF32v);
+  kv.put<uint64_t>(static_cast<uint64_t>(V));
+  for (int32_t i = 0; i < V; ++i) kv.put<float>(tok.score(i));
+  kv.key("tokenizer.ggml.token_type", kArray);
+  kv.put<uint32_t>(kI32);
+  kv.put<uint64_t>(static_cast<uint64_t>(V));
+  for (int32_t i = 0; i < V; ++i) kv.put<int32_t>(static_cast<int32_t>(tok.type(i)));
+  // s3r's data separates documents with end-of-text and has no BOS: a document starts after
+  // end-of-text, so end-of-text serves as BOS too (added before a prompt, as `s3r generate` does).
+  const int32_t start = tok.document_start_id();
+  if (start >= 0) kv.kv_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(start));
+  if (tok.eos_id() >= 0) kv.kv_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tok.eos_id()));
+  if (tok.unk_id() >= 0) kv.kv_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(tok.unk_id()));
+  if (tok.pad_id() >= 0) kv.kv_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(tok.pad_id()));
+  kv.kv_bool("tokenizer.ggml.add_bos_token", start >= 0);
+  kv.kv_bool("tokenizer.ggml.add_eos_token", false);
+  kv.kv_bool("tokenizer.ggml.add_space_prefix", true);  // SentencePiece's add_dummy_prefix (s3r's default)
+  // Where the file came from.
+  kv.kv_str("s3r.mode", std::string(nn::to_string(c.info.mode)));
+  kv.kv_u32("s3r.step", static_cast<uint32_t>(c.info.step + 1));
+
+  // Tensor infos and data.
+  GgufBuffer info;
+  std::string data;
+  for (const OutTensor& t : tensors) {
+    while (data.size() % kAlignment) data.push_back('\0');
+    info.str(t.name);
+    info.put<uint32_t>(t.vector ? 1 : 2);
+    info.put<uint64_t>(static_cast<uint64_t>(t.cols));
+    if (!t.vector) info.put<uint64_t>(static_cast<uint64_t>(t.rows));
+    const GgufType type = t.vector ? GgufType::kF32 : o.type;  // norm gains stay f32
+    info.put<uint32_t>(type == GgufType::kF32 ? kGgmlF32 : type == GgufType::kF16 ? kGgmlF16
+                       : type == GgufType::kBf16 ? kGgmlBf16 : kGgmlQ8_0);
+    info.put<uint64_t>(data.size());
+    switch (type) {
+      case GgufType::kF32:
+        data.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * 4);
+        break;
+      case GgufType::kF16:
+        for (float v : t.data) {
+          const uint16_t h = to_f16(v);
+          data.append(reinterpret_cast<const char*>(&h), 2);
+        }
+        break;
+      case GgufType::kBf16:
+        for (float v : t.data) {
+          const uint16_t h = to_bf16(v).bits;
+          data.append(reinterpret_cast<const char*>(&h), 2);
+        }
+        break;
+      case GgufType::kQ8_0:
+        put_q8_0(data, t.data);
+        break;
+    }
+  }
+  io::write_file_atomic(path, [&](std::ostream& f) {
+    GgufBuffer head;
+    head.put<uint32_t>(0x46554747u);  // "GGUF"
+    head.put<uint32_t>(3);
+    head.put<uint64_t>(tensors.size());
+    head.put<uint64_t>(kv.count);
+    std::string all = head.bytes + kv.bytes + info.bytes;
+    while (all.size() % kAlignment) all.push_back('\0');
+    f.write(all.data(), static_cast<std::streamsize>(all.size()));
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  });
+}
+
+void export_hf(const LoadedCheckpoint& c, const Tokenizer& tok, const std::string& dir, const ExportOptions& o) {
+  check_inject(o.inject);
+  if (o.type != GgufType::kF32) throw Error("export: --format hf writes f32 weights only; leave --type out");
+  const model::ModelConfig& m = c.info.model;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw Error("export: cannot create the folder '" + dir + "': " + ec.message());
+  const std::vector<OutTensor> tensors = output_tensors(c, true, true, o.inject);
+  std::vector<io::TensorView> views;
+  for (const OutTensor& t : tensors) {
+    views.push_back({t.name, t.vector ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.rows, t.cols}, t.data});
+  }
+  io::write_safetensors((fs::path(dir) / "model.safetensors").string(), views, {{"format", "pt"}});
+  const int32_t start = tok.document_start_id();
+  const nlohmann::json config = {
+      {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+      {"hidden_size", m.width}, {"intermediate_size", m.ffn_width}, {"num_hidden_layers", m.layers},
+      {"num_attention_heads", m.heads}, {"num_key_value_heads", m.heads}, {"head_dim", m.head_dim()},
+      {"max_position_embeddings", m.seq_len}, {"rms_norm_eps", m.norm_eps}, {"rope_theta", m.rope_theta},
+      {"rope_scaling", nullptr}, {"vocab_size", m.vocab}, {"hidden_act", "silu"}, {"tie_word_embeddings", false},
+      {"attention_bias", false}, {"mlp_bias", false}, {"attention_dropout", 0.0}, {"initializer_range", 0.02},
+      {"pretraining_tp", 1}, {"use_cache", true}, {"torch_dtype", "float32"},
+      {"bos_token_id", start}, {"eos_token_id", tok.eos_id()},
+      {"s3r", {{"mode", std::string(nn::to_string(c.info.mode))}, {"step", c.info.step + 1},
+               {"rope_note", "q_proj and k_proj rows are permuted per head from s3r's adjacent-pair RoPE layout "
+                             "to the half-split layout LlamaForCausalLM computes"}}}};
+  const auto write_json = [&](const char* name, const nlohmann::json& j) {
+    io::write_file_atomic((fs::path(dir) / name).string(), [&](std::ostream& f) { f << j.dump(2) << "\n"; });
+  };
+  write_json("config.json", config);
+  write_json("generation_config.json", {{"bos_token_id", start}, {"eos_token_id", tok.eos_id()}});
+  const std::string model = tok.serialized();
+  io::write_file_atomic((fs::path(dir) / "tokenizer.model").string(),
+                        [&](std::ostream& f) { f.write(model.data(), static_cast<std::streamsize>(model.size())); });
+  const std::string start_piece = start >= 0 ? tok.piece(start) : "";
+  const std::string eos_piece = tok.eos_id() >= 0 ? tok.piece(tok.eos_id()) : "";
+  const std::string unk_piece = tok.unk_id() >= 0 ? tok.piece(tok.unk_id()) : "";
+  write_json("tokenizer_config.json", {{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", start >= 0},
+                                       {"add_eos_token", false}, {"bos_token", start_piece}, {"eos_token", eos_piece},
+                                       {"unk_token", unk_piece}, {"legacy", false},
+                                       {"model_max_length", m.seq_len}, {"clean_up_tokenization_spaces", false}});
+  write_json("special_tokens_map.json", {{"bos_token", start_piece}, {"eos_token", eos_piece}, {"unk_token", unk_piece}});
+}
+
+}  // namespace s3r::infer
