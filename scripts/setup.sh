@@ -16,6 +16,20 @@ packages=(g++ cmake make libgtest-dev libbenchmark-dev libdnnl-dev libcli11-dev 
 
 scripts/install_packages.sh setup "${packages[@]}"
 
+# llama.cpp for the check of `s3r export --format gguf` (tests/llama): the npm package
+# node-llama-cpp 3.22.1 with its prebuilt x86-64 CPU binaries, into tests/llama/node_modules
+# (85 MB, git-ignored). It needs Node.js >= 20 with npm: Debian 12's own nodejs is 18, so a
+# machine without a newer one gets Debian's and the check stays off (CMake says so).
+command -v npm >/dev/null || scripts/install_packages.sh setup nodejs npm
+if command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then
+  if [ "$(node -p 'require("./tests/llama/node_modules/node-llama-cpp/package.json").version' 2>/dev/null)" != 3.22.1 ]; then
+    echo "setup: installing node-llama-cpp into tests/llama"
+    (cd tests/llama && npm ci --no-audit --no-fund --omit=optional --ignore-scripts --loglevel=error)
+  fi
+else
+  echo "setup: Node.js >= 20 not found: the llama.cpp check of GGUF exports (tests/llama) is off"
+fi
+
 [ "${1:-}" = "--no-build" ] && exit 0
 cmake --preset release >/dev/null
 cmake --build --preset release

@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""Independent check of `s3r export --format hf`: reads the exported folder as a Hugging Face
+LlamaForCausalLM (config.json, model.safetensors) and computes its forward in PyTorch (float64)
+following transformers' Llama conventions, written from them and not from s3r: weights (out, in)
+applied as x W^T, RoPE on half-split pairs (rotate_half: (x[i], x[i + HD/2]) with inv_freq
+theta^(-2i/HD)), RMSNorm x / sqrt(mean(x^2) + eps) * w, MLP down(silu(gate(x)) * up(x)), untied
+lm_head. Its next-token log-probabilities after every prompt token are compared with s3r's own
+(`s3r generate --precision f32 --dump-logprobs FILE`).
+
+  /usr/bin/python3 bench/peer/check_hf_export.py --hf DIR --logprobs FILE [--tolerance 1e-4]
+
+Tolerance: s3r's forward in f32 against this one in float64; measured 2e-6 on a tiny model. An
+export without the q/k permutation (half-split RoPE applied to adjacent-pair weights) or with
+a matrix left untransposed is off by 1e-2 or more (tests/peer/hf_export_check.sh).
+Exit status: 0 within the tolerance, 1 on a mismatch (MISMATCH), 2 on unusable inputs.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import peer_env
+
+
+def main():
+    peer_env.ensure(2, malloc_tuning=False)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hf", required=True, help="folder written by s3r export --format hf")
+    ap.add_argument("--logprobs", required=True, help="JSON of s3r generate --dump-logprobs")
+    ap.add_argument("--tolerance", type=float, default=1e-4)
+    args = ap.parse_args()
+    import torch
+    import s3r_files
+
+    try:
+        with open(os.path.join(args.hf, "config.json")) as f:
+            cfg = json.load(f)
+        with open(args.logprobs) as f:
+            dump = json.load(f)
+        w = {k: torch.from_numpy(v.copy()).double()
+             for k, v in s3r_files.read_safetensors(os.path.join(args.hf, "model.safetensors")).items()}
+    except (OSError, ValueError, KeyError, s3r_files.FormatError) as e:
+        print(f"check_hf_export: cannot read the inputs: {e}", file=sys.stderr)
+        return 2
+    if cfg.get("architectures") != ["LlamaForCausalLM"] or cfg.get("model_type") != "llama":
+        print(f"check_hf_export: config.json is not a LlamaForCausalLM: {cfg.get('architectures')}", file=sys.stderr)
+        return 2
+    L, C, NH = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
+    HD = cfg.get("head_dim", C // NH)
+    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    ids = torch.tensor(dump["prompt_ids"])
+    S = len(ids)
+
+    def rmsnorm(x, g):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * g
+
+    def rotate_half(x):
+        return torch.cat([-x[..., HD // 2:], x[..., :HD // 2]], dim=-1)
+
+    inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD))
+    freqs = torch.outer(torch.arange(S, dtype=torch.float64), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]  # (S, 1, HD)
+    mask = torch.full((S, S), float("-inf"), dtype=torch.float64).triu(1)
+
+    x = w["model.embed_tokens.weight"][ids]  # (S, C)
+    for l in range(L):
+        p = f"model.layers.{l}."
+        h = rmsnorm(x, w[p + "input_layernorm.weight"])
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(S, NH, HD)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(S, NH, HD)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(S, NH, HD)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        scores = torch.einsum("snd,tnd->nst", q, k) / math.sqrt(HD) + mask
+        att = torch.einsum("nst,tnd->snd", scores.softmax(-1), v).reshape(S, C)
+        x = x + att @ w[p + "self_attn.o_proj.weight"].T
+        h = rmsnorm(x, w[p + "post_attention_layernorm.weight"])
+        gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+    logp = (rmsnorm(x, w["model.norm.weight"]) @ w["lm_head.weight"].T).log_softmax(-1)
+    s3r = torch.tensor(dump["logprobs"], dtype=torch.float64)
+    if s3r.shape != logp.shape:
+        print(f"MISMATCH: shapes {tuple(s3r.shape)} (s3r) and {tuple(logp.shape)} (Hugging Face)")
+        return 1
+    diff = (logp - s3r).abs()
+    worst = float(diff.max())
+    pos, tok = divmod(int(diff.argmax()), logp.shape[1])
+    print(f"check_hf_export: {S} positions x {logp.shape[1]} tokens, max |log-prob difference| {worst:.3e} "
+          f"(tolerance {args.tolerance:g}) at position {pos}, token {tok}: "
+          f"Hugging Face {float(logp[pos, tok]):.6f}, s3r {float(s3r[pos, tok]):.6f}")
+    if worst > args.tolerance:
+        print("MISMATCH")
+        return 1
+    print("check_hf_export: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

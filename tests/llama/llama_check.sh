@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A tiny trained s3r model exported to GGUF and run in llama.cpp (tests/llama/check_gguf.mjs,
+# through the npm package node-llama-cpp, which scripts/setup.sh installs into tests/llama):
+# - f32 weights: next-token log-probabilities after every prompt token within 1e-4 of s3r's own
+#   forward in f32 (`s3r generate --precision f32 --dump-logprobs`; measured 1.5e-6), and greedy
+#   generation gives the same tokens as `s3r generate --temperature 0`;
+# - f16 within 5e-3 and q8_0 within 5e-2 (weight rounding; measured 7e-4 and 1.8e-2);
+# - the same f32 export with a deliberate bug fails the 1e-4 comparison: the Hugging Face q/k
+#   permutation applied (half-split RoPE; measured 5e-2) and the attention output matrix not
+#   transposed (1.2).
+# Usage: llama_check.sh S3R_BINARY RUN_DIR DATA_DIR WORK_DIR REPO_ROOT
+set -uo pipefail
+s3r=$1; run=$2; data=$3; work=$4; root=$5
+rm -rf "$work"; mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+tok=(--tokenizer "$data/tokenizer.model")
+export_gguf() {  # NAME [OPTIONS...]
+  local name=$1; shift
+  "$s3r" export --checkpoint "$run" --format gguf --out "$work/$name.gguf" "${tok[@]}" "$@" > "$work/$name.log" 2>&1 \
+    || fail "export $name: $(cat "$work/$name.log")"
+}
+export_gguf f32
+export_gguf f16 --type f16
+export_gguf q8_0 --type q8_0
+export_gguf bug-permute-qk --inject permute-qk
+export_gguf bug-transpose-o --inject transpose-o
+# The prompt plus the generated tokens stay within the trained context (S = 32).
+"$s3r" generate --checkpoint "$run" "${tok[@]}" --prompt "the gradient" --precision f32 --temperature 0 \
+  --max-tokens 12 --ignore-eos --print-ids --dump-logprobs "$work/logprobs.json" > "$work/generate.out" 2> "$work/generate.err" \
+  || fail "generate: $(cat "$work/generate.err")"
+ids=$(grep '^ids:' "$work/generate.err" | sed 's/.*| *//' | tr ' ' ',')
+[ -n "$ids" ] || fail "no generated ids in $(cat "$work/generate.err")"
+cd "$root/tests/llama" && node check_gguf.mjs "$work/logprobs.json" "$ids" \
+  "$work/f32.gguf:1e-4:match:greedy" "$work/f16.gguf:5e-3:match" "$work/q8_0.gguf:5e-2:match" \
+  "$work/bug-permute-qk.gguf:1e-4:mismatch" "$work/bug-transpose-o.gguf:1e-4:mismatch"

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `s3r generate`, `s3r eval` and `s3r export` end to end on a tiny model trained here (issue 13),
+# and their errors. The run and its data stay in WORK_DIR for tests/llama and tests/peer.
+# Usage: infer_smoke.sh S3R_BINARY WORK_DIR
+set -uo pipefail
+s3r=$1; work=$2
+rm -rf "$work"; mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+words=(the quantized gradient rounds up down stochastic shared threshold token error mean layer
+       model training loss correction example channel width)
+for d in $(seq 1 300); do
+  line=""
+  for w in $(seq 1 40); do line+="${words[$(( (d * 7 + w * w * 3) % ${#words[@]} ))]} "; done
+  printf '%s\n\n' "$line"
+done > "$work/corpus.txt"
+"$s3r" data prepare "$work/corpus.txt" --out "$work/data" --vocab 300 > "$work/prepare.log" || fail "prepare"
+# The main job's mode (s3r + dx), tiny.
+"$s3r" train --preset tiny --vocab 300 --data "$work/data" --steps 40 --warmup 3 --lr 3e-3 --eval-every 40 \
+  --eval-batches 4 --out "$work/run" > "$work/train.log" || fail "train: $(tail -3 "$work/train.log")"
+tok=(--tokenizer "$work/data/tokenizer.model")
+expect_error() {  # PATTERN COMMAND...: exit status 1 and PATTERN on stderr
+  local pattern=$1; shift
+  local out rc
+  out=$("$@" 2>&1 >/dev/null); rc=$?
+  [ $rc = 1 ] || fail "'$*': exit $rc, expected 1: $out"
+  grep -qE -- "$pattern" <<<"$out" || fail "'$*': no '$pattern' in: $out"
+}
+
+# generate: a continuation streamed to stdout, tokens/s on stderr; greedy is deterministic, and
+# so is sampling with a seed.
+"$s3r" generate --checkpoint "$work/run" "${tok[@]}" --prompt "the gradient" --max-tokens 10 --temperature 0 \
+  --ignore-eos > "$work/g1.out" 2> "$work/g1.err" || fail "generate: $(cat "$work/g1.err")"
+cat "$work/g1.out" "$work/g1.err"
+grep -q "^the gradient." "$work/g1.out" || fail "no continuation of the prompt"
+[ "$(wc -w < "$work/g1.out")" -gt 2 ] || fail "nothing generated: $(cat "$work/g1.out")"
+grep -qE "10 new tokens in .* tokens/s" "$work/g1.err" || fail "no tokens/s line"
+"$s3r" generate --checkpoint "$work/run" "${tok[@]}" --prompt "the gradient" --max-tokens 10 --temperature 0 \
+  --ignore-eos > "$work/g2.out" 2>/dev/null
+cmp -s "$work/g1.out" "$work/g2.out" || fail "greedy generation is not deterministic"
+for i in 1 2; do
+  "$s3r" generate --checkpoint "$work/run/checkpoint" "${tok[@]}" --prompt "the" --max-tokens 40 --temperature 1 \
+    --top-k 20 --top-p 0.9 --seed 5 > "$work/s$i.out" 2>/dev/null || fail "sampling"
+done
+cmp -s "$work/s1.out" "$work/s2.out" || fail "the same seed gave different text"
+expect_error "generate: no tokenizer: .*pass --tokenizer" "$s3r" generate --checkpoint "$work/run" --prompt x
+expect_error "no checkpoint at '/nonexistent/checkpoint/meta.json'" "$s3r" generate --checkpoint /nonexistent --prompt x
+expect_error "--temperature must be >= 0" "$s3r" generate --checkpoint "$work/run" --prompt x --temperature -1
+expect_error "unknown precision 'f8'" "$s3r" generate --checkpoint "$work/run" "${tok[@]}" --prompt x --precision f8
+expect_error "more than the model's context of 32" "$s3r" generate --checkpoint "$work/run" "${tok[@]}" \
+  --prompt "$(printf 'the gradient rounds %.0s' $(seq 1 20))"
+
+# eval on the prepared validation shard: every window, the perplexity; its loss near the one the
+# trainer logged on a sample of the same windows (within 10%: another sample, the same model).
+"$s3r" eval --checkpoint "$work/run" --data "$work/data" > "$work/eval.out" 2> "$work/eval.err" \
+  || fail "eval: $(cat "$work/eval.err")"
+cat "$work/eval.out"
+grep -qE "perplexity [0-9.]+, bits per byte [0-9.]+" "$work/eval.out" || fail "no perplexity / bits per byte"
+loss=$(sed -n 's/^loss \([0-9.]*\) nats.*/\1/p' "$work/eval.out")
+logged=$(grep val_loss "$work/run/metrics.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.e+-]*\).*/\1/')
+python3 -c "import sys; a, b = float('$loss'), float('$logged'); sys.exit(0 if abs(a - b) <= 0.1 * b else 1)" \
+  || fail "eval loss $loss is far from the logged val_loss $logged"
+# eval on a text file: bytes counted from the pieces are the text's bytes (within 3%: the
+# tokenizer's leading space per document, the tail after the last window).
+head -n 120 "$work/corpus.txt" > "$work/some.txt"  # 60 documents
+"$s3r" eval --checkpoint "$work/run" "${tok[@]}" --text "$work/some.txt" --batch 3 --json "$work/eval.json" \
+  > "$work/eval_text.out" 2>&1 || fail "eval --text: $(cat "$work/eval_text.out")"
+python3 - "$work/eval.json" "$work/some.txt" <<'PY' || fail "eval --text bytes"
+import json, sys
+r = json.load(open(sys.argv[1]))
+text = open(sys.argv[2], "rb").read()
+body = sum(len(p.strip()) for p in text.split(b"\n\n") if p.strip())
+ratio = r["bytes"] / body
+print(f"eval --text: {r['bytes']} bytes counted, {body} in the documents (ratio {ratio:.4f}); bpb {r['bits_per_byte']:.4f}")
+sys.exit(0 if 0.97 <= ratio <= 1.03 and r["windows"] == (r["stream_tokens"] - 1) // r["seq_len"] else 1)
+PY
+expect_error "eval: give either --data DIR .* or --text FILE" "$s3r" eval --checkpoint "$work/run"
+expect_error "--batch must be >= 1" "$s3r" eval --checkpoint "$work/run" --data "$work/data" --batch 0
+
+# export: GGUF and a Hugging Face folder; bad formats and types are named.
+"$s3r" export --checkpoint "$work/run" "${tok[@]}" --format gguf --out "$work/tiny.gguf" > /dev/null || fail "export gguf"
+head -c 4 "$work/tiny.gguf" | grep -q GGUF || fail "not a GGUF file"
+"$s3r" export --checkpoint "$work/run" "${tok[@]}" --format hf --out "$work/hf" > /dev/null || fail "export hf"
+for f in config.json model.safetensors tokenizer.model tokenizer_config.json; do
+  test -f "$work/hf/$f" || fail "hf export lacks $f"
+done
+expect_error "unknown --format 'onnx'; expected gguf or hf" "$s3r" export --checkpoint "$work/run" --format onnx --out x
+expect_error "unknown weight type 'q4'" "$s3r" export --checkpoint "$work/run" "${tok[@]}" --format gguf --type q4 --out x
+echo "infer smoke: ok"
