@@ -77,13 +77,20 @@ struct KatLine {
   std::vector<uint32_t> words;
 };
 
-inline std::vector<KatLine> read_kat_file(const std::string& path) {
+// The lines of a known-answer file that are neither empty nor comments ('#').
+inline std::vector<std::string> read_data_lines(const std::string& path) {
   std::ifstream in(path);
-  std::vector<KatLine> lines;
-  if (!in) return lines;
+  std::vector<std::string> lines;
   std::string line;
   while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
+    if (!line.empty() && line[0] != '#') lines.push_back(line);
+  }
+  return lines;
+}
+
+inline std::vector<KatLine> read_kat_file(const std::string& path) {
+  std::vector<KatLine> lines;
+  for (const auto& line : read_data_lines(path)) {
     std::istringstream ss(line);
     KatLine k;
     ss >> k.name >> k.rounds;
@@ -106,12 +113,8 @@ struct JaxLine {
 };
 
 inline std::vector<JaxLine> read_jax_file(const std::string& path) {
-  std::ifstream in(path);
   std::vector<JaxLine> lines;
-  if (!in) return lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
+  for (const auto& line : read_data_lines(path)) {
     std::istringstream ss(line);
     JaxLine j;
     ss >> j.kind >> j.seed >> j.index >> j.expected;
