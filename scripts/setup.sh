@@ -24,7 +24,7 @@ command -v npm >/dev/null || scripts/install_packages.sh setup nodejs npm
 if command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then
   if [ "$(node -p 'require("./tests/llama/node_modules/node-llama-cpp/package.json").version' 2>/dev/null)" != 3.22.1 ]; then
     echo "setup: installing node-llama-cpp into tests/llama"
-    (cd tests/llama && npm ci --no-audit --no-fund --omit=optional --ignore-scripts --loglevel=error)
+    (cd tests/llama && npm install --no-audit --no-fund --no-package-lock --omit=optional --ignore-scripts --loglevel=error)
   fi
 else
   echo "setup: Node.js >= 20 not found: the llama.cpp check of GGUF exports (tests/llama) is off"
