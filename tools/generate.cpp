@@ -75,7 +75,8 @@ void run(const Options& o) {
     for (size_t t = 0; t < ids.size(); ++t) {
       rows.push_back(log_softmax({all_logits.data() + t * V, static_cast<size_t>(V)}));
     }
-    const nlohmann::json j = {{"prompt_ids", ids}, {"precision", infer::to_string(precision)}, {"logprobs", rows}};
+    const nlohmann::json j = {{"prompt", o.prompt}, {"document_start", !o.raw && tok->document_start_id() >= 0},
+                              {"prompt_ids", ids}, {"precision", infer::to_string(precision)}, {"logprobs", rows}};
     io::write_file_atomic(o.dump_logprobs, [&](std::ostream& f) { f << j.dump() << "\n"; });
   }
   std::vector<int32_t> generated;

@@ -63,6 +63,20 @@ async function compare(modelPath, greedy) {
 }
 
 let ok = true;
+// llama.cpp's own SentencePiece tokenizer on the prompt text gives s3r's ids (after the
+// document-start token, which both add: s3r generate, and llama.cpp's add_bos_token).
+{
+  const model = await llama.loadModel({modelPath: specs[0].split(":")[0]});
+  const theirs = model.tokenize(dump.prompt);
+  const ours = dump.document_start ? prompt.slice(1) : prompt;
+  console.log(`tokenizer: llama.cpp ${theirs.join(",")} (BOS ${model.tokens.bos}); s3r ${prompt.join(",")}`);
+  if (theirs.length !== ours.length || !theirs.every((t, i) => t === ours[i]) ||
+      (dump.document_start && model.tokens.bos !== prompt[0])) {
+    console.log("FAIL: llama.cpp tokenizes the prompt differently");
+    ok = false;
+  }
+  await model.dispose();
+}
 for (const spec of specs) {
   const [path, tolText, expect, greedyFlag] = spec.split(":");
   const tolerance = Number(tolText);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A tiny trained s3r model exported to GGUF and run in llama.cpp (tests/llama/check_gguf.mjs,
 # through the npm package node-llama-cpp, which scripts/setup.sh installs into tests/llama):
+# - llama.cpp tokenizes the prompt text (capitals and punctuation: byte pieces) as s3r does;
 # - f32 weights: next-token log-probabilities after every prompt token within 1e-4 of s3r's own
 #   forward in f32 (`s3r generate --precision f32 --dump-logprobs`; measured 1.5e-6), and greedy
 #   generation gives the same tokens as `s3r generate --temperature 0`;
@@ -25,7 +26,7 @@ export_gguf q8_0 --type q8_0
 export_gguf bug-permute-qk --inject permute-qk
 export_gguf bug-transpose-o --inject transpose-o
 # The prompt plus the generated tokens stay within the trained context (S = 32).
-"$s3r" generate --checkpoint "$run" "${tok[@]}" --prompt "the gradient" --precision f32 --temperature 0 \
+"$s3r" generate --checkpoint "$run" "${tok[@]}" --prompt "The gradient, 'rounds'" --precision f32 --temperature 0 \
   --max-tokens 12 --ignore-eos --print-ids --dump-logprobs "$work/logprobs.json" > "$work/generate.out" 2> "$work/generate.err" \
   || fail "generate: $(cat "$work/generate.err")"
 ids=$(grep '^ids:' "$work/generate.err" | sed 's/.*| *//' | tr ' ' ',')
