@@ -4,7 +4,8 @@ folder's checkpoint in PyTorch and compares it with the val_loss that `s3r train
 
   /usr/bin/python3 bench/peer/check_checkpoint.py --run DIR --data DATA_DIR [--eval-batches N]
 
-- weights: DIR/checkpoint/model.safetensors (flat F32, matrices (in, out)), config from
+- weights: DIR/checkpoint/model.safetensors (F32, matrices (in, out); shaped from version 3, flat
+  before), config from
   DIR/checkpoint/meta.json; read by bench/peer/s3r_files.py from docs/FORMATS.md alone;
 - data: the windows of DATA_DIR/val.bin that s3r's `evaluate` reads (a fresh
   DataLoader(val, S, 0x5eed): Fisher-Yates on Threefry words, bench/peer/threefry.py), N batches
@@ -122,7 +123,7 @@ def main():
         frequent = int(torch.bincount(torch.cat([batch_tensors(b)[1].reshape(-1) for b in batches])).argmax())
         flat = dict(flat)
         flat["lm_head"] = flat["lm_head"].copy()
-        flat["lm_head"][frequent] += 0.01  # row 0 of the (C, V) matrix
+        flat["lm_head"].reshape(-1)[frequent] += 0.01  # row 0 of the (C, V) matrix (stored shaped or flat)
         params["lm_head"][0, frequent] += 0.01
     if args.inject == "transpose-attn":
         for l in range(cfg["layers"]):
