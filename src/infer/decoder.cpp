@@ -26,7 +26,8 @@ LoadedCheckpoint load_for_inference(const std::string& dir) {
   LoadedCheckpoint out;
   const train::CheckpointInfo info = train::read_checkpoint_info(dir);
   model::ModelConfig c = info.model;
-  c.batch = 1;
+  c.batch = 1;  // only the weights are used: the smallest activations
+  c.seq_len = 1;
   out.model = std::make_unique<model::Model>(c, info.mode, info.correction);
   out.info = train::load_checkpoint_for_inference(dir, *out.model);
   return out;

@@ -28,10 +28,10 @@ enum class Precision { kTrained, kF32 };
 Precision parse_precision(const std::string& name);  // "trained" | "f32"; s3r::Error otherwise
 const char* to_string(Precision p);
 
-// A checkpoint's weights in a Model of batch 1 (any mode: the arena is the same), and its record.
+// A checkpoint's weights in a Model (any mode: the arena is the same), and its record.
 struct LoadedCheckpoint {
-  train::CheckpointInfo info;
-  std::unique_ptr<model::Model> model;  // batch 1, seq_len S, the checkpoint's mode
+  train::CheckpointInfo info;            // the checkpoint's own configuration (info.model: B, S as trained)
+  std::unique_ptr<model::Model> model;  // holds the weights only: batch 1, seq_len 1, the checkpoint's mode
 };
 // `dir`: a run folder or a checkpoint folder. Throws s3r::Error naming what is wrong.
 LoadedCheckpoint load_for_inference(const std::string& dir);
