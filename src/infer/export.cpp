@@ -263,7 +263,7 @@ void export_gguf(const LoadedCheckpoint& c, const Tokenizer& tok, const std::str
   if (tok.pad_id() >= 0) kv.kv_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(tok.pad_id()));
   kv.kv_bool("tokenizer.ggml.add_bos_token", start >= 0);
   kv.kv_bool("tokenizer.ggml.add_eos_token", false);
-  kv.kv_bool("tokenizer.ggml.add_space_prefix", true);  // SentencePiece's add_dummy_prefix (s3r's default)
+  kv.kv_bool("tokenizer.ggml.add_space_prefix", tok.adds_space_prefix());  // SentencePiece's add_dummy_prefix
   // Where the file came from.
   kv.kv_str("s3r.mode", std::string(nn::to_string(c.info.mode)));
   kv.kv_u32("s3r.step", static_cast<uint32_t>(c.info.step + 1));

@@ -77,6 +77,11 @@ int64_t Tokenizer::byte_length(int32_t id) const {
   return n;
 }
 
+bool Tokenizer::adds_space_prefix() const {
+  const std::vector<int32_t> ids = encode("x");
+  return !ids.empty() && piece(ids[0]).rfind("\xe2\x96\x81", 0) == 0;
+}
+
 std::string Tokenizer::serialized() const { return impl_->sp.serialized_model_proto(); }
 
 std::unique_ptr<Tokenizer> tokenizer_for(const train::CheckpointInfo& info, const std::string& given,

@@ -295,6 +295,7 @@ TEST(Tokenizer, ByteLengthsAddUpToTheText) {
   EXPECT_EQ(tok.byte_length(tok.eos_id()), 0);
   EXPECT_EQ(tok.type(tok.eos_id()), PieceType::kControl);
   EXPECT_EQ(tok.document_start_id(), tok.eos_id());  // no BOS in s3r's tokenizers
+  EXPECT_TRUE(tok.adds_space_prefix());               // SentencePiece's default
 }
 
 TEST(Sampler, GreedyTopKTopPAndSeeds) {

@@ -39,6 +39,9 @@ class Tokenizer {
   PieceType type(int32_t id) const;
   // UTF-8 bytes of text that the piece stands for: a byte piece 1, a control piece 0, "▁" 1.
   int64_t byte_length(int32_t id) const;
+  // Whether encoding puts a space ("▁") before the text (SentencePiece's add_dummy_prefix,
+  // GGUF's tokenizer.ggml.add_space_prefix): read off the encoding of "x".
+  bool adds_space_prefix() const;
   // The serialized model (tokenizer.model's bytes).
   std::string serialized() const;
 
