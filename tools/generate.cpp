@@ -99,9 +99,9 @@ void run(const Options& o) {
     if (i + 1 == o.max_tokens) break;
     if (decoder.position() == decoder.context()) {
       // The context is full: keep its second half and go on from there.
-      std::vector<int32_t> all = ids;
-      all.insert(all.end(), generated.begin(), generated.end());
-      const std::vector<int32_t> keep(all.end() - S / 2, all.end());
+      std::vector<int32_t> context = ids;
+      context.insert(context.end(), generated.begin(), generated.end());
+      const std::vector<int32_t> keep(context.end() - S / 2, context.end());
       decoder.reset();
       logits = decoder.feed(keep);
       continue;

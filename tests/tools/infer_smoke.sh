@@ -42,6 +42,10 @@ for i in 1 2; do
     --top-k 20 --top-p 0.9 --seed 5 > "$work/s$i.out" 2>/dev/null || fail "sampling"
 done
 cmp -s "$work/s1.out" "$work/s2.out" || fail "the same seed gave different text"
+# Past the context of S = 32 positions: the cache keeps its second half and goes on.
+"$s3r" generate --checkpoint "$work/run" "${tok[@]}" --prompt "the" --max-tokens 70 --ignore-eos --seed 1 \
+  > /dev/null 2> "$work/long.err" || fail "generate past the context: $(cat "$work/long.err")"
+grep -q " 70 new tokens" "$work/long.err" || fail "not 70 tokens past the context: $(cat "$work/long.err")"
 expect_error "generate: no tokenizer: .*pass --tokenizer" "$s3r" generate --checkpoint "$work/run" --prompt x
 expect_error "no checkpoint at '/nonexistent/checkpoint/meta.json'" "$s3r" generate --checkpoint /nonexistent --prompt x
 expect_error "--temperature must be >= 0" "$s3r" generate --checkpoint "$work/run" --prompt x --temperature -1
