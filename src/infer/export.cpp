@@ -352,9 +352,11 @@ void export_hf(const LoadedCheckpoint& c, const Tokenizer& tok, const std::strin
   const std::string start_piece = start >= 0 ? tok.piece(start) : "";
   const std::string eos_piece = tok.eos_id() >= 0 ? tok.piece(tok.eos_id()) : "";
   const std::string unk_piece = tok.unk_id() >= 0 ? tok.piece(tok.unk_id()) : "";
+  // legacy: LlamaTokenizer encodes with the SentencePiece model as it is, as s3r does (the
+  // non-legacy path rewrites its normalizer, which needs protobuf).
   write_json("tokenizer_config.json", {{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", start >= 0},
                                        {"add_eos_token", false}, {"bos_token", start_piece}, {"eos_token", eos_piece},
-                                       {"unk_token", unk_piece}, {"legacy", false},
+                                       {"unk_token", unk_piece}, {"legacy", true},
                                        {"model_max_length", m.seq_len}, {"clean_up_tokenization_spaces", false}});
   write_json("special_tokens_map.json", {{"bos_token", start_piece}, {"eos_token", eos_piece}, {"unk_token", unk_piece}});
 }
