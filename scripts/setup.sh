@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 # python3-torch (importable by /usr/bin/python3) and OpenBLAS: Debian's torch calls the generic
 # libblas.so.3, and the reference BLAS behind it is 10-50x slower for f32 products.
 packages=(g++ cmake make libgtest-dev libbenchmark-dev libdnnl-dev libcli11-dev nlohmann-json3-dev
-          libsentencepiece-dev zlib1g-dev gnuplot-nox python3 python3-torch libopenblas0-pthread)
+          libsentencepiece-dev zlib1g-dev gnuplot-nox python3 python3-torch libopenblas0-pthread
+          openmpi-bin libopenmpi-dev)
 
 scripts/install_packages.sh setup "${packages[@]}"
 

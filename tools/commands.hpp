@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "s3r/dist/communicator.hpp"
 #include "s3r/model/config.hpp"
 
 namespace s3r::tools {
@@ -36,8 +37,8 @@ void register_diag_grad_error(CLI::App& diag);
 // `s3r data prepare`: text -> tokenizer -> token shards.
 void register_data_prepare(CLI::App& data);
 
-// `s3r train`: the main job.
-void register_train(CLI::App& app);
+// `s3r train`: the main job; data parallel over `world`'s ranks when started by mpirun.
+void register_train(CLI::App& app, dist::Communicator& world);
 
 // `s3r generate`, `s3r eval`, `s3r export`: use a trained checkpoint (issue 13).
 void register_generate(CLI::App& app);

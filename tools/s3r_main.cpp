@@ -3,11 +3,30 @@
 
 #include <exception>
 #include <iostream>
+#include <memory>
 
 #include "commands.hpp"
 #include "s3r/core/error.hpp"
 
 int main(int argc, char** argv) {
+  // MPI (when mpirun started this process) is initialised before anything else and finalised
+  // at the end of main; an error on any rank ends every rank (docs/DISTRIBUTED.md).
+  std::unique_ptr<s3r::dist::Communicator> world;
+  try {
+    world = s3r::dist::world(&argc, &argv);
+  } catch (const s3r::Error& e) {
+    std::cerr << "s3r: error: " << e.what() << "\n";
+    return 1;
+  }
+  const auto fail = [&](const char* kind, const char* what, int code) {
+    if (world->size() == 1) {
+      std::cerr << "s3r: " << kind << ": " << what << "\n";
+      return code;
+    }
+    std::cerr << "s3r: " << kind << " on rank " << world->rank() << " of " << world->size() << ": " << what
+              << "\ns3r: stopping every rank\n" << std::flush;
+    world->abort(code);
+  };
   CLI::App app{"s3r: INT8 training with structured shared-randomness stochastic rounding"};
   app.require_subcommand(1);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks against the bf16 baseline");
@@ -17,7 +36,7 @@ int main(int argc, char** argv) {
   CLI::App* data = app.add_subcommand("data", "prepare training data");
   data->require_subcommand(1);
   s3r::tools::register_data_prepare(*data);
-  s3r::tools::register_train(app);
+  s3r::tools::register_train(app, *world);
   s3r::tools::register_generate(app);
   s3r::tools::register_eval(app);
   s3r::tools::register_export(app);
@@ -27,13 +46,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (world->rank() != 0 && e.get_exit_code() == 0) return 0;  // --help: printed by rank 0
+    if (world->size() > 1 && e.get_exit_code() != 0) return fail("error", e.what(), 1);
+    return world->rank() == 0 ? app.exit(e) : e.get_exit_code();
   } catch (const s3r::Error& e) {
-    std::cerr << "s3r: error: " << e.what() << "\n";
-    return 1;
+    return fail("error", e.what(), 1);
   } catch (const std::exception& e) {
-    std::cerr << "s3r: internal error: " << e.what() << "\n";
-    return 2;
+    return fail("internal error", e.what(), 2);
   }
   return 0;
 }

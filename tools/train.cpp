@@ -7,6 +7,9 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include "commands.hpp"
 #include "option_checks.hpp"
@@ -14,6 +17,7 @@
 #include "s3r/core/machine.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/model/model.hpp"
+#include "s3r/train/data_parallel.hpp"
 #include "s3r/train/trainer.hpp"
 
 namespace s3r::tools {
@@ -28,6 +32,7 @@ struct TrainCli {
   bool overwrite = false;
   uint32_t seed = 0;
   int64_t steps = 600, schedule_steps = 0, warmup = 30, eval_every = 100, eval_batches = 8, checkpoint_every = 0;
+  int64_t micro_batch = 0;
   float lr = 3e-3f, min_lr = 3e-4f, weight_decay = 0.1f, clip = 1.0f;
 };
 
@@ -66,8 +71,31 @@ void plot(const std::string& out_dir) {
   }
 }
 
-void run(const TrainCli& c) {
+// "host, N threads, CPUs a-b,c" of this process.
+std::string placement(int threads) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::string cpus;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (!CPU_ISSET(c, &set)) continue;
+      int e = c;
+      while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) ++e;
+      cpus += (cpus.empty() ? "" : ",") + std::to_string(c) + (e > c ? "-" + std::to_string(e) : "");
+      c = e;
+    }
+  }
+  return std::string(host) + ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
+         ", CPUs " + (cpus.empty() ? "?" : cpus);
+}
+
+void run(const TrainCli& c, dist::Communicator& world) {
+  const bool rank0 = world.rank() == 0;
   train::TrainOptions o;
+  o.world = &world;
+  o.micro_batch = c.micro_batch;
   o.model = c.model.config();
   o.mode = nn::parse_linear_mode(c.mode);
   o.correction = nn::parse_correction(c.correction);
@@ -89,6 +117,12 @@ void run(const TrainCli& c) {
   const data::TokenShard train_shard = data::read_shard((fs::path(c.data_dir) / "train.bin").string());
   const data::TokenShard val_shard = data::read_shard((fs::path(c.data_dir) / "val.bin").string());
   const double h = train::unigram_entropy(train_shard);
+  // Every rank says where it runs; rank 0 prints the lines (and everything else).
+  const std::vector<std::string> where = world.gather_strings(placement(omp_get_max_threads()));
+  if (!rank0) {
+    train::train(o, train_shard, val_shard, c.resume, std::cout);
+    return;
+  }
   std::printf("s3r train\n");
   const model::ModelConfig& m = o.model;
   std::printf("  %-12s %s (L=%lld C=%lld heads=%lld F=%lld V=%lld S=%lld B=%lld, %lld tokens/step)\n",
@@ -103,6 +137,9 @@ void run(const TrainCli& c) {
               (long long)c.eval_every, (long long)c.eval_batches,
               c.out.c_str(), c.resume.empty() ? "" : "; resume from ", c.resume.c_str());
   std::printf("  %-12s %s\n", "machine", machine_line().c_str());
+  const train::StepPlan plan = train::make_step_plan(m.batch, c.micro_batch, world.size(), 0, m.seq_len);
+  std::printf("  %-12s %s\n", "parallel", plan.describe().c_str());
+  for (size_t r = 0; r < where.size(); ++r) std::printf("  %-12s %s\n", ("rank " + std::to_string(r)).c_str(), where[r].c_str());
   std::printf("data: %s: %zu training tokens, %zu validation tokens, vocabulary %u\n", c.data_dir.c_str(),
               train_shard.tokens.size(), val_shard.tokens.size(), train_shard.vocab);
   std::printf("reference: unigram entropy %.3f nats (the best token-frequency model); ln V = %.3f\n", h,
@@ -119,7 +156,7 @@ void run(const TrainCli& c) {
 
 }  // namespace
 
-void register_train(CLI::App& app) {
+void register_train(CLI::App& app, dist::Communicator& world) {
   auto c = std::make_shared<TrainCli>();
   CLI::App* cmd = app.add_subcommand("train", "train a Llama-style decoder with INT8 products in any rounding mode");
   c->model.add_to(cmd);
@@ -147,7 +184,10 @@ void register_train(CLI::App& app) {
   cmd->add_option("--out", c->out, "run folder: metrics.jsonl, checkpoint/, loss.png")->capture_default_str();
   cmd->add_option("--resume", c->resume, "continue bit-exactly from the checkpoint in this run folder");
   cmd->add_flag("--overwrite", c->overwrite, "replace an earlier run in --out (without it such a folder is refused)");
-  cmd->callback([c] { run(*c); });
+  add_integer_option(cmd, "--micro-batch", c->micro_batch,
+                     "examples per forward/backward (gradient accumulation; 0: the whole batch at once); "
+                     "see docs/DISTRIBUTED.md", 0, INT64_MAX, "0: the whole batch");
+  cmd->callback([c, &world] { run(*c, world); });
 }
 
 }  // namespace s3r::tools

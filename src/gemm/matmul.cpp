@@ -56,9 +56,11 @@ std::atomic<bool> g_thread_invariant{true};
 // single-threaded inside a parallel region; each thread passes its own scratchpad): the same
 // bits for any thread count.
 void float_product(Type type, float* C, const void* A, const void* B, const MatmulShape& s, bool accumulate) {
-  constexpr int64_t kTileM = 128, kTileN = 256;
+  constexpr int64_t kTileM = kFloatTileRows, kTileN = 256;
   const int64_t tiles_m = (s.M + kTileM - 1) / kTileM, tiles_n = (s.N + kTileN - 1) / kTileN;
-  if (!g_thread_invariant || omp_in_parallel() || tiles_m * tiles_n == 1) {
+  // One tile still runs inside the parallel region (on one thread): outside it, oneDNN would
+  // split K over the threads.
+  if (!g_thread_invariant || omp_in_parallel()) {
     onednn::run({type, type, Type::kF32, s, nullptr, accumulate}, C, A, B);
     return;
   }

@@ -8,10 +8,12 @@
 #include <tuple>
 #include <unordered_map>
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "s3r/core/cpu_features.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/matmul.hpp"
 
 namespace s3r::gemm::onednn {
 
@@ -111,11 +113,21 @@ Primitive make_primitive(const PrimitiveKey& key, const dnnl::engine& engine) {
   // products may run concurrently from an OpenMP parallel region; the library's scratchpad is
   // shared between executions.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // Float products run as fixed tiles, one thread each (matmul.cpp). oneDNN plans a primitive
+  // for the threads it sees when it is created (OMP_NUM_THREADS, also inside a parallel region),
+  // and a plan for two threads may split K and add the halves even when one thread executes it:
+  // planned for one thread, the bits do not depend on the thread count. (Int8 sums are exact.)
+  const bool one_thread_plan = key.c == Type::kF32 && key.a != Type::kS8 && gemm::thread_invariant();
+  const int threads = omp_get_max_threads();
+  if (one_thread_plan) omp_set_num_threads(1);
   try {
     const dnnl::matmul::desc desc(a_desc(key), b_desc(key), c_desc(key));
     const dnnl::matmul::primitive_desc pd(desc, attr, engine);
-    return Primitive{dnnl::matmul(pd), pd.scratchpad_desc()};
+    Primitive p{dnnl::matmul(pd), pd.scratchpad_desc()};
+    if (one_thread_plan) omp_set_num_threads(threads);
+    return p;
   } catch (const dnnl::error& e) {
+    if (one_thread_plan) omp_set_num_threads(threads);
     std::ostringstream msg;
     msg << "oneDNN cannot create a matmul for M x N x K = " << key.M << " x " << key.N << " x "
         << key.K << " (a_transposed=" << key.ta << ", b_transposed=" << key.tb << "): " << e.what();

@@ -31,6 +31,7 @@ struct GradProblem {
   int64_t tokens = 0;         // T
   int64_t channels = 0;       // N
   int64_t tokens_per_example = 0;  // S
+  uint64_t first_token = 0;  // global index of row 0 (its rank's or micro-batch's offset; a multiple of S)
   GradRounding mode = GradRounding::kS3r;
   int count = 1;     // quantizations (2 under sr)
   Key keys[2] = {};  // product keys fold_in(layer_key, p)

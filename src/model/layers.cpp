@@ -1,6 +1,8 @@
 // Non-GEMM decoder layers, f32 with double accumulation where sums are long; see layers.hpp.
 #include "s3r/model/layers.hpp"
 
+#include "s3r/dist/tree_sum.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -97,13 +99,31 @@ void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,
 }
 
 void embedding_backward(std::span<float> dtable, std::span<const float> dout,
-                        std::span<const int32_t> tokens, int64_t width) {
+                        std::span<const int32_t> tokens, int64_t width, int64_t leaves,
+                        LeafScratch* scratch) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   expect_size("embedding_backward", "dout", dout.size(), T * width);
-  for (int64_t t = 0; t < T; ++t) {  // sequential: tokens repeat, order fixed (deterministic)
-    float* row = dtable.data() + tokens[t] * width;
-    for (int64_t c = 0; c < width; ++c) row[c] += dout[t * width + c];
+  const auto scatter = [&](float* table, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {  // sequential: tokens repeat, order fixed (deterministic)
+      float* row = table + tokens[t] * width;
+      for (int64_t c = 0; c < width; ++c) row[c] += dout[t * width + c];
+    }
+  };
+  if (leaves == 1) {
+    scatter(dtable.data(), 0, T);
+    return;
   }
+  if (leaves < 1 || T % leaves != 0 || scratch == nullptr) {
+    throw Error("embedding_backward: " + std::to_string(leaves) + " reduction leaves for " + std::to_string(T) +
+                " tokens (they must divide T, and a scratch is needed)");
+  }
+  scratch->root.resize(dtable.size());
+  const int64_t per_leaf = T / leaves;
+  dist::tree_sum_leaves(scratch->root, leaves, [&](int64_t l, std::span<float> out) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    scatter(out.data(), l * per_leaf, (l + 1) * per_leaf);
+  }, scratch->levels);
+  dist::add_into(dtable, scratch->root);
 }
 
 void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<const float> in,
@@ -123,8 +143,12 @@ void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<cons
 
 void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<const float> dout,
                       std::span<const float> in, std::span<const float> weight,
-                      std::span<const float> rstd, int64_t width) {
+                      std::span<const float> rstd, int64_t width, int64_t leaves) {
   const int64_t T = static_cast<int64_t>(rstd.size());
+  if (leaves < 1 || T % leaves != 0) {
+    throw Error("rmsnorm_backward: " + std::to_string(leaves) + " reduction leaves do not divide T = " +
+                std::to_string(T));
+  }
   expect_size("rmsnorm_backward", "in", in.size(), T * width);
   expect_size("rmsnorm_backward", "dout", dout.size(), T * width);
   expect_size("rmsnorm_backward", "din", din.size(), T * width);
@@ -135,22 +159,29 @@ void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<
     k.rmsnorm_backward_rows(din.data(), dout.data(), in.data(), weight.data(), rstd.data(), blk * kNormRows,
                             std::min(T, (blk + 1) * kNormRows), width);
   }
-  // dweight[c] += sum over t of dout * in * rstd, in double, t in increasing order for every c:
-  // the same bits for any thread count. Blocks of columns per thread, rows streamed in order.
+  // dweight[c] += sum over t of dout * in * rstd: per leaf in double, t in increasing order for
+  // every c, rounded to f32; then the leaf partials in the fixed tree. The same bits for any
+  // thread count (blocks of columns per thread, rows streamed in order) and any rank count.
   constexpr int64_t kColumns = 64;
   const int64_t column_blocks = (width + kColumns - 1) / kColumns;
-#pragma omp parallel for schedule(static)
-  for (int64_t cb = 0; cb < column_blocks; ++cb) {
-    const int64_t c0 = cb * kColumns, n = std::min(kColumns, width - c0);
-    double acc[kColumns] = {};
-    for (int64_t t = 0; t < T; ++t) {
-      const float* dy = dout.data() + t * width + c0;
-      const float* x = in.data() + t * width + c0;
-      const float r = rstd[t];
-      for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(dy[c]) * x[c] * r;
+  const int64_t per_leaf = T / leaves;
+  std::vector<float> partial(static_cast<size_t>(leaves * width));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t l = 0; l < leaves; ++l) {
+    for (int64_t cb = 0; cb < column_blocks; ++cb) {
+      const int64_t c0 = cb * kColumns, n = std::min(kColumns, width - c0);
+      double acc[kColumns] = {};
+      for (int64_t t = l * per_leaf; t < (l + 1) * per_leaf; ++t) {
+        const float* dy = dout.data() + t * width + c0;
+        const float* x = in.data() + t * width + c0;
+        const float r = rstd[t];
+        for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(dy[c]) * x[c] * r;
+      }
+      for (int64_t c = 0; c < n; ++c) partial[l * width + c0 + c] = static_cast<float>(acc[c]);
     }
-    for (int64_t c = 0; c < n; ++c) dweight[c0 + c] += static_cast<float>(acc[c]);
   }
+  dist::tree_sum_pieces(partial.data(), leaves, width);
+  for (int64_t c = 0; c < width; ++c) dweight[c] += partial[c];
 }
 
 void rope_forward(std::span<float> x, int64_t seq_len, int64_t heads, int64_t head_dim,
@@ -244,13 +275,25 @@ void attention_backward(std::span<float> dq, std::span<float> dk, std::span<floa
 
 double cross_entropy_fused(std::span<float> logits, std::span<const int32_t> targets, int64_t vocab) {
   const int64_t T = static_cast<int64_t>(targets.size());
+  double total = 0.0;
+  cross_entropy_fused(logits, targets, vocab, 1.0f / static_cast<float>(T), {&total, 1});
+  return total / static_cast<double>(T);
+}
+
+void cross_entropy_fused(std::span<float> logits, std::span<const int32_t> targets, int64_t vocab,
+                         float grad_scale, std::span<double> leaf_loss) {
+  const int64_t T = static_cast<int64_t>(targets.size());
   expect_size("cross_entropy_fused", "logits", logits.size(), T * vocab);
   check_ids("cross_entropy_fused", "target", targets, vocab);
+  const int64_t leaves = static_cast<int64_t>(leaf_loss.size());
+  if (leaves < 1 || T % leaves != 0) {
+    throw Error("cross_entropy_fused: " + std::to_string(leaves) + " reduction leaves do not divide T = " +
+                std::to_string(T));
+  }
   // Fixed blocks of rows; per-token losses summed in token order afterwards: the same bits for
   // any thread count.
   constexpr int64_t kRows = 8;
   const int64_t blocks = (T + kRows - 1) / kRows;
-  const float grad_scale = 1.0f / static_cast<float>(T);
   std::vector<double> token_loss(static_cast<size_t>(T));
   const auto& k = kernels::active_kernels();
 #pragma omp parallel for schedule(static)
@@ -261,9 +304,12 @@ double cross_entropy_fused(std::span<float> logits, std::span<const int32_t> tar
       std::fill(token_loss.begin() + r0, token_loss.begin() + r1, NAN);
     }
   }
-  double total = 0.0;
-  for (double l : token_loss) total += l;
-  return total / static_cast<double>(T);
+  const int64_t per_leaf = T / leaves;
+  for (int64_t l = 0; l < leaves; ++l) {
+    double total = 0.0;
+    for (int64_t t = l * per_leaf; t < (l + 1) * per_leaf; ++t) total += token_loss[t];
+    leaf_loss[l] = total;
+  }
 }
 
 double cross_entropy_forward(std::span<float> probs, std::span<const float> logits,

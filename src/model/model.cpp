@@ -6,6 +6,7 @@
 #include <random>
 
 #include "s3r/core/error.hpp"
+#include "s3r/dist/tree_sum.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "s3r/model/attention.hpp"
 #include "s3r/model/layers.hpp"
@@ -104,6 +105,7 @@ Model::Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction corr
   for (auto* v : {&x_final_, &xn_final_, &dx_, &dxn_, &dq_, &dk_, &dv_, &datt_}) v->resize(T * C);
   rstd_final_.resize(T);
   logits_.resize(T * V);
+  set_data_parallel(DataParallel{});
 }
 
 Model::~Model() = default;
@@ -145,7 +147,52 @@ void Model::init_weights(uint32_t seed) {
   }
 }
 
+void Model::set_data_parallel(const DataParallel& placement) {
+  const int64_t leaves = placement.leaves ? placement.leaves : dist::default_leaves(cfg_.batch);
+  if (leaves < 1 || cfg_.batch % leaves != 0 || placement.first_example < 0 || placement.step_tokens < 0) {
+    throw Error("data parallel placement: " + std::to_string(leaves) + " reduction leaves for a batch of " +
+                std::to_string(cfg_.batch) + " examples (they must divide it), first example " +
+                std::to_string(placement.first_example));
+  }
+  dp_ = placement;
+  dp_.leaves = leaves;
+}
+
+bool Model::reduced_over_group(size_t i) const {
+  const ParamInfo& p = table_.at(i);
+  if (!p.decay || !nn::is_int8(mode_)) return false;  // norm gains, embedding; float modes
+  return p.offset != lm_head_ || nn::is_int8(head_mode_);
+}
+
+double Model::group_loss() {
+  dist::Communicator* group = dp_.group != nullptr && dp_.group->size() > 1 ? dp_.group : nullptr;
+  std::span<const double> all = leaf_loss_;
+  if (group != nullptr) {
+    group_leaf_loss_.resize(leaf_loss_.size() * static_cast<size_t>(group->size()));
+    group->all_gather<double>(leaf_loss_, group_leaf_loss_);
+    all = group_leaf_loss_;
+  }
+  double total = 0.0;
+  for (double l : all) total += l;  // leaves in global order: the same sum for any rank count
+  return total / static_cast<double>(cfg_.tokens() * (group ? group->size() : 1));
+}
+
 double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> targets) {
+  try {
+    forward_local(inputs, targets);
+  } catch (const NonFiniteError&) {
+    // The other ranks wait for this rank's loss: send NaN (they skip the step too), then throw.
+    if (dp_.group != nullptr && dp_.group->size() > 1) {
+      std::fill(leaf_loss_.begin(), leaf_loss_.end(), std::nan(""));
+      group_loss();
+    }
+    throw;
+  }
+  return group_loss();
+}
+
+void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32_t> targets) {
+  leaf_loss_.assign(static_cast<size_t>(dp_.leaves), std::nan(""));
   const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
   const int64_t S = cfg_.seq_len, NH = cfg_.heads, HD = cfg_.head_dim();
   if (inputs.size() != static_cast<size_t>(T) || targets.size() != static_cast<size_t>(T)) {
@@ -199,10 +246,10 @@ double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> 
   nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode_, "lm_head.W");
   nn::linear_forward(logits_, head_in_, head_w_);
   clock.lap(&B::lm_head);
-  // logits_ becomes dL/dlogits here: the backward starts from it.
-  const double loss = cross_entropy_fused(logits_, targets_, V);
+  // logits_ becomes dL/dlogits here: the backward starts from it, divided by the step's tokens.
+  const int64_t step_tokens = dp_.step_tokens ? dp_.step_tokens : T;
+  cross_entropy_fused(logits_, targets_, V, 1.0f / static_cast<float>(step_tokens), leaf_loss_);
   clock.lap(&B::cross_entropy);
-  return loss;
 }
 
 void Model::backward(Key step_key) {
@@ -215,13 +262,16 @@ void Model::backward(Key step_key) {
   clock.lap(&B::zeroing);
   // The bf16/f32 head draws no random bits; an int8 head is layer 7 L (config.hpp).
   const uint32_t head_index = static_cast<uint32_t>(7 * cfg_.layers);
+  // Where this batch sits in the step: global token indices, the group, the reduction leaves.
+  const nn::BatchPlacement place{dp_.group, static_cast<uint64_t>(dp_.first_example * S), dp_.leaves};
+  const int64_t leaves = dp_.leaves;
   nn::LinearBackwardConfig head_cfg = nn::is_int8(head_mode_)
-      ? nn::LinearBackwardConfig{correction_, S, fold_in(step_key, head_index), false, head_index}
-      : nn::LinearBackwardConfig{nn::Correction::kNone, S, step_key, false};
+      ? nn::LinearBackwardConfig{correction_, S, fold_in(step_key, head_index), false, head_index, place}
+      : nn::LinearBackwardConfig{nn::Correction::kNone, S, step_key, false, -1, place};
   nn::linear_backward(dxn_, {grad(lm_head_), size_t(C * V)}, logits_, head_in_, head_w_, head_cfg, head_ws_);
   clock.lap(&B::lm_head);
   rmsnorm_backward(dx_, {grad(final_norm_), size_t(C)}, dxn_, x_final_, {param(final_norm_), size_t(C)},
-                   rstd_final_, C);
+                   rstd_final_, C, leaves);
   clock.lap(&B::norms);
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     Block& b = blocks_[l];
@@ -229,13 +279,13 @@ void Model::backward(Key step_key) {
     // out = x_mid + swiglu(xn2): dx_ is d(out); the FFN adds into d(x_mid) through xn2.
     nn::swiglu_backward(dxn_, {{grad(b.w_gate), size_t(C * F)}, {grad(b.w_up), size_t(C * F)},
                                {grad(b.w_down), size_t(F * C)}},
-                        dx_, correction_, S, step_key, index + 4, b.ffn);
+                        dx_, correction_, S, step_key, index + 4, b.ffn, place);
     clock.lap(&B::ffn);
     rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, {param(b.ffn_norm), size_t(C)},
-                     b.rstd2, C);
+                     b.rstd2, C, leaves);
     clock.lap(&B::norms);
     // x_mid = x_in + att W_o: dx_ is d(x_mid).
-    nn::LinearBackwardConfig cfg{correction_, S, fold_in(step_key, index + 3), false, index + 3};
+    nn::LinearBackwardConfig cfg{correction_, S, fold_in(step_key, index + 3), false, index + 3, place};
     nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, cfg, ws_);
     clock.lap(&B::projections);
     flash_attention_backward(dq_, dk_, dv_, datt_, b.att, b.q, b.k, b.v, b.lse, S, NH, HD);
@@ -255,11 +305,11 @@ void Model::backward(Key step_key) {
     nn::linear_backward(dxn_, {grad(b.wv), size_t(C * C)}, dv_, b.qkv_in, b.wv_w, cfg, ws_);
     clock.lap(&B::projections);
     rmsnorm_backward(dx_, {grad(b.attn_norm), size_t(C)}, dxn_, b.x_in, {param(b.attn_norm), size_t(C)},
-                     b.rstd1, C);
+                     b.rstd1, C, leaves);
     clock.lap(&B::norms);
     if (capture_input_grads_) b.x_in_grad = dx_;
   }
-  embedding_backward({grad(tok_emb_), size_t(V * C)}, dx_, inputs_, C);
+  embedding_backward({grad(tok_emb_), size_t(V * C)}, dx_, inputs_, C, leaves, &embedding_scratch_);
   clock.lap(&B::embedding);
 }
 

@@ -7,6 +7,7 @@
 #include "kernels/dispatch.hpp"
 #include "nn/phase_clock.hpp"
 #include "nn/probe_backward.hpp"
+#include "s3r/dist/tree_sum.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "s3r/gemm/matmul.hpp"
@@ -122,16 +123,20 @@ void linear_forward(std::span<float> y, const LinearInput& x, const LinearWeight
 
 namespace {
 
-// dX (T, K) and dW (K, N) of the float modes.
+// dX (T, K) and dW (K, N) of the float modes. dW = X^T G is a float sum over tokens: formed
+// per reduction leaf (rows [l T/leaves, (l+1) T/leaves)) and added in the fixed tree, so that
+// it is the same for any split of the batch over ranks (s3r/dist/tree_sum.hpp).
 void float_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
-                    const LinearInput& x, const LinearWeight& w, bool accumulate_dx,
+                    const LinearInput& x, const LinearWeight& w, bool accumulate_dx, int64_t leaves,
                     LinearWorkspace& ws) {
-  const int64_t T = x.tokens, K = x.features, N = w.out;
+  const int64_t T = x.tokens, K = x.features, N = w.out, rows = T / leaves;
   const gemm::MatmulShape dx_shape{T, K, N, false, true};  // dX = G W^T
-  const gemm::MatmulShape dw_shape{K, N, T, true, false};  // dW = X^T G
+  const gemm::MatmulShape dw_shape{K, N, rows, true, false};  // one leaf's dW = X_l^T G_l
   if (x.mode == LinearMode::kF32) {
     if (!dx.empty()) gemm::matmul_f32(dx.data(), g.data(), w.f32_values.data(), dx_shape, accumulate_dx);
-    gemm::matmul_f32(dw.data(), x.f32_values.data(), g.data(), dw_shape);
+    dist::tree_sum_leaves(dw, leaves, [&](int64_t l, std::span<float> out) {
+      gemm::matmul_f32(out.data(), x.f32_values.data() + l * rows * K, g.data() + l * rows * N, dw_shape);
+    }, ws.tree_scratch);
     return;
   }
   to_bf16(ws.g_bf16, ws.g_widened, g);
@@ -140,7 +145,13 @@ void float_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
     gemm::matmul_bf16(dx.data(), gq, bf16_operand(w.bf16_values, w.f32_values), dx_shape,
                       accumulate_dx);
   }
-  gemm::matmul_bf16(dw.data(), bf16_operand(x.bf16_values, x.f32_values), gq, dw_shape);
+  const gemm::Bf16Operand xq = bf16_operand(x.bf16_values, x.f32_values);
+  dist::tree_sum_leaves(dw, leaves, [&](int64_t l, std::span<float> out) {
+    const auto leaf = [&](const gemm::Bf16Operand& op, int64_t cols) {
+      return gemm::Bf16Operand{op.values + l * rows * cols, op.widened ? op.widened + l * rows * cols : nullptr};
+    };
+    gemm::matmul_bf16(out.data(), leaf(xq, K), leaf(gq, N), dw_shape);
+  }, ws.tree_scratch);
 }
 
 }  // namespace
@@ -153,9 +164,14 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
   expect_size("linear_backward", "G", g.size(), T * N);
   expect_size("linear_backward", "dW", dw.size(), K * N);
   if (!dx.empty()) expect_size("linear_backward", "dX", dx.size(), T * K);
+  const BatchPlacement& place = config.placement;
+  if (place.leaves < 1 || S < 1 || (T / S) % place.leaves != 0) {
+    throw Error("linear_backward: " + std::to_string(place.leaves) + " reduction leaves do not divide the " +
+                std::to_string(S >= 1 ? T / S : 0) + " examples of the batch");
+  }
   if (!is_int8(x.mode)) {
     PhaseClock clock(ws.times);
-    float_backward(dx, dw, g, x, w, config.accumulate_dx, ws);
+    float_backward(dx, dw, g, x, w, config.accumulate_dx, place.leaves, ws);
     clock.lap(&PhaseTimes::gemm);
     return;
   }
@@ -178,9 +194,10 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
 
   // One (sr: two) quantization of G' = sx G sw, with the statistics when a correction wants them.
   QuantizedGrad& q = ws.grad;
+  dist::Communicator* group = place.group != nullptr && place.group->size() > 1 ? place.group : nullptr;
   quantize_gradient(q, g, T, N, x.scales, w.scales,
                     GradQuantConfig{grad_rounding(x.mode), S, config.layer_key,
-                                    config.correction != Correction::kNone});
+                                    config.correction != Correction::kNone, place.first_token, group});
   clock.lap(&PhaseTimes::quantize_grad);
   const float D = q.step;
   const int64_t B = T / S;
@@ -222,27 +239,43 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
     clock.lap(&PhaseTimes::gemm);
   }
 
-  // dW = (D / sw) * Xq^T Q, the column scale fused into the int8 product.
+  // dW = (D / sw) * Xq^T Q, the column scale fused into the int8 product. Over a group of ranks
+  // the int32 sums are added first (exact, so the same as one process's) and scaled once:
+  // float(sum) * (D / sw), the fused product's contract (s3r/gemm/matmul.hpp).
   const std::vector<int8_t>* dw_codes = &q.codes_for_dw();
   if (probe != nullptr && probe->dw_rounding) {  // causal ablation: G quantized again for dW
     quantize_gradient(ws.grad_dw, g, T, N, x.scales, w.scales,
-                      GradQuantConfig{*probe->dw_rounding, S, fold_in(config.layer_key, 1), false});
+                      GradQuantConfig{*probe->dw_rounding, S, fold_in(config.layer_key, 1), false,
+                                      place.first_token, group});
     dw_codes = &ws.grad_dw.codes_for_dw();  // same D: it depends only on G'
   }
   ws.col_scale.resize(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) ws.col_scale[n] = D / w.scales[n];
-  gemm::matmul_s8_scaled(dw.data(), x.codes.data(), dw_codes->data(), {K, N, T, true, false},
-                         nullptr, ws.col_scale.data());
+  if (group == nullptr) {
+    gemm::matmul_s8_scaled(dw.data(), x.codes.data(), dw_codes->data(), {K, N, T, true, false},
+                           nullptr, ws.col_scale.data());
+  } else {
+    ws.dw_acc.resize(static_cast<size_t>(K * N));
+    gemm::matmul_s8(ws.dw_acc.data(), x.codes.data(), dw_codes->data(), {K, N, T, true, false});
+    group->sum(ws.dw_acc);
+    const int32_t* acc = ws.dw_acc.data();
+    const float* cs = ws.col_scale.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t kk = 0; kk < K; ++kk) {
+      for (int64_t n = 0; n < N; ++n) dw[kk * N + n] = static_cast<float>(acc[kk * N + n]) * cs[n];
+    }
+  }
   clock.lap(&PhaseTimes::gemm);
 
   if (correct_dw) {
-    // dW[k, n] -= (1/sw[n]) sum_b (u_b[k] a[b, n] + v_b[k]) as one rank-(B+1) f32 product
-    // U^T A with U = [u_0 .. u_{B-1}; sum_b v_b] (B+1, K) and A = -[a_b / sw ; 1 / sw] (B+1, N).
+    // dW[k, n] -= (1/sw[n]) sum_b (u_b[k] a[b, n] + v_b[k]) as one rank-(Bg+1) f32 product
+    // U^T A with U = [u_0 .. u_{Bg-1}; sum_b v_b] (Bg+1, K) and A = -[a_b / sw ; 1 / sw]
+    // (Bg+1, N), over the Bg examples of the group: the per-example factors u_b, v_b and a_b are
+    // gathered from every rank (SPEC section 6), and every rank forms the same product.
     const ErrorStats& st = q.stats_for_dw();
-    ws.u.assign(static_cast<size_t>((B + 1) * K), 0.0f);
-    ws.a_scaled.resize(static_cast<size_t>((B + 1) * N));
-    float* u = ws.u.data();
-    float* v = u + B * K;
+    ws.u_local.assign(static_cast<size_t>(2 * B * K), 0.0f);
+    float* u_loc = ws.u_local.data();
+    float* v_loc = u_loc + B * K;
     const int8_t* xq = x.codes.data();
     const int64_t kblocks = (K + 255) / 256;
 #pragma omp parallel for schedule(static)
@@ -253,18 +286,40 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
         const float d = st.token_mean[t] - st.grand_mean[b];
         for (int64_t kk = k0; kk < k1; ++kk) {
           const float xv = xq[t * K + kk];
-          u[b * K + kk] += xv;  // exact: integers below 2^24 for S * 127 < 2^24
-          v[kk] += xv * d;
+          u_loc[b * K + kk] += xv;  // exact: integers below 2^24 for S * 127 < 2^24
+          v_loc[b * K + kk] += xv * d;
         }
       }
     }
-    for (int64_t b = 0; b <= B; ++b) {
+    const int R = group ? group->size() : 1;
+    const int64_t Bg = B * R;
+    std::span<const float> u_all = ws.u_local, a_all = st.channel_mean;
+    if (group != nullptr) {
+      ws.u_all.resize(static_cast<size_t>(R) * ws.u_local.size());
+      ws.a_all.resize(static_cast<size_t>(Bg * N));
+      group->all_gather<float>(ws.u_local, ws.u_all);
+      group->all_gather<float>(st.channel_mean, ws.a_all);
+      u_all = ws.u_all;
+      a_all = ws.a_all;
+    }
+    ws.u.resize(static_cast<size_t>((Bg + 1) * K));
+    float* u = ws.u.data();
+    float* v = u + Bg * K;
+    std::fill(v, v + K, 0.0f);
+    for (int64_t bg = 0; bg < Bg; ++bg) {  // examples in global order: rank r's block r
+      const float* part = u_all.data() + (bg / B) * 2 * B * K;
+      std::copy_n(part + (bg % B) * K, K, u + bg * K);
+      const float* vb = part + (B + bg % B) * K;
+      for (int64_t kk = 0; kk < K; ++kk) v[kk] += vb[kk];
+    }
+    ws.a_scaled.resize(static_cast<size_t>((Bg + 1) * N));
+    for (int64_t b = 0; b <= Bg; ++b) {
       for (int64_t n = 0; n < N; ++n) {
-        const float a = b < B ? st.channel_mean[b * N + n] : 1.0f;
+        const float a = b < Bg ? a_all[b * N + n] : 1.0f;
         ws.a_scaled[b * N + n] = -a / w.scales[n];
       }
     }
-    gemm::matmul_f32(dw.data(), ws.u.data(), ws.a_scaled.data(), {K, N, B + 1, true, false},
+    gemm::matmul_f32(dw.data(), ws.u.data(), ws.a_scaled.data(), {K, N, Bg + 1, true, false},
                      /*accumulate=*/true);
     clock.lap(&PhaseTimes::correction);
   }

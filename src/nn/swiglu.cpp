@@ -72,7 +72,7 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
 
 void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<const float> dy,
                      Correction correction, int64_t tokens_per_example, Key step_key,
-                     uint32_t first_layer, SwigluState& st) {
+                     uint32_t first_layer, SwigluState& st, const BatchPlacement& placement) {
   const int64_t T = st.tokens, C = st.width, F = st.ffn_width;
   expect_size("dY", dy.size(), T * C);
   if (!dx.empty()) expect_size("dX", dx.size(), T * C);
@@ -81,7 +81,7 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   st.dh3.resize(static_cast<size_t>(T * F));
   st.ws.times = st.times;
   LinearBackwardConfig cfg{correction, tokens_per_example, fold_in(step_key, first_layer + 2), false,
-                           first_layer + 2};
+                           first_layer + 2, placement};
 
   // Y = hidden W2
   linear_backward(st.d_hidden, grads.down, dy, st.hidden_in, st.down_w, cfg, st.ws);

@@ -63,6 +63,9 @@ void validate(std::span<const T> g, int64_t tokens, int64_t channels, std::span<
     msg << "sw has " << sw.size() << " elements, expected one per channel, N = " << channels;
   } else if (S < 1) {
     msg << "tokens_per_example S must be >= 1, got " << S;
+  } else if (config.first_token % static_cast<uint64_t>(S) != 0) {
+    msg << "first_token = " << config.first_token << " is not a multiple of S = " << S
+        << " (a rank's or micro-batch's rows start at an example)";
   } else if (tokens % S != 0) {
     msg << "T = " << tokens << " tokens is not a multiple of the example length S = " << S
         << " (T must be B*S)";
@@ -121,6 +124,7 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   p.tokens = tokens;
   p.channels = channels;
   p.tokens_per_example = S;
+  p.first_token = config.first_token;
   p.mode = config.mode;
   p.count = count;
   p.keys[0] = fold_in(config.layer_key, 0);
@@ -152,6 +156,16 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
     bool bad = false;
     absmax = std::max(absmax, k.grad_absmax(p, blocks.begin(b), blocks.end(b), &bad));
     nonfinite = nonfinite || bad;
+  }
+  if (config.group != nullptr && config.group->size() > 1) {
+    // D over the global batch: one max all-reduce, which also carries "some rank saw NaN/Inf" so
+    // that every rank skips the step together (SPEC section 6).
+    std::vector<float> v{nonfinite ? 1.0f : 0.0f, nonfinite ? 0.0f : absmax};  // never NaN into MPI_MAX
+    config.group->max(v);
+    if (v[0] > 0.0f && !nonfinite) {
+      throw NonFiniteGradient("quantize_gradient: another rank's share of G holds a non-finite value");
+    }
+    absmax = v[1];
   }
   if (nonfinite) throw_nonfinite(g, channels);
   if (!std::isfinite(absmax)) {

@@ -19,6 +19,7 @@
 #include "s3r/io/folder_lock.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/quant/grad_quant.hpp"
+#include "s3r/train/data_parallel.hpp"
 
 namespace s3r::train {
 
@@ -81,6 +82,10 @@ void validate_options(const TrainOptions& o) {
   need(o.checkpoint_every >= 0,
        "--checkpoint-every must be >= 0 (0: only at the end), got " + std::to_string(o.checkpoint_every));
   need(o.max_bad_steps >= 1, "max_bad_steps must be >= 1, got " + std::to_string(o.max_bad_steps));
+  need(o.micro_batch >= 0 && o.micro_batch <= o.model.batch,
+       "--micro-batch must be in [0, --batch] (0: the whole batch at once), got " + std::to_string(o.micro_batch));
+  const int ranks = o.world ? o.world->size() : 1;
+  make_step_plan(o.model.batch, o.micro_batch, ranks, 0, o.model.seq_len);  // throws when B, b, R do not fit
 }
 
 namespace {
@@ -91,14 +96,15 @@ std::string gigabytes(double bytes) {
   return buf;
 }
 
-// The run's memory (model, gradients, activations, AdamW moments) against MemAvailable.
-void check_memory(const TrainOptions& o) {
-  const double need = static_cast<double>(model::Model::estimate_bytes(o.model, o.mode)) +
-                      8.0 * static_cast<double>(model::Model::parameter_count(o.model));
+// One rank's memory (model, gradients, activations of its batch, AdamW moments) against
+// MemAvailable; `m` is the rank's model (its batch: the plan's model_batch()).
+void check_memory(const TrainOptions& o, const model::ModelConfig& m) {
+  const double need = static_cast<double>(model::Model::estimate_bytes(m, o.mode)) +
+                      8.0 * static_cast<double>(model::Model::parameter_count(m));
   const double available = static_cast<double>(available_memory_bytes());
   if (available > 0 && need > 0.9 * available) {
-    throw Error("the run needs about " + gigabytes(need) + " of memory (" + o.model.describe() + "), but only " +
-                gigabytes(available) + " are available; use a smaller --batch or --seq-len, or a smaller model");
+    throw Error("the run needs about " + gigabytes(need) + " of memory per process (" + m.describe() + "), but only " +
+                gigabytes(available) + " are available; use --micro-batch, a smaller --batch or --seq-len, or a smaller model");
   }
 }
 
@@ -159,19 +165,31 @@ RunFolder open_run_folder(const TrainOptions& o, const std::string& resume_dir, 
   return run;
 }
 
-double evaluate(model::Model& model, const data::TokenShard& val, const TrainOptions& o) {
+// The mean loss over eval_batches global batches; NaN when the weights have gone bad. Every rank
+// runs every batch (collective), also after a NaN.
+double evaluate(StepRunner& runner, const data::TokenShard& val, const TrainOptions& o) {
   data::DataLoader loader(val, o.model.seq_len, 0x5eed);  // the same batches at every evaluation
   std::vector<int32_t> in(o.model.tokens()), tg(o.model.tokens());
   double total = 0.0;
   for (int64_t i = 0; i < o.eval_batches; ++i) {
     loader.next_batch(in, tg, o.model.batch);
-    try {
-      total += model.forward(in, tg);
-    } catch (const NonFiniteError&) {  // weights gone bad: reported as a NaN validation loss
-      return std::nan("");
-    }
+    total += runner.run(in, tg, nullptr).loss;
   }
   return total / static_cast<double>(o.eval_batches);
+}
+
+// Rank 0's training state on every rank (a resumed run): weights, moments and the counters.
+void broadcast_state(dist::Communicator& world, model::Model& model, Optimizer& opt, data::LoaderPosition& pos,
+                     int64_t& first, int& bad, bool& final_validated) {
+  world.broadcast<float>(model.params(), 0);
+  world.broadcast<float>(opt.m, 0);
+  world.broadcast<float>(opt.v, 0);
+  world.broadcast<data::LoaderPosition>({&pos, 1}, 0);
+  int64_t counters[3] = {first, bad, final_validated ? 1 : 0};
+  world.broadcast<int64_t>(counters, 0);
+  first = counters[0];
+  bad = static_cast<int>(counters[1]);
+  final_validated = counters[2] != 0;
 }
 
 // Keeps the metrics lines of steps <= last_step (those the checkpoint covers), rewritten
@@ -199,10 +217,17 @@ bool truncate_metrics(const fs::path& path, int64_t last_step) {
 
 TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
                   const data::TokenShard& val_shard, const std::string& resume_dir,
-                  std::ostream& log) {
+                  std::ostream& rank_log) {
   // Everything that could fail late is checked before step 0: options, shards, memory, the run
   // folder (lock, an earlier run in it, disk space), the checkpoint to resume from.
   validate_options(o);
+  dist::Communicator& world = o.world ? *o.world : dist::single_process();
+  const bool rank0 = world.rank() == 0;
+  std::ostream null_log(nullptr);  // ranks other than 0 log nothing
+  std::ostream& log = rank0 ? rank_log : null_log;
+  const StepPlan plan = make_step_plan(o.model.batch, o.micro_batch, world.size(), world.rank(), o.model.seq_len);
+  model::ModelConfig rank_model = o.model;  // this rank's share of the batch
+  rank_model.batch = plan.model_batch();
   for (const auto* s : {&train_shard, &val_shard}) {
     if (static_cast<int64_t>(s->vocab) != o.model.vocab) {
       throw Error("the token shards' vocabulary (" + std::to_string(s->vocab) +
@@ -218,11 +243,15 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   };
   window_check(train_shard, "training");
   window_check(val_shard, "validation");
-  check_memory(o);
-  const RunFolder run = open_run_folder(o, resume_dir, log);
-  model::Model model(o.model, o.mode, o.correction);
+  check_memory(o, rank_model);
+  // Rank 0 alone owns the run folder (lock, metrics, checkpoints); the others never touch it.
+  TrainOptions files = o;
+  if (!rank0) files.out_dir.clear();
+  const RunFolder run = open_run_folder(files, resume_dir, log);
+  model::Model model(rank_model, o.mode, o.correction);
   model.init_weights(o.seed);
   Optimizer opt = make_optimizer(model);
+  StepRunner runner(model, world, plan);
   data::DataLoader loader(train_shard, o.model.seq_len, o.seed);
   TrainResult result;
   result.unigram_entropy = unigram_entropy(train_shard);
@@ -232,7 +261,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   int bad = 0;
   bool final_validated = false;
   const fs::path metrics_path = fs::path(o.out_dir) / "metrics.jsonl";
-  if (!resume_dir.empty()) {
+  if (!resume_dir.empty() && rank0) {
     const std::string from = run.resume_in_place ? (fs::path(o.out_dir) / "checkpoint").string()
                                                  : find_checkpoint(resume_dir);
     const CheckpointInfo info = read_checkpoint_info(from);
@@ -251,8 +280,13 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     }
     log << "resumed from " << from << " at step " << first << "\n";
   }
+  if (!resume_dir.empty() && world.size() > 1) {
+    data::LoaderPosition pos = loader.position();
+    broadcast_state(world, model, opt, pos, first, bad, final_validated);
+    loader.set_position(pos);
+  }
   std::ofstream metrics;
-  if (!o.out_dir.empty()) {
+  if (!files.out_dir.empty()) {
     metrics.open(metrics_path, run.resume_in_place ? std::ios::app : std::ios::trunc);
     if (!metrics) throw Error("cannot write '" + metrics_path.string() + "'");
   }
@@ -272,12 +306,16 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   const auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = first; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    loader.next_batch(in, tg, o.model.batch);
+    loader.next_batch(in, tg, o.model.batch);  // the global batch; each rank runs its share
     StepRecord rec{step, 0.0, o.lr.at(step), 0.0, 0.0, false};
-    try {
-      rec.loss = model.forward(in, tg);
-      if (!std::isfinite(rec.loss)) throw NonFiniteError("non-finite loss " + std::to_string(rec.loss));
-      model.backward(fold_in(seed_key, static_cast<uint32_t>(step)));
+    const Key step_key = fold_in(seed_key, static_cast<uint32_t>(step));
+    const StepResult r = runner.run(in, tg, &step_key);  // every rank agrees on r.ok
+    rec.loss = r.loss;
+    if (!r.ok) {  // a NaN/Inf activation, loss or gradient
+      rec.skipped = true;
+      log << "step " << step << ": skipped (" << r.why << ")\n";
+    } else {
+      // The gradient is the same bits on every rank, and so is every update.
       rec.skipped = !optim::adamw_step(opt.refs, o.adamw, rec.lr, step + 1, &rec.grad_norm);
       if (rec.skipped) {
         log << "step " << step << ": skipped ("
@@ -285,9 +323,6 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
                                               : "non-finite gradient norm")
             << ")\n";
       }
-    } catch (const NonFiniteError& e) {  // a NaN/Inf activation, loss or gradient
-      rec.skipped = true;
-      log << "step " << step << ": skipped (" << e.what() << ")\n";
     }
     bad = rec.skipped ? bad + 1 : 0;
     rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -314,7 +349,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
       // non-finite: the state is the finite one after the last applied step. It is saved only
       // where no checkpoint exists yet; an existing one (an earlier save of this run, or the
       // run resumed from) came from steps that were still finite and is kept.
-      if (!o.out_dir.empty()) {
+      if (!files.out_dir.empty()) {
         if (!has_checkpoint(o.out_dir)) {
           save(step);
           log << "checkpoint of the last finite state: " << o.out_dir << "/checkpoint\n";
@@ -329,17 +364,19 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     }
     const bool last = step + 1 == o.steps;
     if (!last && o.eval_every > 0 && (step + 1) % o.eval_every == 0) {
-      const double val = evaluate(model, val_shard, o);
+      const double val = evaluate(runner, val_shard, o);
       result.validation.emplace_back(step, val);
       if (metrics.is_open()) metrics << nlohmann::json{{"step", step}, {"val_loss", val}}.dump() << "\n";
       if (!o.quiet) log << "step " << step + 1 << ": validation loss " << val << "\n";
     }
     // The final checkpoint comes before the final evaluation: nothing after it can lose the run.
-    if (!o.out_dir.empty() && (last || (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0))) save(step);
+    if (!files.out_dir.empty() && (last || (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0))) {
+      save(step);
+    }
   }
   // The final validation (also for a resumed run whose final checkpoint was saved but whose
   // final validation was not yet logged).
-  const double val = evaluate(model, val_shard, o);
+  const double val = evaluate(runner, val_shard, o);
   result.validation.emplace_back(o.steps - 1, val);
   if (metrics.is_open()) {
     metrics << nlohmann::json{{"step", o.steps - 1}, {"val_loss", val}}.dump() << "\n";

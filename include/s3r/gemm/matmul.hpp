@@ -57,8 +57,13 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
 // whole K on one thread, and give the same bits for any thread count. The trainer keeps it on
 // (every logged number is the same for any thread count); the benchmarks turn it off so that
 // the f32 and bf16 baselines are oneDNN's own. int8 products are exact either way.
+// The tiles are planned for one thread (oneDNN would otherwise plan a K split for the threads it
+// sees). A row of a product depends on the tile's height too (oneDNN picks other kernels for
+// short tiles), so data-parallel ranks see the same rows only when each rank's first row falls on
+// a tile boundary: kFloatTileRows divides every rank's token count (s3r/train/data_parallel.hpp).
 void set_thread_invariant(bool on);
 bool thread_invariant();
+inline constexpr int64_t kFloatTileRows = 128;
 
 // int8 x int8 -> int32, exact.
 void matmul_s8(int32_t* C, const int8_t* A, const int8_t* B, const MatmulShape& shape);

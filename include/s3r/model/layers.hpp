@@ -8,25 +8,37 @@
 // Activations are row-major (T, C); head h of token t occupies columns [h*HD, (h+1)*HD).
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace s3r::model {
+
+// Buffers of a leaf tree (s3r/dist/tree_sum.hpp), reused across calls.
+struct LeafScratch {
+  std::vector<float> root;
+  std::vector<std::vector<float>> levels;
+};
 
 // ---- embedding: out[t, :] = table[tokens[t], :] -------------------------------------------
 // out (T, C); tokens (T) in [0, V); table (V, C). Throws s3r::Error naming a token out of range.
 void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,
                        std::span<const float> table, int64_t vocab, int64_t width);
-// dtable (V, C) += scatter of dout (T, C).
+// dtable (V, C) += scatter of dout (T, C). With leaves > 1 (data parallel, s3r/dist/tree_sum.hpp)
+// each leaf's scatter (tokens [l T/leaves, (l+1) T/leaves)) is formed apart and the leaf partials
+// are added in the fixed tree before they are added into dtable; `scratch` is reused.
 void embedding_backward(std::span<float> dtable, std::span<const float> dout,
-                        std::span<const int32_t> tokens, int64_t width);
+                        std::span<const int32_t> tokens, int64_t width, int64_t leaves = 1,
+                        LeafScratch* scratch = nullptr);
 
 // ---- RMSNorm: out = in * rstd * weight, rstd = 1 / sqrt(mean(in^2) + eps) ------------------
 // out (T, C); rstd (T) saved for the backward; in (T, C); weight (C).
 void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<const float> in,
                      std::span<const float> weight, int64_t width, float eps);
-// din (T, C) +=; dweight (C) +=.
+// din (T, C) +=; dweight (C) += its sum over tokens: per reduction leaf (tokens [l T/leaves,
+// (l+1) T/leaves), in double, in token order), rounded to f32, leaf partials added in the fixed
+// tree (s3r/dist/tree_sum.hpp).
 void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<const float> dout,
                       std::span<const float> in, std::span<const float> weight,
-                      std::span<const float> rstd, int64_t width);
+                      std::span<const float> rstd, int64_t width, int64_t leaves = 1);
 
 // ---- RoPE (rotary position embedding), in place on q or k (T, C) ---------------------------
 // Pair i of a head (elements 2i, 2i+1) at position s = t % S rotates by s * theta^(-2i/HD).
@@ -57,6 +69,12 @@ void attention_backward(std::span<float> dq, std::span<float> dk, std::span<floa
 // Agrees with cross_entropy_forward / cross_entropy_backward below (which use std::exp in
 // double) to about 1e-6 relative (tests/model/layers_test.cpp).
 double cross_entropy_fused(std::span<float> logits, std::span<const int32_t> targets, int64_t vocab);
+// The same with the gradient scaled by grad_scale (1 / the tokens of the whole data-parallel
+// step) and the loss returned as leaf_loss[l] = sum of the token losses of leaf l (tokens
+// [l T/L, (l+1) T/L), L = leaf_loss.size(), in token order, in double). A non-finite row makes
+// its leaf's sum NaN.
+void cross_entropy_fused(std::span<float> logits, std::span<const int32_t> targets, int64_t vocab,
+                         float grad_scale, std::span<double> leaf_loss);
 
 // ---- mean cross-entropy over T tokens (double reference of the fused one) -----------------
 // Returns mean_t -log softmax(logits[t])[targets[t]]; probs (T, V) saved (softmax).

@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "s3r/dist/communicator.hpp"
 #include "s3r/model/config.hpp"
+#include "s3r/model/layers.hpp"
 #include "s3r/nn/quant_linear.hpp"
 #include "s3r/nn/swiglu.hpp"
 #include "s3r/rng/threefry.hpp"
@@ -44,6 +46,17 @@ struct StepBreakdown {
   double total() const {
     return embedding + norms + projections + rope + attention + residual + ffn + lm_head + cross_entropy + zeroing;
   }
+};
+
+// Where this model's batch sits in a data-parallel step (SPEC section 6; docs/DISTRIBUTED.md).
+// The default is one process holding the whole step.
+struct DataParallel {
+  // The ranks that hold the rest of this batch: they share D, the int8 dW sums and the loss.
+  // nullptr: this process holds the whole batch (it may still be one micro-batch of a step).
+  dist::Communicator* group = nullptr;
+  int64_t first_example = 0;  // global index of this batch's example 0 (thresholds, sr bits)
+  int64_t step_tokens = 0;    // tokens of the whole step: the loss gradient is divided by it; 0: T
+  int64_t leaves = 0;         // reduction leaves in this batch (dist/tree_sum.hpp); 0: default_leaves(B)
 };
 
 struct ParamInfo {
@@ -78,12 +91,25 @@ class Model {
   nn::LinearMode mode() const { return mode_; }
   nn::Correction correction() const { return correction_; }
 
-  // inputs, targets: (B*S) token ids. Returns the mean cross-entropy. Throws s3r::Error on
-  // tokens outside the vocabulary and on non-finite activations (naming the tensor).
+  // inputs, targets: (B*S) token ids. Returns the mean cross-entropy over the tokens of the
+  // group (data_parallel().group: every rank's batch; else this batch), NaN on every rank when a
+  // rank's loss is not finite. Throws s3r::Error on tokens outside the vocabulary and
+  // NonFiniteError on non-finite activations (naming the tensor).
   double forward(std::span<const int32_t> inputs, std::span<const int32_t> targets);
+  // The last forward's loss sums per reduction leaf of this batch (in token order, double).
+  std::span<const double> leaf_losses() const { return leaf_loss_; }
   // Gradients of the last forward's loss into grads() (overwritten). step_key =
   // fold_in(key(seed), step). Throws NonFiniteGradient when a gradient is NaN/Inf.
+  // With a group, the int8 projections' gradients come out reduced over it (reduced_over_group);
+  // every other gradient is this process's partial, a subtree of the fixed leaf tree, which
+  // Communicator::tree_sum completes.
   void backward(Key step_key);
+
+  void set_data_parallel(const DataParallel& placement);
+  const DataParallel& data_parallel() const { return dp_; }
+  // Whether backward reduces param_table()[i]'s gradient over the group itself (the int8 modes'
+  // projections: exact int32 sums) rather than leaving a float partial.
+  bool reduced_over_group(size_t i) const;
 
   // Diagnostics (`s3r diag grad-error`; the trainer uses neither). A probe changes every int8
   // projection's backward (s3r/nn/backward_probe.hpp); nullptr restores the normal one. With
@@ -99,6 +125,8 @@ class Model {
   float* param(int64_t offset) { return params_.data() + offset; }
   float* grad(int64_t offset) { return grads_.data() + offset; }
   int64_t add_param(const std::string& name, int64_t size, bool decay);
+  void forward_local(std::span<const int32_t> inputs, std::span<const int32_t> targets);
+  double group_loss();  // the mean of the group's leaf losses (all-gathered in rank order)
 
   ModelConfig cfg_;
   nn::LinearMode mode_;
@@ -119,6 +147,9 @@ class Model {
   nn::LinearWorkspace ws_, head_ws_;  // attention projections; LM head
   StepBreakdown* breakdown_ = nullptr;
   bool capture_input_grads_ = false;
+  DataParallel dp_;
+  std::vector<double> leaf_loss_, group_leaf_loss_;
+  LeafScratch embedding_scratch_;
 };
 
 }  // namespace s3r::model

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "s3r/core/bf16.hpp"
+#include "s3r/dist/communicator.hpp"
 #include "s3r/nn/backward_probe.hpp"
 #include "s3r/nn/linear_mode.hpp"
 #include "s3r/quant/grad_quant.hpp"
@@ -54,12 +55,26 @@ struct LinearWeight {
                                   // bf16_values widened (exact), read by the products
 };
 
+// Where a call's T tokens sit in a data-parallel step (SPEC section 6; s3r/dist/tree_sum.hpp).
+struct BatchPlacement {
+  // The ranks that hold the rest of this batch: D is their max, the int8 dW sums are added over
+  // them exactly in int32, and S3R-EC's dW factors are gathered from them, so the int8 modes'
+  // dW comes out reduced over the group. nullptr: this process holds the whole batch.
+  dist::Communicator* group = nullptr;
+  uint64_t first_token = 0;  // global index of token 0 (a multiple of S)
+  // Reduction leaves in these T tokens (T / S divisible by it): the float modes' dW is formed per
+  // leaf and the partials added in the fixed tree; it is this process's partial of the group's
+  // sum, to be completed with Communicator::tree_sum by the caller.
+  int64_t leaves = 1;
+};
+
 struct LinearBackwardConfig {
   Correction correction = Correction::kNone;
   int64_t tokens_per_example = 0;  // S (T must be a multiple)
   Key layer_key{};                 // fold_in(fold_in(key(seed), step), layer_index)
   bool accumulate_dx = false;      // dX += ... (layers sharing one input); else dX = ...
   int64_t layer_index = -1;        // the layer's index (telemetry of a BackwardProbe); -1: none
+  BatchPlacement placement{};
 };
 
 // Wall-clock milliseconds per phase, accumulated while a PhaseTimes is attached (benchmarks).
@@ -80,8 +95,13 @@ struct LinearWorkspace {
   std::vector<float> col_scale;       // (N) D / sw
   std::vector<float> wa;              // (B, K) Wq a_b
   std::vector<float> delta;           // (T) c[t] - m[b]
-  std::vector<float> u;               // (B + 1, K) dW correction left factor
-  std::vector<float> a_scaled;        // (B + 1, N) dW correction right factor
+  std::vector<float> u_local;         // (2 B, K) this process's u_b (rows 0..B-1) and v_b (B..2B-1)
+  std::vector<float> u_all;           // (2 Bg, K) every rank's u_b and v_b (Bg: the group's examples)
+  std::vector<float> u;               // (Bg + 1, K) dW correction left factor
+  std::vector<float> a_all;           // (Bg, N) every rank's channel means a_b
+  std::vector<float> a_scaled;        // (Bg + 1, N) dW correction right factor
+  std::vector<int32_t> dw_acc;        // (K, N) int32 dW sums, added over a group of ranks
+  std::vector<std::vector<float>> tree_scratch;  // float dW: one (K, N) per leaf-tree level
   std::vector<bf16> g_bf16;           // (T, N) bf16 mode
   std::vector<float> g_widened;       // (T, N) bf16 mode, f32-emulated products: g_bf16 widened
   QuantizedGrad grad_dw;              // probe->dw_rounding: the second quantization, for dW

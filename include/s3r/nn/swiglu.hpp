@@ -42,9 +42,10 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
                     int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
                     SwigluState& state);
 
-// dx: (T, C), overwritten (or empty: not wanted). grads are overwritten.
+// dx: (T, C), overwritten (or empty: not wanted). grads are overwritten. `placement`: where the
+// batch sits in a data-parallel step (quant_linear.hpp), for its three projections.
 void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<const float> dy,
                      Correction correction, int64_t tokens_per_example, Key step_key,
-                     uint32_t first_layer, SwigluState& state);
+                     uint32_t first_layer, SwigluState& state, const BatchPlacement& placement = {});
 
 }  // namespace s3r::nn

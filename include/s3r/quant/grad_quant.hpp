@@ -15,7 +15,8 @@
 //   s3r        r = threshold7(k_0, t): one 7-bit threshold per token, shared by its N channels
 //   s3r-bcast  r = threshold7(k_0, t / S): one 7-bit threshold per example
 // with k_p = fold_in(layer_key, p) (SPEC section 3: the caller passes
-// fold_in(fold_in(key(seed), step), layer_index)). Token t is the global token index b*S + s.
+// fold_in(fold_in(key(seed), step), layer_index)). Token t is the global token index b*S + s
+// (config.first_token + the row).
 //
 // Implementation: two passes over G (absmax; then quantize + statistics), thresholds made in
 // registers from the Threefry words (no full-size random or threshold tensor is written),
@@ -29,6 +30,7 @@
 
 #include "s3r/core/bf16.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/dist/communicator.hpp"
 #include "s3r/quant/grad_rounding.hpp"
 #include "s3r/rng/threefry.hpp"
 
@@ -52,6 +54,11 @@ struct GradQuantConfig {
   int64_t tokens_per_example = 0;  // S; T = B*S must be a multiple of it
   Key layer_key{};                 // products use fold_in(layer_key, 0) and fold_in(layer_key, 1)
   bool want_stats = false;         // compute the S3R-EC statistics
+  // Data parallel (SPEC section 6): G holds rows [first_token, first_token + T) of the global
+  // batch (first_token a multiple of S), so thresholds and sr bits use the global token index;
+  // D is the max over every rank of `group` (one max all-reduce). nullptr: one process.
+  uint64_t first_token = 0;
+  dist::Communicator* group = nullptr;
 };
 
 // Mean rounding errors of one quantization (SPEC section 4), in gradient units (times D).

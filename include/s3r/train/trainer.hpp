@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "s3r/data/dataloader.hpp"
+#include "s3r/dist/communicator.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/model/config.hpp"
 #include "s3r/model/model.hpp"
@@ -43,6 +44,12 @@ struct TrainOptions {
   // earlier run's files are removed first). The folder is locked (out_dir/.lock) for the run.
   bool overwrite = false;
   bool quiet = false;            // no per-step lines
+  // Data parallel (s3r/train/data_parallel.hpp, docs/DISTRIBUTED.md): the ranks of the run
+  // (nullptr: this process alone) and the examples per forward/backward (0: the whole batch).
+  // Every rank calls train() with the same options; rank 0 alone reads and writes the run folder
+  // and logs. The result is the same bits for any number of ranks.
+  dist::Communicator* world = nullptr;
+  int64_t micro_batch = 0;
 };
 
 struct StepRecord {

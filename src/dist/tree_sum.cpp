@@ -1,0 +1,80 @@
+// The fixed summation tree of data-parallel training; see s3r/dist/tree_sum.hpp.
+#include "s3r/dist/tree_sum.hpp"
+
+#include <algorithm>
+
+#include "s3r/core/error.hpp"
+
+namespace s3r::dist {
+
+void add_into(std::span<float> a, std::span<const float> b) {
+  if (a.size() != b.size()) throw Error("add_into: sizes differ");
+  const int64_t n = static_cast<int64_t>(a.size());
+  constexpr int64_t kBlock = 1 << 14;  // each element's sum is one addition: blocking is free
+#pragma omp parallel for schedule(static)
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t i1 = std::min(n, i0 + kBlock);
+    for (int64_t i = i0; i < i1; ++i) a[i] += b[i];
+  }
+}
+
+namespace {
+
+void node(std::span<float> out, int64_t lo, int64_t hi, size_t depth, const LeafFill& fill,
+          std::vector<std::vector<float>>& scratch) {
+  if (hi - lo == 1) {
+    fill(lo, out);
+    return;
+  }
+  const int64_t mid = lo + (hi - lo) / 2;
+  node(out, lo, mid, depth + 1, fill, scratch);
+  if (scratch.size() <= depth) scratch.resize(depth + 1);
+  std::vector<float>& right = scratch[depth];
+  right.resize(out.size());
+  node(right, mid, hi, depth + 1, fill, scratch);
+  add_into(out, right);
+}
+
+void piece_node(float* pieces, int64_t lo, int64_t hi, int64_t len) {
+  if (hi - lo == 1) return;
+  const int64_t mid = lo + (hi - lo) / 2;
+  piece_node(pieces, lo, mid, len);
+  piece_node(pieces, mid, hi, len);
+  add_into({pieces + lo * len, static_cast<size_t>(len)}, {pieces + mid * len, static_cast<size_t>(len)});
+}
+
+}  // namespace
+
+void tree_sum_leaves(std::span<float> out, int64_t leaves, const LeafFill& fill,
+                     std::vector<std::vector<float>>& scratch) {
+  if (leaves < 1) throw Error("tree_sum_leaves: needs at least one leaf, got " + std::to_string(leaves));
+  node(out, 0, leaves, 0, fill, scratch);
+}
+
+void tree_sum_pieces(float* pieces, int64_t count, int64_t len) {
+  if (count >= 1) piece_node(pieces, 0, count, len);
+}
+
+int64_t default_leaves(int64_t examples) {
+  int64_t u = 8;
+  while (u > 1 && examples % u != 0) u /= 2;
+  return u;
+}
+
+bool is_tree_node(int64_t n, int64_t lo, int64_t hi) {
+  int64_t a = 0, b = n;
+  while (true) {
+    if (a == lo && b == hi) return true;
+    if (b - a <= 1 || lo < a || hi > b) return false;
+    const int64_t mid = a + (b - a) / 2;
+    if (hi <= mid) {
+      b = mid;
+    } else if (lo >= mid) {
+      a = mid;
+    } else {
+      return false;
+    }
+  }
+}
+
+}  // namespace s3r::dist
