@@ -116,7 +116,7 @@ Key make_layer_key(uint32_t seed, uint32_t step, uint32_t layer) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The bit-defined steps, recomputed with the layer's f32 operations (SPEC 1-3, docs/NUMERICS.md).
+// The bit-defined steps, recomputed with the layer's f32 operations (docs/SPEC.md sections 1-3 and its appendix).
 
 // Forward operands (SPEC 1).
 struct Operands {

@@ -6,7 +6,7 @@
 // (out, in)) and Hugging Face (nn.Linear weight (out, in)) both want them transposed; the token
 // embedding (V, C) is already a row per token in all three.
 //
-// RoPE. s3r rotates adjacent pairs (x[2i], x[2i+1]) of each head (docs/NUMERICS.md).
+// RoPE. s3r rotates adjacent pairs (x[2i], x[2i+1]) of each head (docs/SPEC.md, appendix A.7).
 //  - GGUF, architecture `llama`: llama.cpp's rope type NORM rotates the same adjacent pairs, so
 //    the Q and K weights go in as they are (llama.cpp's own converter permutes Hugging Face's
 //    half-split weights back to this layout);
