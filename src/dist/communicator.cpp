@@ -32,7 +32,11 @@ void SingleProcess::all_gather_bytes(std::span<const std::byte> mine, std::span<
   std::memcpy(all.data(), mine.data(), mine.size());
 }
 
-void SingleProcess::abort(int code) { std::exit(code); }
+// One process has no other ranks to stop: the caller's error simply propagates (no exit() in
+// the library; tools/s3r_main.cpp calls abort only when there are several ranks).
+void SingleProcess::abort(int code) {
+  throw Error("abort(" + std::to_string(code) + ") of a single process: nothing else to stop");
+}
 
 Communicator& single_process() {
   static SingleProcess one;

@@ -85,6 +85,7 @@ class Mpi final : public Communicator {
     if (rank_ == root) bytes_sent_ += static_cast<int64_t>(x.size());
   }
   void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  // MPI_Abort is the only way to stop ranks blocked in a collective; called from main only.
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
