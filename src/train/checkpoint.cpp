@@ -496,8 +496,12 @@ CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std:
                                std::span<float> v) {
   const fs::path folder = checkpoint_folder(dir);
   const CheckpointInfo info = inspect(folder);
+  // The model may hold a share of the checkpoint's batch (a rank's under data parallelism, a
+  // micro-batch's): the batch sizes no tensor, and the trainer checks the global batch itself.
   const RunConfig have{model.config(), model.mode(), model.correction(), info.seed};
-  if (!(have == info.config())) {
+  RunConfig have_any_batch = have, want_any_batch = info.config();
+  have_any_batch.model.batch = want_any_batch.model.batch = 1;
+  if (!(have_any_batch == want_any_batch)) {
     throw Error("the checkpoint in '" + folder.string() + "' is of another model: " + describe(info.config()) +
                 " (this model: " + describe(have) + ")");
   }

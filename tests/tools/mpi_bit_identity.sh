@@ -9,7 +9,7 @@ set -uo pipefail
 s3r=$1; data=$2; work=$3; mpirun=$4
 rm -rf "$work"; mkdir -p "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-common=(--preset tiny --vocab 300 --data "$data" --warmup 2 --batch 16 --steps 3 --eval-every 2 --eval-batches 1)
+common=(--preset tiny --vocab 300 --data "$data" --warmup 2 --batch 16 --eval-every 2 --eval-batches 1)
 fail() { echo "FAIL: $*"; exit 1; }
 numbers() {
   python3 - "$1" <<'PY'
@@ -19,8 +19,9 @@ for line in open(sys.argv[1]):
     print(json.dumps(j, sort_keys=True))
 PY
 }
-run() {  # run NAME RANKS ARGS...: RANKS 0 = no mpirun
+run() {  # run NAME RANKS ARGS...: RANKS 0 = no mpirun; 3 steps unless STEPS says otherwise
   local name=$1 ranks=$2; shift 2
+  set -- --steps "${STEPS:-3}" "$@"
   if [ "$ranks" = 0 ]; then
     OMP_NUM_THREADS=2 "$s3r" train "${common[@]}" "$@" --out "$work/$name" > "$work/$name.log" 2>&1
   else
@@ -36,14 +37,25 @@ for mode in "s3r --correction dx" "s3r --correction two-way" "sr --correction dx
   { run "$m-1" 0 --mode $mode; run "$m-2" 2 --mode $mode; run "$m-4" 4 --mode $mode; }
   same "$m-1" "$m-2"; same "$m-1" "$m-4"
 done
+# Resume with another R: 2 steps of the 3-step schedule in one process and the last under
+# mpirun -np 2, or 2 steps under -np 4 and the last in one process: the straight run's numbers.
+resume() {  # resume NAME RANKS_BEFORE RANKS_AFTER ARGS...
+  local name=$1 before=$2 after=$3; shift 3
+  STEPS=2 run "$name" "$before" --schedule-steps 3 "$@"
+  run "$name" "$after" --resume "$work/$name" "$@"
+  grep -q "resumed from" "$work/$name.log" || fail "$name did not resume"
+}
+resume resume-1to2 0 2; same s3r_--correction_dx-1 resume-1to2
+resume resume-4to1 4 0; same s3r_--correction_dx-1 resume-4to1
 grep -q "rank 1 .*thread" "$work/s3r_--correction_dx-2.log" || fail "the run does not print where rank 1 runs"
 run micro-1 0 --micro-batch 2; run micro-2 2 --micro-batch 2; run micro-4 4 --micro-batch 2
 same micro-1 micro-2; same micro-1 micro-4
+resume resume-micro-2to1 2 0 --micro-batch 2; same micro-1 resume-micro-2to1
 # The test can fail: a different micro-batch changes D, so the numbers must differ.
 run micro4-1 0 --micro-batch 4
 ! diff -q "$work/micro-1.txt" "$work/micro4-1.txt" > /dev/null || fail "--micro-batch 4 and 2 log the same numbers"
 # An error on every rank (an unusable --micro-batch) ends the run with one message naming a rank.
-out=$("$mpirun" -np 2 --oversubscribe "$s3r" train "${common[@]}" --micro-batch 3 --out "$work/bad" 2>&1) \
+out=$("$mpirun" -np 2 --oversubscribe "$s3r" train "${common[@]}" --steps 3 --micro-batch 3 --out "$work/bad" 2>&1) \
   && fail "a bad --micro-batch under mpirun exited 0"
 grep -q "error on rank [01] of 2: --micro-batch" <<<"$out" || fail "no message naming the rank:"$'\n'"$out"
 echo "ok: 1, 2 and 4 ranks log the same numbers"

@@ -106,7 +106,8 @@ std::string tidy_checkpoints(const std::string& run_dir);
 CheckpointInfo read_checkpoint_info(const std::string& dir);
 
 // Loads weights (and, when m and v are not empty, the moments) of the checkpoint in `dir` (as
-// for read_checkpoint_info) into a model of its configuration. Throws s3r::Error naming the file
+// for read_checkpoint_info) into a model of its configuration, whose batch may differ (a rank's or
+// a micro-batch's share of the checkpoint's global batch: the batch sizes no tensor). Throws s3r::Error naming the file
 // when a tensor is missing or misshaped, a file does not match its checksum, or a value is not
 // finite.
 CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std::span<float> m,
