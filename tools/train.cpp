@@ -114,6 +114,10 @@ void run(const TrainCli& c, dist::Communicator& world) {
   o.overwrite = c.overwrite;
   train::validate_options(o);  // before the shards are read
   namespace fs = std::filesystem;
+  // Checkpoints carry the data's tokenizer (s3r data prepare writes it) when there is one.
+  if (const fs::path tokenizer = fs::path(c.data_dir) / "tokenizer.model"; fs::exists(tokenizer)) {
+    o.tokenizer_model = tokenizer.string();
+  }
   const data::TokenShard train_shard = data::read_shard((fs::path(c.data_dir) / "train.bin").string());
   const data::TokenShard val_shard = data::read_shard((fs::path(c.data_dir) / "val.bin").string());
   const double h = train::unigram_entropy(train_shard);

@@ -298,6 +298,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     info.step = step;
     info.loader = loader.position();
     info.bad_steps = bad;
+    info.tokenizer_model = o.tokenizer_model;
     save_checkpoint(o.out_dir, info, model, opt.m, opt.v);
   };
 

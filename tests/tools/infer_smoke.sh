@@ -46,7 +46,18 @@ cmp -s "$work/s1.out" "$work/s2.out" || fail "the same seed gave different text"
 "$s3r" generate --checkpoint "$work/run" "${tok[@]}" --prompt "the" --max-tokens 70 --ignore-eos --seed 1 \
   > /dev/null 2> "$work/long.err" || fail "generate past the context: $(cat "$work/long.err")"
 grep -q " 70 new tokens" "$work/long.err" || fail "not 70 tokens past the context: $(cat "$work/long.err")"
-expect_error "generate: no tokenizer: .*pass --tokenizer" "$s3r" generate --checkpoint "$work/run" --prompt x
+# The trainer copied the data's tokenizer into the checkpoint: no --tokenizer needed, the same text.
+cmp -s "$work/run/checkpoint/tokenizer.model" "$work/data/tokenizer.model" \
+  || fail "the training checkpoint does not hold the data's tokenizer.model"
+"$s3r" generate --checkpoint "$work/run" --prompt "the gradient" --max-tokens 10 --temperature 0 --ignore-eos \
+  > "$work/g3.out" 2>/dev/null || fail "generate without --tokenizer on a training checkpoint"
+cmp -s "$work/g1.out" "$work/g3.out" || fail "the checkpoint's tokenizer gives other text than --tokenizer"
+# A run on data without a tokenizer.model has none in its checkpoints: generate says what to pass.
+mkdir -p "$work/data-notok" && cp "$work/data/train.bin" "$work/data/val.bin" "$work/data-notok/"
+"$s3r" train --preset tiny --vocab 300 --data "$work/data-notok" --steps 1 --warmup 1 --eval-batches 1 \
+  --out "$work/run-notok" > "$work/train-notok.log" 2>&1 || fail "train without a tokenizer: $(tail -3 "$work/train-notok.log")"
+[ ! -e "$work/run-notok/checkpoint/tokenizer.model" ] || fail "a tokenizer.model appeared from nowhere"
+expect_error "generate: no tokenizer: .*pass --tokenizer" "$s3r" generate --checkpoint "$work/run-notok" --prompt x
 expect_error "no checkpoint at '/nonexistent/checkpoint/meta.json'" "$s3r" generate --checkpoint /nonexistent --prompt x
 expect_error "--temperature must be >= 0" "$s3r" generate --checkpoint "$work/run" --prompt x --temperature -1
 expect_error "unknown precision 'f8'" "$s3r" generate --checkpoint "$work/run" "${tok[@]}" --prompt x --precision f8

@@ -39,6 +39,9 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // 0: only at the end
   int max_bad_steps = 5;         // consecutive skipped steps that stop the run
   std::string out_dir;           // empty: no files
+  // The SentencePiece tokenizer.model of the training data, copied into every checkpoint so
+  // that generate, eval and export need no --tokenizer (empty: none).
+  std::string tokenizer_model;
   // A run folder that already holds a run (a checkpoint, a leftover of one, or metrics.jsonl)
   // is refused unless the run resumes from that same folder or `overwrite` is set (then the
   // earlier run's files are removed first). The folder is locked (out_dir/.lock) for the run.
