@@ -8,10 +8,12 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "s3r/core/isa.hpp"
+#include "s3r/dist/communicator.hpp"
 #include "s3r/quant/thresholds.hpp"
 #include "test_util.hpp"
 
@@ -219,6 +221,85 @@ TEST(GradQuant, CodesFollowTheSpecFormulas) {
       if (mode == GradRounding::kRtne) {
         const auto [mn, mx] = std::minmax_element(out.codes[0].begin(), out.codes[0].end());
         EXPECT_TRUE(*mn == -127 || *mx == 127);
+      }
+    }
+  }
+}
+
+// Two ranks' share of the same member of a group, without MPI: max() records this rank's values
+// and takes the element-wise max with the other rank's (recorded by an earlier call); every other
+// collective is unused by quantize_gradient.
+class TwoRankMax final : public dist::Communicator {
+ public:
+  explicit TwoRankMax(int rank, std::vector<float> other = {}) : rank_(rank), other_(std::move(other)) {}
+  int rank() const override { return rank_; }
+  int size() const override { return 2; }
+  void max(std::span<float> x) override {
+    mine.assign(x.begin(), x.end());
+    for (size_t i = 0; i < x.size() && i < other_.size(); ++i) x[i] = std::max(x[i], other_[i]);
+  }
+  void sum(std::span<int32_t>) override { unused(); }
+  void tree_sum(std::span<float>) override { unused(); }
+  void all_gather_bytes(std::span<const std::byte>, std::span<std::byte>) override { unused(); }
+  void broadcast_bytes(std::span<std::byte>, int) override { unused(); }
+  void barrier() override { unused(); }
+  [[noreturn]] void abort(int) override { unused(); }
+  std::vector<float> mine;
+
+ private:
+  [[noreturn]] static void unused() { throw std::logic_error("TwoRankMax: not a collective of quantize_gradient"); }
+  int rank_;
+  std::vector<float> other_;
+};
+
+// Data parallel (SPEC section 6): rows [o, o + T/2) quantized as a rank's share (first_token = o,
+// D's max over both ranks) give the codes and D of the whole G quantized at once, in every tier,
+// every mode, and for splits at several example boundaries; with first_token wrong (0 for the
+// second half), the random modes differ. This holds the tiers' global-index arithmetic (the
+// sr counter (first_token + t) * N + n, the thresholds of tokens and examples) against the
+// reference without MPI.
+TEST(GradQuant, ARanksShareQuantizesAsThePartOfTheWhole) {
+  for (int64_t N : {9, 33}) {
+    const int64_t S = 4, T = 48;
+    const Problem whole = make_problem(T, N, S, static_cast<uint32_t>(40 + N));
+    for (int64_t split : {S, 5 * S, T / 2}) {
+      Problem part[2];
+      for (int r = 0; r < 2; ++r) {
+        const int64_t lo = r == 0 ? 0 : split, hi = r == 0 ? split : T;
+        part[r] = Problem{hi - lo, N, S, {}, {}, whole.sw, {}};
+        part[r].g.assign(whole.g.begin() + lo * N, whole.g.begin() + hi * N);
+        part[r].sx.assign(whole.sx.begin() + lo, whole.sx.begin() + hi);
+      }
+      for (Isa isa : testing::runnable_isas()) {
+        ScopedIsa scoped(isa);
+        for (GradRounding mode : kModes) {
+          const std::string ctx = where(whole, mode) + " split at token " + std::to_string(split);
+          const QuantizedGrad want = run(whole, mode, false);
+          const auto quantize = [&](int r, dist::Communicator& group, uint64_t first_token) {
+            QuantizedGrad out;
+            GradQuantConfig cfg{mode, S, fold_in(key_from_seed(2024), 7), false};
+            cfg.first_token = first_token;
+            cfg.group = &group;
+            quantize_gradient(out, std::span<const float>(part[r].g), part[r].T, N, part[r].sx, part[r].sw, cfg);
+            return out;
+          };
+          TwoRankMax record0(0), record1(1);
+          quantize(0, record0, 0);
+          quantize(1, record1, static_cast<uint64_t>(split));
+          TwoRankMax rank0(0, record1.mine), rank1(1, record0.mine);
+          const QuantizedGrad got[2] = {quantize(0, rank0, 0), quantize(1, rank1, static_cast<uint64_t>(split))};
+          for (int q = 0; q < want.count; ++q) {
+            ASSERT_EQ(got[0].step, want.step) << ctx;
+            ASSERT_EQ(got[1].step, want.step) << ctx;
+            std::vector<int8_t> joined = got[0].codes[q];
+            joined.insert(joined.end(), got[1].codes[q].begin(), got[1].codes[q].end());
+            ASSERT_EQ(joined, want.codes[q]) << ctx << " q=" << q;
+          }
+          if (mode != GradRounding::kRtne) {  // the offset matters: without it, other thresholds
+            TwoRankMax rank1_unshifted(1, record0.mine);
+            EXPECT_NE(quantize(1, rank1_unshifted, 0).codes[0], got[1].codes[0]) << ctx;
+          }
+        }
       }
     }
   }
