@@ -155,6 +155,10 @@ void run(const TrainCli& c, dist::Communicator& world) {
   const double val = r.validation.empty() ? NAN : r.validation.back().second;
   std::printf("summary: final validation loss %.4f nats (%.3f below the unigram entropy), %.0f tokens/s, out %s\n",
               val, h - val, o.model.tokens() * r.steps.size() / (ms / 1000.0), c.out.c_str());
+  if (world.size() > 1 && !r.steps.empty()) {
+    std::printf("communication: rank 0 sent %.2f MB per step to the other ranks\n",
+                static_cast<double>(r.steps.back().sent_bytes) / 1e6);
+  }
   plot(c.out);
 }
 

@@ -310,7 +310,9 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     loader.next_batch(in, tg, o.model.batch);  // the global batch; each rank runs its share
     StepRecord rec{step, 0.0, o.lr.at(step), 0.0, 0.0, false};
     const Key step_key = fold_in(seed_key, static_cast<uint32_t>(step));
+    const int64_t sent_before = runner.bytes_sent();
     const StepResult r = runner.run(in, tg, &step_key);  // every rank agrees on r.ok
+    rec.sent_bytes = runner.bytes_sent() - sent_before;
     rec.loss = r.loss;
     if (!r.ok) {  // a NaN/Inf activation, loss or gradient
       rec.skipped = true;
@@ -330,10 +332,11 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     result.steps.push_back(rec);
     const double tps = o.model.tokens() / (rec.ms / 1000.0);
     if (metrics.is_open()) {
-      metrics << nlohmann::json{{"step", step}, {"loss", rec.loss}, {"lr", rec.lr},
-                                {"grad_norm", rec.grad_norm}, {"ms", rec.ms},
-                                {"tokens_per_s", tps}, {"skipped", rec.skipped}}.dump()
-              << "\n";
+      nlohmann::json line{{"step", step},          {"loss", rec.loss},        {"lr", rec.lr},
+                          {"grad_norm", rec.grad_norm}, {"ms", rec.ms},     {"tokens_per_s", tps},
+                          {"skipped", rec.skipped}};
+      if (world.size() > 1) line["sent_bytes"] = rec.sent_bytes;  // rank 0's, as every rank's
+      metrics << line.dump() << "\n";
     }
     if (!o.quiet) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();

@@ -15,7 +15,7 @@ numbers() {
   python3 - "$1" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
-    j = json.loads(line); j.pop("ms", None); j.pop("tokens_per_s", None)
+    j = json.loads(line); j.pop("ms", None); j.pop("tokens_per_s", None); j.pop("sent_bytes", None)
     print(json.dumps(j, sort_keys=True))
 PY
 }

@@ -62,6 +62,7 @@ struct StepRecord {
   double grad_norm = 0.0;
   double ms = 0.0;
   bool skipped = false;
+  int64_t sent_bytes = 0;  // payload this rank sent to other ranks in the step (0: one process)
 };
 
 struct TrainResult {
