@@ -26,6 +26,7 @@
 #include "s3r/model/model.hpp"
 #include "s3r/optim/adamw.hpp"
 #include "s3r/rng/threefry.hpp"
+#include "s3r/train/optimizer.hpp"
 #include "s3r/train/trainer.hpp"
 
 namespace s3r::tools {
@@ -89,9 +90,8 @@ struct StepRunner {
   double optimizer_ms = 0.0, timed_steps = 0.0, minor_faults = 0.0;
 
   StepRunner(const model::ModelConfig& cfg, const StepConfig& c)
-      : model(cfg, c.mode, c.correction), in(cfg.tokens()), tg(cfg.tokens()) {
+      : model(cfg, c.mode, c.correction), opt(model, dist::single_process(), false), in(cfg.tokens()), tg(cfg.tokens()) {
     model.init_weights(0);
-    opt = train::make_optimizer(model);
     std::vector<uint32_t> bits(cfg.tokens() + 1);
     random_bits32(key_from_seed(7), 0, bits);  // uniform tokens: the step's cost ignores the text
     for (int64_t i = 0; i < cfg.tokens(); ++i) {
@@ -109,7 +109,7 @@ struct StepRunner {
     model.backward(fold_in(key_from_seed(0), static_cast<uint32_t>(t)));
     const auto optimizer_start = std::chrono::steady_clock::now();
     double norm = 0.0;
-    optim::adamw_step(opt.refs, adamw, 1e-4f, ++t, &norm);
+    opt.step(adamw, 1e-4f, ++t, &norm);
     const auto end = std::chrono::steady_clock::now();
     if (record) {
       optimizer_ms += std::chrono::duration<double, std::milli>(end - optimizer_start).count();

@@ -33,6 +33,7 @@ struct TrainCli {
   uint32_t seed = 0;
   int64_t steps = 600, schedule_steps = 0, warmup = 30, eval_every = 100, eval_batches = 8, checkpoint_every = 0;
   int64_t micro_batch = 0;
+  bool shard_optimizer = false;
   float lr = 3e-3f, min_lr = 3e-4f, weight_decay = 0.1f, clip = 1.0f;
 };
 
@@ -96,6 +97,7 @@ void run(const TrainCli& c, dist::Communicator& world) {
   train::TrainOptions o;
   o.world = &world;
   o.micro_batch = c.micro_batch;
+  o.shard_optimizer = c.shard_optimizer;
   o.model = c.model.config();
   o.mode = nn::parse_linear_mode(c.mode);
   o.correction = nn::parse_correction(c.correction);
@@ -142,7 +144,10 @@ void run(const TrainCli& c, dist::Communicator& world) {
               c.out.c_str(), c.resume.empty() ? "" : "; resume from ", c.resume.c_str());
   std::printf("  %-12s %s\n", "machine", machine_line().c_str());
   const train::StepPlan plan = train::make_step_plan(m.batch, c.micro_batch, world.size(), 0, m.seq_len);
-  std::printf("  %-12s %s\n", "parallel", plan.describe().c_str());
+  std::printf("  %-12s %s%s\n", "parallel", plan.describe().c_str(),
+              !c.shard_optimizer ? ""
+              : world.size() > 1 ? "; AdamW moments sharded over the ranks"
+                                 : "; --shard-optimizer has no effect in one process");
   for (size_t r = 0; r < where.size(); ++r) std::printf("  %-12s %s\n", ("rank " + std::to_string(r)).c_str(), where[r].c_str());
   std::printf("data: %s: %zu training tokens, %zu validation tokens, vocabulary %u\n", c.data_dir.c_str(),
               train_shard.tokens.size(), val_shard.tokens.size(), train_shard.vocab);
@@ -195,6 +200,8 @@ void register_train(CLI::App& app, dist::Communicator& world) {
   add_integer_option(cmd, "--micro-batch", c->micro_batch,
                      "examples per forward/backward (gradient accumulation; 0: the whole batch at once); "
                      "see docs/DISTRIBUTED.md", 0, INT64_MAX, "0: the whole batch");
+  cmd->add_flag("--shard-optimizer", c->shard_optimizer,
+                "under mpirun: each rank keeps 1/R of AdamW's moments (the same bits; docs/DISTRIBUTED.md)");
   cmd->callback([c, &world] { run(*c, world); });
 }
 

@@ -20,6 +20,7 @@
 #include "s3r/model/model.hpp"
 #include "s3r/quant/grad_quant.hpp"
 #include "s3r/train/data_parallel.hpp"
+#include "s3r/train/optimizer.hpp"
 
 namespace s3r::train {
 
@@ -34,19 +35,6 @@ double unigram_entropy(const data::TokenShard& shard) {
     if (c > 0) h -= (c / n) * std::log(c / n);
   }
   return h;
-}
-
-Optimizer make_optimizer(model::Model& model) {
-  Optimizer opt;
-  opt.m.assign(model.params().size(), 0.0f);
-  opt.v.assign(model.params().size(), 0.0f);
-  for (const model::ParamInfo& p : model.param_table()) {
-    opt.refs.push_back({p.name, model.params().subspan(p.offset, p.size),
-                        model.grads().subspan(p.offset, p.size),
-                        std::span<float>(opt.m).subspan(p.offset, p.size),
-                        std::span<float>(opt.v).subspan(p.offset, p.size), p.decay});
-  }
-  return opt;
 }
 
 namespace {
@@ -98,9 +86,10 @@ std::string gigabytes(double bytes) {
 
 // One rank's memory (model, gradients, activations of its batch, AdamW moments) against
 // MemAvailable; `m` is the rank's model (its batch: the plan's model_batch()).
-void check_memory(const TrainOptions& o, const model::ModelConfig& m) {
+void check_memory(const TrainOptions& o, const model::ModelConfig& m, int ranks) {
+  const double moments = o.shard_optimizer ? 8.0 / ranks : 8.0;  // bytes per parameter
   const double need = static_cast<double>(model::Model::estimate_bytes(m, o.mode)) +
-                      8.0 * static_cast<double>(model::Model::parameter_count(m));
+                      moments * static_cast<double>(model::Model::parameter_count(m));
   const double available = static_cast<double>(available_memory_bytes());
   if (available > 0 && need > 0.9 * available) {
     throw Error("the run needs about " + gigabytes(need) + " of memory per process (" + m.describe() + "), but only " +
@@ -178,12 +167,11 @@ double evaluate(StepRunner& runner, const data::TokenShard& val, const TrainOpti
   return total / static_cast<double>(o.eval_batches);
 }
 
-// Rank 0's training state on every rank (a resumed run): weights, moments and the counters.
-void broadcast_state(dist::Communicator& world, model::Model& model, Optimizer& opt, data::LoaderPosition& pos,
+// Rank 0's training state on every rank (a resumed run): weights and the counters (the moments:
+// Optimizer::set_moments).
+void broadcast_state(dist::Communicator& world, model::Model& model, data::LoaderPosition& pos,
                      int64_t& first, int& bad, bool& final_validated) {
   world.broadcast<float>(model.params(), 0);
-  world.broadcast<float>(opt.m, 0);
-  world.broadcast<float>(opt.v, 0);
   world.broadcast<data::LoaderPosition>({&pos, 1}, 0);
   int64_t counters[3] = {first, bad, final_validated ? 1 : 0};
   world.broadcast<int64_t>(counters, 0);
@@ -243,14 +231,14 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   };
   window_check(train_shard, "training");
   window_check(val_shard, "validation");
-  check_memory(o, rank_model);
+  check_memory(o, rank_model, world.size());
   // Rank 0 alone owns the run folder (lock, metrics, checkpoints); the others never touch it.
   TrainOptions files = o;
   if (!rank0) files.out_dir.clear();
   const RunFolder run = open_run_folder(files, resume_dir, log);
   model::Model model(rank_model, o.mode, o.correction);
   model.init_weights(o.seed);
-  Optimizer opt = make_optimizer(model);
+  Optimizer opt(model, world, o.shard_optimizer);
   StepRunner runner(model, world, plan);
   data::DataLoader loader(train_shard, o.model.seq_len, o.seed);
   TrainResult result;
@@ -261,6 +249,9 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   int bad = 0;
   bool final_validated = false;
   const fs::path metrics_path = fs::path(o.out_dir) / "metrics.jsonl";
+  // Resuming: rank 0 reads the checkpoint (its whole moments into the optimizer's), then every
+  // rank gets the weights, moments and counters.
+  const Optimizer::Whole loaded = resume_dir.empty() ? Optimizer::Whole{} : opt.whole_moments();
   if (!resume_dir.empty() && rank0) {
     const std::string from = run.resume_in_place ? (fs::path(o.out_dir) / "checkpoint").string()
                                                  : find_checkpoint(resume_dir);
@@ -269,7 +260,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
       throw Error("--resume: the checkpoint's configuration (" + describe(info.config()) + ") differs from this run's (" +
                   describe(config) + ")");
     }
-    load_checkpoint(from, model, opt.m, opt.v);
+    load_checkpoint(from, model, loaded.m, loaded.v);
     loader.set_position(info.loader);
     first = info.step + 1;
     bad = info.bad_steps;
@@ -280,10 +271,13 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     }
     log << "resumed from " << from << " at step " << first << "\n";
   }
-  if (!resume_dir.empty() && world.size() > 1) {
-    data::LoaderPosition pos = loader.position();
-    broadcast_state(world, model, opt, pos, first, bad, final_validated);
-    loader.set_position(pos);
+  if (!resume_dir.empty()) {
+    opt.set_moments(loaded.m, loaded.v);
+    if (world.size() > 1) {
+      data::LoaderPosition pos = loader.position();
+      broadcast_state(world, model, pos, first, bad, final_validated);
+      loader.set_position(pos);
+    }
   }
   std::ofstream metrics;
   if (!files.out_dir.empty()) {
@@ -291,7 +285,10 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     if (!metrics) throw Error("cannot write '" + metrics_path.string() + "'");
   }
   // Non-finite numbers (a skipped step's loss, a diverged validation) are written as JSON null.
+  // Every rank calls save at the same steps (a sharded optimizer gathers its moments to rank 0).
   const auto save = [&](int64_t step) {
+    const Optimizer::Whole moments = opt.whole_moments();
+    if (!rank0) return;
     metrics.flush();
     CheckpointInfo info;
     static_cast<RunConfig&>(info) = config;
@@ -299,7 +296,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     info.loader = loader.position();
     info.bad_steps = bad;
     info.tokenizer_model = o.tokenizer_model;
-    save_checkpoint(o.out_dir, info, model, opt.m, opt.v);
+    save_checkpoint(o.out_dir, info, model, moments.m, moments.v);
   };
 
   const Key seed_key = key_from_seed(o.seed);
@@ -319,7 +316,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
       log << "step " << step << ": skipped (" << r.why << ")\n";
     } else {
       // The gradient is the same bits on every rank, and so is every update.
-      rec.skipped = !optim::adamw_step(opt.refs, o.adamw, rec.lr, step + 1, &rec.grad_norm);
+      rec.skipped = !opt.step(o.adamw, rec.lr, step + 1, &rec.grad_norm);
       if (rec.skipped) {
         log << "step " << step << ": skipped ("
             << (std::isfinite(rec.grad_norm) ? "the update would make a weight or moment non-finite"
@@ -353,11 +350,11 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
       // non-finite: the state is the finite one after the last applied step. It is saved only
       // where no checkpoint exists yet; an existing one (an earlier save of this run, or the
       // run resumed from) came from steps that were still finite and is kept.
-      if (!files.out_dir.empty()) {
-        if (!has_checkpoint(o.out_dir)) {
+      if (!o.out_dir.empty()) {
+        if (world.any(rank0 && !has_checkpoint(o.out_dir))) {  // rank 0 alone sees the folder
           save(step);
           log << "checkpoint of the last finite state: " << o.out_dir << "/checkpoint\n";
-        } else {
+        } else if (rank0) {
           metrics.flush();
           log << "kept the earlier checkpoint in " << o.out_dir << "/checkpoint (step "
               << read_checkpoint_info(o.out_dir).step + 1 << ")\n";
@@ -374,7 +371,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
       if (!o.quiet) log << "step " << step + 1 << ": validation loss " << val << "\n";
     }
     // The final checkpoint comes before the final evaluation: nothing after it can lose the run.
-    if (!files.out_dir.empty() && (last || (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0))) {
+    if (!o.out_dir.empty() && (last || (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0))) {
       save(step);
     }
   }

@@ -30,7 +30,13 @@ run() {  # run NAME RANKS ARGS...: RANKS 0 = no mpirun; 3 steps unless STEPS say
   fi || fail "$name failed:"$'\n'"$(tail -5 "$work/$name.log")"
   numbers "$work/$name/metrics.jsonl" > "$work/$name.txt"
 }
-same() { diff "$work/$1.txt" "$work/$2.txt" > /dev/null || fail "$2 logs other numbers than $1:"$'\n'"$(diff "$work/$1.txt" "$work/$2.txt" | head -4)"; }
+same() {  # the same logged numbers, and the same checkpoint bytes (weights, moments, meta.json)
+  diff "$work/$1.txt" "$work/$2.txt" > /dev/null || fail "$2 logs other numbers than $1:"$'\n'"$(diff "$work/$1.txt" "$work/$2.txt" | head -4)"
+  local f
+  for f in model.safetensors optimizer.safetensors meta.json; do
+    cmp -s "$work/$1/checkpoint/$f" "$work/$2/checkpoint/$f" || fail "$2's checkpoint/$f differs from $1's"
+  done
+}
 for mode in "s3r --correction dx" "s3r --correction two-way" "sr --correction dx" "bf16 --correction none"; do
   m=${mode// /_}
   # shellcheck disable=SC2086
@@ -47,6 +53,13 @@ resume() {  # resume NAME RANKS_BEFORE RANKS_AFTER ARGS...
 }
 resume resume-1to2 0 2; same s3r_--correction_dx-1 resume-1to2
 resume resume-4to1 4 0; same s3r_--correction_dx-1 resume-4to1
+# AdamW's moments sharded over the ranks: the same numbers and checkpoints; and a sharded run
+# resumes under another R, sharded or not.
+run shard-2 2 --shard-optimizer; same s3r_--correction_dx-1 shard-2
+run shard-4 4 --shard-optimizer; same s3r_--correction_dx-1 shard-4
+grep -q "AdamW moments sharded over the ranks" "$work/shard-4.log" || fail "the run does not say it shards"
+resume resume-shard-4to2 4 2 --shard-optimizer; same s3r_--correction_dx-1 resume-shard-4to2
+resume resume-shard-2to1 2 0 --shard-optimizer; same s3r_--correction_dx-1 resume-shard-2to1
 grep -q "rank 1 .*thread" "$work/s3r_--correction_dx-2.log" || fail "the run does not print where rank 1 runs"
 run micro-1 0 --micro-batch 2; run micro-2 2 --micro-batch 2; run micro-4 4 --micro-batch 2
 same micro-1 micro-2; same micro-1 micro-4

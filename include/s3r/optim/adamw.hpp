@@ -40,8 +40,30 @@ struct LrSchedule {
   float at(int64_t step) const;
 };
 
-// sqrt(sum of squared gradients) over all parameters, in double; NaN or Inf if any is.
+// sqrt(sum of squared gradients) over all parameters, in double; NaN or Inf if any is. The sum
+// is formed as grad_sums_of_squares below, its terms added in order: the same bits for any
+// thread count.
 double global_grad_norm(std::span<const ParamRef> params);
+
+// The elements of each tensor, cut into chunks of kNormChunk from its start (the last one
+// shorter); the norm's partial sums are per chunk.
+inline constexpr int64_t kNormChunk = int64_t{1} << 14;
+// Sum of squared gradients of every chunk, in double: tensors in order, chunks in order. A
+// caller holding a share of the parameters (ParamRefs that start at chunk boundaries of their
+// tensors) gets exactly its chunks' terms of the whole list.
+std::vector<double> grad_sums_of_squares(std::span<const ParamRef> params);
+
+// The per-step scalars of adamw_step, from the gradient norm: the clipping factor and the bias
+// corrections at step t.
+struct AdamWScalars {
+  float lr = 0.0f, clip = 1.0f, bias1 = 1.0f, bias2 = 1.0f;
+};
+AdamWScalars adamw_scalars(const AdamWConfig& config, float lr, int64_t t, double norm);
+// The two passes of adamw_step over `params` (each element on its own: any share of the
+// parameters gives the same bits as the whole): whether every new weight and moment would be
+// finite, and the update itself.
+bool adamw_keeps_finite(std::span<const ParamRef> params, const AdamWConfig& config, const AdamWScalars& s);
+void adamw_apply(std::span<const ParamRef> params, const AdamWConfig& config, const AdamWScalars& s);
 
 // One update at 1-based step `t` with learning rate `lr`. Returns false (and changes nothing)
 // when the gradient norm is not finite or the update would leave a non-finite weight or

@@ -53,6 +53,9 @@ struct TrainOptions {
   // and logs. The result is the same bits for any number of ranks.
   dist::Communicator* world = nullptr;
   int64_t micro_batch = 0;
+  // AdamW's moments sharded over the ranks (s3r/train/optimizer.hpp): 8/R bytes per parameter
+  // instead of 8, the same bits.
+  bool shard_optimizer = false;
 };
 
 struct StepRecord {
@@ -74,12 +77,6 @@ struct TrainResult {
 // Mean -sum p log p of the token frequencies of `shard`, in nats.
 double unigram_entropy(const data::TokenShard& shard);
 
-// AdamW moments over a Model's parameter arena, and the per-tensor views adamw_step takes.
-struct Optimizer {
-  std::vector<float> m, v;
-  std::vector<optim::ParamRef> refs;
-};
-Optimizer make_optimizer(model::Model& model);
 
 // Every numeric option finite and in range (learning rates in (0, 1], 0 only where it is a
 // documented choice). Throws s3r::Error naming the option as `s3r train` spells it.
