@@ -6,9 +6,31 @@
 # data/runs/small-s3r-dx/{metrics.jsonl, checkpoint/, loss.png}.
 # Extra arguments go to `s3r train` (e.g. --mode sr --correction none --out data/runs/sr). Run
 # again, it refuses to replace the finished run: add --overwrite to train it anew.
+# `--ranks R` (first argument) trains the same job as R MPI ranks on this machine (mpirun -np R
+# in front of `s3r train`, cores / R threads each): the same losses, bit for bit
+# (docs/DISTRIBUTED.md). Give it another --out to keep both runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+launch=()
+if [ "${1:-}" = --ranks ]; then
+  ranks=${2:?"--ranks needs a number of ranks"}; shift 2
+  [[ $ranks =~ ^[1-9][0-9]*$ ]] || { echo "main.sh: --ranks must be a positive integer, got '$ranks'" >&2; exit 1; }
+  threads=$(( $(nproc) / ranks )); (( threads >= 1 )) || threads=1
+  launch=(mpirun -np "$ranks" --bind-to none -x OMP_NUM_THREADS="$threads")
+  (( ranks <= $(nproc) )) || launch+=(--oversubscribe)
+  # One host: shared memory without the ptrace-based single copy (refused in containers).
+  export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
 scripts/setup.sh
 scripts/fetch_data.sh
-build/release/tools/s3r train --preset small --mode s3r --correction dx --steps 600 \
-  --data data/nlp-corpus --out data/runs/small-s3r-dx "$@"
+# The job's settings, each unless the extra arguments give it (s3r train takes an option once).
+args=()
+for pair in "--preset small" "--mode s3r" "--correction dx" "--steps 600" "--data data/nlp-corpus" \
+            "--out data/runs/small-s3r-dx"; do
+  key=${pair%% *}
+  given=0
+  for a in "$@"; do [[ $a == "$key" || $a == "$key="* ]] && given=1; done
+  (( given )) || args+=($pair)
+done
+"${launch[@]}" build/release/tools/s3r train "${args[@]}" "$@"

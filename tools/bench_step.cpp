@@ -125,16 +125,6 @@ struct StepRunner {
   }
 };
 
-// A "Vm...:" field of /proc/self/status in bytes (-1 if absent): VmHWM is the peak resident set.
-int64_t proc_status_bytes(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::string(field).size())) * 1024;
-  }
-  return -1;
-}
-
 // Peak memory of one configuration: a child `s3r bench step --memory-of NAME` builds it, runs
 // the warm-up steps and prints its VmHWM (so no other configuration's buffers are counted).
 int64_t measure_memory(const Options& o, const StepConfig& c) {
@@ -231,7 +221,7 @@ void run(const Options& o) {
   if (!o.memory_of.empty()) {
     StepRunner r(cfg, select(o.memory_of).at(0));
     for (int i = 0; i < std::max(1, o.warmup); ++i) r.step();
-    std::printf("peak_rss_bytes %lld\n", static_cast<long long>(proc_status_bytes("VmHWM:")));
+    std::printf("peak_rss_bytes %lld\n", static_cast<long long>(peak_resident_bytes()));
     return;
   }
   const std::vector<StepConfig> configs = select(o.configs);

@@ -127,6 +127,7 @@ void run(const TrainCli& c, dist::Communicator& world) {
   const std::vector<std::string> where = world.gather_strings(placement(omp_get_max_threads()));
   if (!rank0) {
     train::train(o, train_shard, val_shard, c.resume, std::cout);
+    world.gather_strings(std::to_string(peak_resident_bytes()));
     return;
   }
   std::printf("s3r train\n");
@@ -164,6 +165,12 @@ void run(const TrainCli& c, dist::Communicator& world) {
     std::printf("communication: rank 0 sent %.2f MB per step to the other ranks\n",
                 static_cast<double>(r.steps.back().sent_bytes) / 1e6);
   }
+  const std::vector<std::string> peaks = world.gather_strings(std::to_string(peak_resident_bytes()));
+  std::printf("peak memory:");
+  for (size_t i = 0; i < peaks.size(); ++i) {
+    std::printf("%s rank %zu %.0f MB", i ? "," : "", i, std::stod(peaks[i]) / 1e6);
+  }
+  std::printf(" (resident set)\n");
   plot(c.out);
 }
 

@@ -36,6 +36,16 @@ int64_t available_memory_bytes() {
   return -1;
 }
 
+int64_t peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string field = "VmHWM:";
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(field.size())) * 1024;
+  }
+  return -1;
+}
+
 std::string machine_line() {
   std::ostringstream s;
   s << cpu_model_name() << ", " << omp_get_num_procs() << " logical cores ("

@@ -309,7 +309,6 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     const Key step_key = fold_in(seed_key, static_cast<uint32_t>(step));
     const int64_t sent_before = runner.bytes_sent();
     const StepResult r = runner.run(in, tg, &step_key);  // every rank agrees on r.ok
-    rec.sent_bytes = runner.bytes_sent() - sent_before;
     rec.loss = r.loss;
     if (!r.ok) {  // a NaN/Inf activation, loss or gradient
       rec.skipped = true;
@@ -324,6 +323,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
             << ")\n";
       }
     }
+    rec.sent_bytes = runner.bytes_sent() - sent_before;  // the step and the optimizer's
     bad = rec.skipped ? bad + 1 : 0;
     rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     result.steps.push_back(rec);
