@@ -251,7 +251,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   const fs::path metrics_path = fs::path(o.out_dir) / "metrics.jsonl";
   // Resuming: rank 0 reads the checkpoint (its whole moments into the optimizer's), then every
   // rank gets the weights, moments and counters.
-  const Optimizer::Whole loaded = resume_dir.empty() ? Optimizer::Whole{} : opt.whole_moments();
+  Optimizer::Whole loaded = resume_dir.empty() ? Optimizer::Whole{} : opt.whole_moments();
   if (!resume_dir.empty() && rank0) {
     const std::string from = run.resume_in_place ? (fs::path(o.out_dir) / "checkpoint").string()
                                                  : find_checkpoint(resume_dir);
@@ -273,6 +273,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   }
   if (!resume_dir.empty()) {
     opt.set_moments(loaded.m, loaded.v);
+    loaded = Optimizer::Whole{};  // rank 0's whole copy is no longer needed
     if (world.size() > 1) {
       data::LoaderPosition pos = loader.position();
       broadcast_state(world, model, pos, first, bad, final_validated);

@@ -6,13 +6,15 @@
 // optim::adamw_step on the gradient, which is the same bits on every rank.
 //
 // Sharded (`s3r train --shard-optimizer`): the norm's chunks (optim::kNormChunk elements of a
-// tensor, tensors in parameter order) are cut into R contiguous ranges; rank r keeps the moments
-// of range r only (8/R bytes per parameter) and updates those weights, then every rank's
-// weights are all-gathered. The gradient norm is the sum of every chunk's term in the whole
-// list's order (the terms all-gathered), the finiteness check an "any" over ranks, and each
-// element's update the same operations: weights, moments, norms and skipped steps are the same
-// bits as the whole optimizer's for any R. Communication: 4 (R-1)/R bytes per parameter more
-// per step (the weights; the gradients are still all-reduced whole).
+// tensor, tensors in parameter order) are cut into R contiguous ranges, so rank r's share is one
+// contiguous range of the parameter arena; rank r keeps the moments of its share only (8/R
+// bytes per parameter) and updates those weights, then the shares are all-gathered in place.
+// The gradient norm is the sum of every chunk's term in the whole list's order (the terms
+// all-gathered), the finiteness check an "any" over ranks, and each element's update the same
+// operations: weights, moments, norms and skipped steps are the same bits as the whole
+// optimizer's for any R. Communication: 4 (R-1)/R bytes per parameter more per step (the
+// weights; the gradients are still all-reduced whole). A checkpoint gathers the whole moments
+// on rank 0 while it is written (8 bytes per parameter there, for that time).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -34,10 +36,16 @@ class Optimizer {
   bool step(const optim::AdamWConfig& config, float lr, int64_t t, double* norm);
 
   // The whole moments: every rank calls; rank 0 gets m and v of every parameter (the arena's
-  // layout), valid until the next call of step or set_moments; the other ranks get empty spans.
-  // For a checkpoint; and to resume: rank 0 loads into them, then every rank calls set_moments.
+  // layout; when sharded, gathered into `storage`, freed with the object); the other ranks get
+  // empty spans. For a checkpoint; and to resume: rank 0 loads into them, then every rank calls
+  // set_moments.
   struct Whole {
     std::span<float> m, v;
+    std::vector<float> storage;
+    Whole() = default;
+    Whole(Whole&&) = default;  // moves keep the spans' storage; copies would not
+    Whole& operator=(Whole&&) = default;
+    Whole(const Whole&) = delete;
   };
   Whole whole_moments();
   // Sets every rank's moments from rank 0's whole m and v: every rank calls; only rank 0's
@@ -49,22 +57,13 @@ class Optimizer {
   int64_t kept() const { return static_cast<int64_t>(m_.size()); }
 
  private:
-  struct Range {
-    int64_t begin = 0, end = 0;  // elements of the parameter arena
-  };
-  void all_gather_weights();
-  // rank r's moments (m then v), broadcast from `root`; fills `buffer` on every rank.
-  void broadcast_share(int r, int root, std::vector<float>& buffer);
-
   model::Model& model_;
   dist::Communicator& world_;
   bool shard_;
-  std::vector<float> m_, v_;             // whole, or this rank's share (its ranges, in order)
-  std::vector<optim::ParamRef> refs_;    // whole tensors, or this rank's parts of them
-  std::vector<std::vector<Range>> ranges_;  // per rank: the arena ranges it owns, in order
-  std::vector<int64_t> chunks_;          // per rank: its chunks of the norm
-  std::vector<int64_t> elements_;        // per rank: its elements
-  std::vector<float> whole_m_, whole_v_;   // rank 0's gathered moments (sharded)
+  std::vector<float> m_, v_;           // whole, or this rank's share
+  std::vector<optim::ParamRef> refs_;  // whole tensors, or the parts of them in this rank's share
+  std::vector<int64_t> share_;         // R + 1 arena offsets: rank r's share is [share_[r], share_[r+1])
+  std::vector<int64_t> chunks_;        // R + 1 offsets into the list of the norm's chunks
 };
 
 }  // namespace s3r::train
