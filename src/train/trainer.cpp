@@ -37,10 +37,6 @@ double unigram_entropy(const data::TokenShard& shard) {
   return h;
 }
 
-namespace {
-
-}  // namespace
-
 void validate_options(const TrainOptions& o) {
   o.model.validate();
   auto need = [](bool ok, const std::string& what) {
