@@ -19,13 +19,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto fail = [&](const char* kind, const char* what, int code) {
-    if (world->size() == 1) {
-      std::cerr << "s3r: " << kind << ": " << what << "\n";
-      return code;
+    if (world->size() > 1) {  // MPI_Abort: does not return
+      std::cerr << "s3r: " << kind << " on rank " << world->rank() << " of " << world->size() << ": " << what
+                << "\ns3r: stopping every rank\n" << std::flush;
+      world->abort(code);
     }
-    std::cerr << "s3r: " << kind << " on rank " << world->rank() << " of " << world->size() << ": " << what
-              << "\ns3r: stopping every rank\n" << std::flush;
-    world->abort(code);
+    std::cerr << "s3r: " << kind << ": " << what << "\n";
+    return code;
   };
   CLI::App app{"s3r: INT8 training with structured shared-randomness stochastic rounding"};
   app.require_subcommand(1);

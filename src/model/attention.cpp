@@ -15,14 +15,6 @@ namespace s3r::model {
 
 namespace {
 
-void expect_size(const char* fn, const char* what, size_t size, int64_t expected) {
-  if (size != static_cast<size_t>(expected)) {
-    std::ostringstream msg;
-    msg << fn << ": " << what << " has " << size << " elements, expected " << expected;
-    throw Error(msg.str());
-  }
-}
-
 // Checks the dimensions and q's size; returns T.
 int64_t check_shape(const char* fn, size_t q_size, int64_t seq_len, int64_t heads,
                     int64_t head_dim) {

@@ -25,14 +25,6 @@ void expect_multiple(const char* fn, const char* what, size_t size, int64_t unit
   }
 }
 
-void expect_size(const char* fn, const char* what, size_t size, int64_t expected) {
-  if (size != static_cast<size_t>(expected)) {
-    std::ostringstream msg;
-    msg << fn << ": " << what << " has " << size << " elements, expected " << expected;
-    throw Error(msg.str());
-  }
-}
-
 // Every id in [0, vocab), or an error naming the function, the id and its position.
 void check_ids(const char* fn, const char* what, std::span<const int32_t> ids, int64_t vocab) {
   for (size_t t = 0; t < ids.size(); ++t) {

@@ -20,14 +20,6 @@ namespace {
 constexpr int64_t kRowBlock = 16;  // rows per OpenMP task of the elementwise passes
 
 
-void expect_size(const char* fn, const char* what, size_t got, int64_t expected) {
-  if (got != static_cast<size_t>(expected)) {
-    std::ostringstream msg;
-    msg << fn << ": " << what << " has " << got << " elements, expected " << expected;
-    throw Error(msg.str());
-  }
-}
-
 // bf16 operands: the values rounded to bf16 and, when this CPU's bf16 products are emulated in
 // f32 (s3r/gemm/backend.hpp), the same values widened back to f32 once, so that the products
 // that read them (forward and backward) do not widen them again.

@@ -12,14 +12,6 @@ namespace s3r::nn {
 
 namespace {
 
-void expect_size(const char* what, size_t got, int64_t expected) {
-  if (got != static_cast<size_t>(expected)) {
-    std::ostringstream msg;
-    msg << "swiglu: " << what << " has " << got << " elements, expected " << expected;
-    throw Error(msg.str());
-  }
-}
-
 constexpr int64_t kChunk = 1 << 14;  // elements per OpenMP task of the elementwise passes
 
 
@@ -29,11 +21,11 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
                     int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
                     SwigluState& st) {
   const int64_t T = tokens, C = width, F = ffn_width;
-  expect_size("X", x.size(), T * C);
-  expect_size("Y", y.size(), T * C);
-  expect_size("W1 (gate)", w.gate.size(), C * F);
-  expect_size("W3 (up)", w.up.size(), C * F);
-  expect_size("W2 (down)", w.down.size(), F * C);
+  expect_size("swiglu", "X", x.size(), T * C);
+  expect_size("swiglu", "Y", y.size(), T * C);
+  expect_size("swiglu", "W1 (gate)", w.gate.size(), C * F);
+  expect_size("swiglu", "W3 (up)", w.up.size(), C * F);
+  expect_size("swiglu", "W2 (down)", w.down.size(), F * C);
   st.mode = mode;
   st.tokens = T;
   st.width = C;
@@ -74,8 +66,8 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
                      Correction correction, int64_t tokens_per_example, Key step_key,
                      uint32_t first_layer, SwigluState& st, const BatchPlacement& placement) {
   const int64_t T = st.tokens, C = st.width, F = st.ffn_width;
-  expect_size("dY", dy.size(), T * C);
-  if (!dx.empty()) expect_size("dX", dx.size(), T * C);
+  expect_size("swiglu", "dY", dy.size(), T * C);
+  if (!dx.empty()) expect_size("swiglu", "dX", dx.size(), T * C);
   st.d_hidden.resize(static_cast<size_t>(T * F));
   st.dh1.resize(static_cast<size_t>(T * F));
   st.dh3.resize(static_cast<size_t>(T * F));
