@@ -45,7 +45,8 @@ def train(args, out, ranks, threads, steps, oversubscribe=False, extra=()):
         mpirun = shutil.which("mpirun")
         if not mpirun:
             sys.exit("bench_dist: no mpirun; install openmpi-bin (scripts/setup.sh does)")
-        cmd = [mpirun, "-np", str(ranks), "--bind-to", "core" if not oversubscribe else "none",
+        bind = "core" if not oversubscribe and ranks * threads <= (os.cpu_count() or 1) else "none"
+        cmd = [mpirun, "-np", str(ranks), "--bind-to", bind,
                "-x", "OMP_NUM_THREADS"] + (["--oversubscribe"] if oversubscribe else []) + cmd
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
@@ -68,8 +69,8 @@ def main():
     ap.add_argument("--data", default=os.path.join(ROOT, "data/nlp-corpus"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    if args.steps <= args.warmup:
-        sys.exit("bench_dist: --steps must exceed --warmup")
+    if args.steps <= args.warmup or args.warmup < 0 or args.rounds < 1:
+        sys.exit("bench_dist: need --rounds >= 1 and --steps > --warmup >= 0")
     if not os.path.isfile(os.path.join(args.data, "train.bin")):
         sys.exit(f"bench_dist: no {args.data}/train.bin; run scripts/fetch_data.sh (or pass --data)")
     if not os.access(S3R, os.X_OK):

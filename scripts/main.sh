@@ -24,13 +24,15 @@ if [ "${1:-}" = --ranks ]; then
 fi
 scripts/setup.sh
 scripts/fetch_data.sh
-# The job's settings, each unless the extra arguments give it (s3r train takes an option once).
+# The job's settings, each unless the extra arguments give it (s3r train takes an option once);
+# another --mode drops the default --correction too (bf16 and f32 take none).
+given() { local a; for a in "${@:2}"; do [[ $a == "$1" || $a == "$1="* ]] && return 0; done; return 1; }
 args=()
 for pair in "--preset small" "--mode s3r" "--correction dx" "--steps 600" "--data data/nlp-corpus" \
             "--out data/runs/small-s3r-dx"; do
   key=${pair%% *}
-  given=0
-  for a in "$@"; do [[ $a == "$key" || $a == "$key="* ]] && given=1; done
-  (( given )) || args+=($pair)
+  given "$key" "$@" && continue
+  [ "$key" = --correction ] && given --mode "$@" && continue
+  args+=($pair)
 done
 "${launch[@]}" build/release/tools/s3r train "${args[@]}" "$@"

@@ -74,19 +74,27 @@ class Mpi final : public Communicator {
                   as_count(mine.size(), "all_gather"), MPI_BYTE, MPI_COMM_WORLD);
     bytes_sent_ += static_cast<int64_t>(mine.size()) * (size_ - 1);
   }
-  void all_gather_in_place_bytes(std::span<std::byte> x, std::span<const int64_t> offsets) override {
+  void all_gather_in_place_bytes(std::span<std::byte> x, std::span<const int64_t> offsets,
+                                 size_t element_size) override {
     if (size_ == 1) return;
-    if (offsets.size() != static_cast<size_t>(size_) + 1 || offsets[size_] > static_cast<int64_t>(x.size())) {
+    if (offsets.size() != static_cast<size_t>(size_) + 1 ||
+        static_cast<size_t>(offsets[size_]) * element_size > x.size()) {
       throw Error("all_gather_in_place: offsets must hold R + 1 values within x");
     }
+    // Counts in elements (an MPI datatype of element_size bytes), so that int counts reach 2^31
+    // elements rather than 2^31 bytes.
     std::vector<int> counts(size_), displs(size_);
     for (int r = 0; r < size_; ++r) {
       counts[r] = as_count(static_cast<size_t>(offsets[r + 1] - offsets[r]), "all_gather_in_place");
       displs[r] = as_count(static_cast<size_t>(offsets[r]), "all_gather_in_place");
     }
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x.data(), counts.data(), displs.data(), MPI_BYTE,
+    MPI_Datatype element;
+    MPI_Type_contiguous(as_count(element_size, "all_gather_in_place"), MPI_BYTE, &element);
+    MPI_Type_commit(&element);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x.data(), counts.data(), displs.data(), element,
                    MPI_COMM_WORLD);
-    bytes_sent_ += static_cast<int64_t>(counts[rank_]) * (size_ - 1);
+    MPI_Type_free(&element);
+    bytes_sent_ += static_cast<int64_t>(counts[rank_]) * static_cast<int64_t>(element_size) * (size_ - 1);
   }
   void broadcast_bytes(std::span<std::byte> x, int root) override {
     if (size_ == 1) return;

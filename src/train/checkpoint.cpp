@@ -165,6 +165,16 @@ TokenizerRecord tokenizer_record(const fs::path& path) {
   return r;
 }
 
+// tokenizer_record, and its vocabulary must be V.
+TokenizerRecord checked_tokenizer(const std::string& path, int64_t vocab, const std::string& who) {
+  const TokenizerRecord record = tokenizer_record(path);
+  if (record.vocab != vocab) {
+    throw Error(who + ": tokenizer '" + path + "' has " + std::to_string(record.vocab) +
+                " pieces, but the model's V is " + std::to_string(vocab));
+  }
+  return record;
+}
+
 nlohmann::json to_json(const TokenizerRecord& t) {
   return {{"type", t.type}, {"file", kTokenizerFile}, {"vocab", t.vocab}, {"bytes", t.bytes}, {"crc32", t.crc32},
           {"eos_id", t.eos_id}, {"bos_id", t.bos_id}, {"unk_id", t.unk_id}, {"pad_id", t.pad_id}};
@@ -364,6 +374,8 @@ std::vector<int64_t> tensor_shape(const model::ModelConfig& c, const std::string
   throw Error("tensor_shape: unknown parameter '" + name + "'");
 }
 
+void check_tokenizer(const std::string& path, int64_t vocab) { checked_tokenizer(path, vocab, "the checkpoints' tokenizer"); }
+
 std::string architecture_json(const RunConfig& config) { return architecture(config).dump(); }
 
 std::string describe(const RunConfig& c) {
@@ -399,11 +411,7 @@ void save_checkpoint(const std::string& run_dir, const CheckpointInfo& info, mod
     nlohmann::json tokenizer = nullptr;
     std::optional<TokenizerRecord> record;
     if (!info.tokenizer_model.empty()) {
-      record = tokenizer_record(info.tokenizer_model);
-      if (record->vocab != model.config().vocab) {
-        throw Error("save_checkpoint: tokenizer '" + info.tokenizer_model + "' has " + std::to_string(record->vocab) +
-                    " pieces, but the model's V is " + std::to_string(model.config().vocab));
-      }
+      record = checked_tokenizer(info.tokenizer_model, model.config().vocab, "save_checkpoint");
       const std::string bytes = [&] {
         std::ifstream in(info.tokenizer_model, std::ios::binary);
         std::ostringstream s;

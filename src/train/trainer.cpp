@@ -82,8 +82,10 @@ std::string gigabytes(double bytes) {
 
 // One rank's memory (model, gradients, activations of its batch, AdamW moments) against
 // MemAvailable; `m` is the rank's model (its batch: the plan's model_batch()).
-void check_memory(const TrainOptions& o, const model::ModelConfig& m, int ranks) {
-  const double moments = o.shard_optimizer ? 8.0 / ranks : 8.0;  // bytes per parameter
+void check_memory(const TrainOptions& o, const model::ModelConfig& m, int ranks, bool rank0) {
+  // AdamW's moments, bytes per parameter: sharded, 8/R, and on rank 0 the whole 8 more while it
+  // writes a checkpoint (Optimizer::whole_moments).
+  const double moments = !o.shard_optimizer ? 8.0 : 8.0 / ranks + (rank0 ? 8.0 : 0.0);
   const double need = static_cast<double>(model::Model::estimate_bytes(m, o.mode)) +
                       moments * static_cast<double>(model::Model::parameter_count(m));
   const double available = static_cast<double>(available_memory_bytes());
@@ -227,7 +229,8 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   };
   window_check(train_shard, "training");
   window_check(val_shard, "validation");
-  check_memory(o, rank_model, world.size());
+  if (!o.tokenizer_model.empty()) check_tokenizer(o.tokenizer_model, o.model.vocab);
+  check_memory(o, rank_model, world.size(), rank0);
   // Rank 0 alone owns the run folder (lock, metrics, checkpoints); the others never touch it.
   TrainOptions files = o;
   if (!rank0) files.out_dir.clear();

@@ -241,7 +241,7 @@ class TwoRankMax final : public dist::Communicator {
   void sum(std::span<int32_t>) override { unused(); }
   void tree_sum(std::span<float>) override { unused(); }
   void all_gather_bytes(std::span<const std::byte>, std::span<std::byte>) override { unused(); }
-  void all_gather_in_place_bytes(std::span<std::byte>, std::span<const int64_t>) override { unused(); }
+  void all_gather_in_place_bytes(std::span<std::byte>, std::span<const int64_t>, size_t) override { unused(); }
   void broadcast_bytes(std::span<std::byte>, int) override { unused(); }
   void barrier() override { unused(); }
   [[noreturn]] void abort(int) override { unused(); }

@@ -58,6 +58,12 @@ mkdir -p "$work/data-notok" && cp "$work/data/train.bin" "$work/data/val.bin" "$
   --out "$work/run-notok" > "$work/train-notok.log" 2>&1 || fail "train without a tokenizer: $(tail -3 "$work/train-notok.log")"
 [ ! -e "$work/run-notok/checkpoint/tokenizer.model" ] || fail "a tokenizer.model appeared from nowhere"
 expect_error "generate: no tokenizer: .*pass --tokenizer" "$s3r" generate --checkpoint "$work/run-notok" --prompt x
+# A data folder whose tokenizer.model is not one is refused before step 0, not at the first save.
+mkdir -p "$work/data-badtok" && cp "$work/data/train.bin" "$work/data/val.bin" "$work/data-badtok/"
+echo "not a model" > "$work/data-badtok/tokenizer.model"
+expect_error "tokenizer '.*data-badtok/tokenizer.model' is not a SentencePiece model" "$s3r" train --preset tiny \
+  --vocab 300 --data "$work/data-badtok" --steps 1 --warmup 1 --out "$work/run-badtok"
+[ ! -e "$work/run-badtok/metrics.jsonl" ] || fail "a run with a broken tokenizer started training"
 expect_error "no checkpoint at '/nonexistent/checkpoint/meta.json'" "$s3r" generate --checkpoint /nonexistent --prompt x
 expect_error "--temperature must be >= 0" "$s3r" generate --checkpoint "$work/run" --prompt x --temperature -1
 expect_error "unknown precision 'f8'" "$s3r" generate --checkpoint "$work/run" "${tok[@]}" --prompt x --precision f8

@@ -32,9 +32,11 @@ class Communicator {
   virtual void tree_sum(std::span<float> x) = 0;
   // all[r * mine.size() .. ] = rank r's `mine`; every rank passes the same size.
   virtual void all_gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all) = 0;
-  // In place: rank r's part x[offsets[r], offsets[r+1]) reaches every rank (offsets in bytes:
-  // R + 1 ascending values, the same on every rank, offsets[R] <= x.size()).
-  virtual void all_gather_in_place_bytes(std::span<std::byte> x, std::span<const int64_t> offsets) = 0;
+  // In place: rank r's part, elements [offsets[r], offsets[r+1]) of x, reaches every rank
+  // (elements of `element_size` bytes; offsets: R + 1 ascending values, the same on every rank,
+  // offsets[R] * element_size <= x.size()).
+  virtual void all_gather_in_place_bytes(std::span<std::byte> x, std::span<const int64_t> offsets,
+                                         size_t element_size) = 0;
   // x = root's x on every rank.
   virtual void broadcast_bytes(std::span<std::byte> x, int root) = 0;
   virtual void barrier() = 0;
@@ -48,12 +50,9 @@ class Communicator {
   void all_gather(std::span<const T> mine, std::span<T> all) {
     all_gather_bytes(std::as_bytes(mine), std::as_writable_bytes(all));
   }
-  // all_gather_in_place_bytes with offsets in elements of T.
   template <typename T>
   void all_gather_in_place(std::span<T> x, std::span<const int64_t> offsets) {
-    std::vector<int64_t> bytes(offsets.begin(), offsets.end());
-    for (int64_t& b : bytes) b *= static_cast<int64_t>(sizeof(T));
-    all_gather_in_place_bytes(std::as_writable_bytes(x), bytes);
+    all_gather_in_place_bytes(std::as_writable_bytes(x), offsets, sizeof(T));
   }
   template <typename T>
   void broadcast(std::span<T> x, int root) {
@@ -77,7 +76,7 @@ class SingleProcess final : public Communicator {
   void sum(std::span<int32_t>) override {}
   void tree_sum(std::span<float>) override {}
   void all_gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all) override;
-  void all_gather_in_place_bytes(std::span<std::byte>, std::span<const int64_t>) override {}
+  void all_gather_in_place_bytes(std::span<std::byte>, std::span<const int64_t>, size_t) override {}
   void broadcast_bytes(std::span<std::byte>, int) override {}
   void barrier() override {}
   [[noreturn]] void abort(int code) override;

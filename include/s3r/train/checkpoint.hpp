@@ -105,6 +105,11 @@ std::string tidy_checkpoints(const std::string& run_dir);
 // field is missing or mistyped.
 CheckpointInfo read_checkpoint_info(const std::string& dir);
 
+// Throws s3r::Error naming the file unless `path` is a SentencePiece model of `vocab` pieces:
+// what save_checkpoint checks before it copies CheckpointInfo::tokenizer_model (callers check
+// it before training, not at the first save).
+void check_tokenizer(const std::string& path, int64_t vocab);
+
 // Loads weights (and, when m and v are not empty, the moments) of the checkpoint in `dir` (as
 // for read_checkpoint_info) into a model of its configuration, whose batch may differ (a rank's or
 // a micro-batch's share of the checkpoint's global batch: the batch sizes no tensor). Throws s3r::Error naming the file

@@ -29,6 +29,8 @@ class Optimizer {
  public:
   // `world` must outlive the optimizer; with shard == false it is used only by set_moments.
   Optimizer(model::Model& model, dist::Communicator& world, bool shard);
+  Optimizer(const Optimizer&) = delete;  // refs_ point into this object's m_ and v_
+  Optimizer& operator=(const Optimizer&) = delete;
 
   // One AdamW step at 1-based step t over the model's gradient (every rank calls it with the same
   // gradient). Returns false, changing nothing, when the step is skipped (as optim::adamw_step);
