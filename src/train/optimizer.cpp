@@ -82,21 +82,10 @@ Optimizer::Whole Optimizer::whole_moments() {
     std::copy(m_.begin(), m_.end(), whole.m.begin() + share_[0]);
     std::copy(v_.begin(), v_.end(), whole.v.begin() + share_[0]);
   }
-  std::vector<float> passing;  // ranks other than 0 and r: the share goes through them
+  std::vector<float> passing;
   for (int r = 1; r < world_.size(); ++r) {  // rank r's share to rank 0, straight into place
-    const size_t at = static_cast<size_t>(share_[r]), len = static_cast<size_t>(share_[r + 1] - share_[r]);
-    for (int which = 0; which < 2; ++which) {
-      std::span<float> x;
-      if (world_.rank() == r) {
-        x = which == 0 ? std::span<float>(m_) : std::span<float>(v_);
-      } else if (rank0) {
-        x = (which == 0 ? whole.m : whole.v).subspan(at, len);
-      } else {
-        passing.resize(len);
-        x = passing;
-      }
-      world_.broadcast<float>(x, r);
-    }
+    move_share(r, 0, whole.m.data(), r, passing);
+    move_share(r, 1, whole.v.data(), r, passing);
   }
   return whole;
 }
@@ -121,21 +110,24 @@ void Optimizer::set_moments(std::span<const float> m, std::span<const float> v) 
   }
   std::vector<float> passing;
   for (int r = 1; r < world_.size(); ++r) {  // rank r's share from rank 0, straight into place
-    const size_t at = static_cast<size_t>(share_[r]), len = static_cast<size_t>(share_[r + 1] - share_[r]);
-    for (int which = 0; which < 2; ++which) {
-      std::span<float> x;
-      if (world_.rank() == r) {
-        x = which == 0 ? std::span<float>(m_) : std::span<float>(v_);
-      } else if (rank0) {  // MPI_Bcast reads the root's buffer only
-        const std::span<const float> from = (which == 0 ? m : v).subspan(at, len);
-        x = std::span<float>(const_cast<float*>(from.data()), len);
-      } else {
-        passing.resize(len);
-        x = passing;
-      }
-      world_.broadcast<float>(x, 0);
-    }
+    // The root (rank 0) only reads its buffer.
+    move_share(r, 0, const_cast<float*>(m.data()), 0, passing);
+    move_share(r, 1, const_cast<float*>(v.data()), 0, passing);
   }
+}
+
+void Optimizer::move_share(int r, int which, float* whole_on_rank0, int root, std::vector<float>& passing) {
+  const size_t at = static_cast<size_t>(share_[r]), len = static_cast<size_t>(share_[r + 1] - share_[r]);
+  std::span<float> x;
+  if (world_.rank() == r) {
+    x = which == 0 ? std::span<float>(m_) : std::span<float>(v_);
+  } else if (world_.rank() == 0) {
+    x = std::span<float>(whole_on_rank0 + at, len);
+  } else {  // the share passes through this rank (MPI_Bcast reaches every rank)
+    passing.resize(len);
+    x = passing;
+  }
+  world_.broadcast<float>(x, root);
 }
 
 }  // namespace s3r::train

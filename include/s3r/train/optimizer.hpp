@@ -59,6 +59,11 @@ class Optimizer {
   int64_t kept() const { return static_cast<int64_t>(m_.size()); }
 
  private:
+  // Rank r's share of m (which = 0) or v (1), between rank r's own moments and the whole copy
+  // on rank 0 (whole_on_rank0, the arena's layout; read on rank 0 only), broadcast from `root`:
+  // r to gather, 0 to scatter. Every rank calls it with the same r, which and root.
+  void move_share(int r, int which, float* whole_on_rank0, int root, std::vector<float>& passing);
+
   model::Model& model_;
   dist::Communicator& world_;
   bool shard_;
