@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     if (world->size() > 1) {  // MPI_Abort: does not return
       std::cerr << "s3r: " << kind << " on rank " << world->rank() << " of " << world->size() << ": " << what
                 << "\ns3r: stopping every rank\n" << std::flush;
-      world->abort(code);
+      world->stop_every_rank(code);
     }
     std::cerr << "s3r: " << kind << ": " << what << "\n";
     return code;

@@ -33,9 +33,9 @@ void SingleProcess::all_gather_bytes(std::span<const std::byte> mine, std::span<
 }
 
 // One process has no other ranks to stop: the caller's error simply propagates (no exit() in
-// the library; tools/s3r_main.cpp calls abort only when there are several ranks).
-void SingleProcess::abort(int code) {
-  throw Error("abort(" + std::to_string(code) + ") of a single process: nothing else to stop");
+// the library; tools/s3r_main.cpp calls stop_every_rank only when there are several ranks).
+void SingleProcess::stop_every_rank(int code) {
+  throw Error("stop_every_rank(" + std::to_string(code) + ") of a single process: nothing else to stop");
 }
 
 Communicator& single_process() {

@@ -108,7 +108,7 @@ class Mpi final : public Communicator {
   }
   void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
   // MPI_Abort is the only way to stop ranks blocked in a collective; called from main only.
-  [[noreturn]] void abort(int code) override {
+  [[noreturn]] void stop_every_rank(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }

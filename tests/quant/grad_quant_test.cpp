@@ -244,7 +244,7 @@ class TwoRankMax final : public dist::Communicator {
   void all_gather_in_place_bytes(std::span<std::byte>, std::span<const int64_t>, size_t) override { unused(); }
   void broadcast_bytes(std::span<std::byte>, int) override { unused(); }
   void barrier() override { unused(); }
-  [[noreturn]] void abort(int) override { unused(); }
+  [[noreturn]] void stop_every_rank(int) override { unused(); }
   std::vector<float> mine;
 
  private:

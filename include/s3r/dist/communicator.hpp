@@ -40,8 +40,9 @@ class Communicator {
   // x = root's x on every rank.
   virtual void broadcast_bytes(std::span<std::byte> x, int root) = 0;
   virtual void barrier() = 0;
-  // Ends every rank of the run with `code` (MPI_Abort); a single process exits.
-  [[noreturn]] virtual void abort(int code) = 0;
+  // Ends every rank of the run with `code` (MPI_Abort; only tools/s3r_main.cpp calls it); a
+  // single process has no other rank to stop and throws s3r::Error.
+  [[noreturn]] virtual void stop_every_rank(int code) = 0;
 
   // Payload bytes this rank sent to other ranks so far (benchmarks: bytes per step).
   int64_t bytes_sent() const { return bytes_sent_; }
@@ -79,7 +80,7 @@ class SingleProcess final : public Communicator {
   void all_gather_in_place_bytes(std::span<std::byte>, std::span<const int64_t>, size_t) override {}
   void broadcast_bytes(std::span<std::byte>, int) override {}
   void barrier() override {}
-  [[noreturn]] void abort(int code) override;
+  [[noreturn]] void stop_every_rank(int code) override;
 };
 
 // The process-wide single-process communicator (the default of every layer and model).
