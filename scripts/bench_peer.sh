@@ -4,11 +4,14 @@
 # bf16) and `s3r bench step`, pooled into one table (tokens/s, median ms, spread, peak memory,
 # speed relative to the peer's fastest mode). About 4-5 minutes for `small` on 2 cores with the
 # defaults; run it on an otherwise idle machine. Per-process JSON and the log in
-# results/bench_peer/PRESET/.
+# results/bench_peer/PRESET/ (PRESET-CAP/ under --cap).
 # Usage: scripts/bench_peer.sh [--preset small] [--repeats N] [--rounds R] [--warmup W]
 #                              [--threads T] [--configs LIST] [--retries K] [--json OUT]
+#                              [--cap avx2|avx512|avx512_bf16]
 #   --repeats: timed steps per configuration per round (default 3; pooled over the 4 rounds)
 #   --retries: a process during which other processes took > 10% of the CPUs runs again (default 2)
+#   --cap: both sides behave as a lesser CPU than this one (s3r: S3R_MAX_ISA; the peer: oneDNN,
+#          ATen and OpenBLAS kernel limits), e.g. avx512_bf16 (Zen 4/5, no AMX) or avx2 (Zen 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x build/release/tools/s3r ] || ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
@@ -21,8 +24,8 @@ args=()
 while (($#)); do
   case $1 in
     --preset) preset=$2; args+=("$1" "$2"); shift 2 ;;
-    --repeats|--rounds|--warmup|--retries|--threads|--configs|--json) args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --repeats|--rounds|--warmup|--retries|--threads|--configs|--json|--cap) args+=("$1" "$2"); shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "bench_peer: unknown option '$1' (see --help)" >&2; exit 1 ;;
   esac
 done
@@ -30,4 +33,4 @@ threads_given=0
 for a in "${args[@]}"; do [ "$a" = --threads ] && threads_given=1; done
 ((threads_given)) || args+=(--threads "$(nproc)")
 exec /usr/bin/python3 bench/peer/side_by_side.py --s3r build/release/tools/s3r \
-  --work "results/bench_peer/$preset" "${args[@]}"
+  "${args[@]}"

@@ -53,13 +53,32 @@ class OtherLoad:
         return max(0.0, others) / (wall * os.cpu_count()) if wall > 0 else 0.0
 
 
-def run(cmd, log):
-    """Runs cmd, its output appended to `log`; raises with the log's tail on failure."""
+# --cap: both sides behave as a lesser CPU of this one. s3r through S3R_MAX_ISA (its kernels, its
+# GEMM backends and oneDNN); the peer through the same limits on each library it uses: oneDNN
+# (ONEDNN_MAX_CPU_ISA, torch's bf16 products), ATen's own vectorized kernels
+# (ATEN_CPU_CAPABILITY) and OpenBLAS's kernel set (OPENBLAS_CORETYPE, its f32 products). The
+# peer's modes are those of such a CPU: bf16 autocast only where it has native bf16.
+CAPS = {
+    "avx2": ({"S3R_MAX_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+              "OPENBLAS_CORETYPE": "HASWELL"}, ["f32"], "AVX2 + FMA only, as AMD Zen 2/3"),
+    "avx512": ({"S3R_MAX_ISA": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512",
+                "OPENBLAS_CORETYPE": "SKYLAKEX"}, ["f32"], "AVX-512 without VNNI/BF16/AMX, as Skylake-SP"),
+    "avx512_bf16": ({"S3R_MAX_ISA": "avx512_bf16", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                     "ATEN_CPU_CAPABILITY": "avx512", "OPENBLAS_CORETYPE": "COOPERLAKE"}, ["f32", "bf16"],
+                    "AVX-512 with VNNI and BF16, no AMX, as AMD Zen 4/5"),
+}
+
+
+def run(cmd, log, env=None):
+    """Runs cmd (with `env` added to this process's environment), its output appended to `log`;
+    raises with the log's tail on failure."""
     t0 = time.time()
     with open(log, "a") as f:
-        f.write("$ " + " ".join(cmd) + "\n")
+        f.write("$ " + " ".join(f"{k}={v}" for k, v in (env or {}).items()) + (" " if env else "") +
+                " ".join(cmd) + "\n")
         f.flush()
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT,
+                            env={**os.environ, **env} if env else None).returncode
     if rc != 0:
         with open(log) as f:
             tail = "".join(f.readlines()[-15:])
@@ -88,15 +107,21 @@ def main():
     ap.add_argument("--retries", type=int, default=2,
                     help="reruns of a job disturbed by other processes (> 10%% of the CPUs); default 2")
     ap.add_argument("--json", help="write the pooled results as JSON")
+    ap.add_argument("--cap", choices=sorted(CAPS), help="both sides behave as this lesser CPU: "
+                    + "; ".join(f"{k}: {v[2]}" for k, v in sorted(CAPS.items())))
     args = ap.parse_args()
     if min(args.rounds, args.repeats, args.threads) < 1 or min(args.warmup, args.retries) < 0:
         ap.error("--rounds, --repeats and --threads must be >= 1, --warmup and --retries >= 0")
     flags = peer_env.cpu_flags()
-    if args.peer_modes == "auto":
+    cap_env = CAPS[args.cap][0] if args.cap else {}
+    if args.peer_modes == "auto" and args.cap:
+        modes = CAPS[args.cap][1]
+    elif args.peer_modes == "auto":
         modes = ["f32"] + (["bf16"] if peer_env.native_bf16(flags) else [])
     else:
         modes = [m for m in args.peer_modes.split(",") if m]
-    work = args.work or os.path.join(HERE, "..", "..", "results", "bench_peer", args.preset)
+    work = args.work or os.path.join(HERE, "..", "..", "results", "bench_peer",
+                                     args.preset + (f"-{args.cap}" if args.cap else ""))
     os.makedirs(work, exist_ok=True)
     log = os.path.join(work, "log.txt")
     open(log, "w").close()
@@ -109,6 +134,8 @@ def main():
     print(f"side by side: preset {args.preset}, {args.rounds} rounds x {args.repeats} timed steps per configuration "
           f"(+{args.warmup} warm-up per process), {args.threads} threads; peer modes {','.join(modes)}; "
           f"s3r configs {args.configs}")
+    if args.cap:
+        print(f"capped: both sides as {CAPS[args.cap][2]} (" + " ".join(f"{k}={v}" for k, v in cap_env.items()) + ")")
     probe = OtherLoad()
     time.sleep(2.0)
     idle_share = probe.share()
@@ -137,7 +164,7 @@ def main():
             best = None
             for attempt in range(args.retries + 1):
                 job_load = OtherLoad()
-                secs = run(cmd, log)
+                secs = run(cmd, log, cap_env)
                 share = job_load.share()
                 with open(out) as f:
                     result = json.load(f)
@@ -178,7 +205,8 @@ def main():
         row["vs_peer_best"] = row["tokens_per_s"] / best["tokens_per_s"] if best else None
 
     p0 = peer_runs[modes[0]][0] if modes else {}
-    machine = f"{peer_env.cpu_model()}, {os.cpu_count()} CPUs ({peer_env.isa_tiers(flags)})"
+    machine = f"{peer_env.cpu_model()}, {os.cpu_count()} CPUs ({peer_env.isa_tiers(flags)})" + (
+        f", CAPPED as {CAPS[args.cap][2]}: not that CPU" if args.cap else "")
     print()
     print(f"machine: {machine}")
     print(f"s3r:     {s3r_runs[0].get('machine', '?')}")
@@ -214,7 +242,7 @@ def main():
         print(f"WARNING: the machine was not idle (other processes took {100 * other_share:.0f}% of the CPUs); "
               "rerun on an idle machine for numbers to quote")
     if args.json:
-        result = {"preset": args.preset, "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
+        result = {"preset": args.preset, "cap": args.cap, "cap_env": cap_env, "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
                   "warmup": args.warmup, "tokens_per_step": tokens, "machine": machine,
                   "s3r_machine": s3r_runs[0].get("machine"), "peer_env": {k: p0.get(k) for k in (
                       "torch", "blas", "blas_libraries", "env_notes", "torch_build", "malloc")} if p0 else {},

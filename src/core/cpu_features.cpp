@@ -77,11 +77,15 @@ CpuFeatures detect() {
   return f;
 }
 
+// Caps, from the lowest: reference (scalar), avx2 (AVX2 + FMA), avx512 (AVX-512 F/BW/VL/DQ),
+// avx512_bf16 (avx512 + AVX-512 VNNI and BF16, no AMX: a Zen 4/5 or Cooper Lake). AVX-VNNI and
+// AMX are above every cap.
 void apply_cap(CpuFeatures& f, const std::string& cap) {
-  const bool keep_avx2 = cap == "avx2" || cap == "avx512";
-  const bool keep_avx512 = cap == "avx512";
+  const bool keep_vnni_bf16 = cap == "avx512_bf16";
+  const bool keep_avx512 = cap == "avx512" || keep_vnni_bf16;
+  const bool keep_avx2 = cap == "avx2" || keep_avx512;
   if (cap != "reference" && !keep_avx2) {
-    throw Error("S3R_MAX_ISA='" + cap + "' is not a cap; use reference, avx2 or avx512");
+    throw Error("S3R_MAX_ISA='" + cap + "' is not a cap; use reference, avx2, avx512 or avx512_bf16");
   }
   CpuFeatures capped;
   capped.cap = cap;
@@ -96,7 +100,11 @@ void apply_cap(CpuFeatures& f, const std::string& cap) {
     capped.avx512vl = f.avx512vl;
     capped.avx512dq = f.avx512dq;
   }
-  f = capped;  // VNNI, BF16 and AMX are above every cap
+  if (keep_vnni_bf16) {
+    capped.avx512_vnni = f.avx512_vnni;
+    capped.avx512_bf16 = f.avx512_bf16;
+  }
+  f = capped;
 }
 
 CpuFeatures detect_with_cap() {

@@ -103,11 +103,12 @@ std::vector<Bf16Backend> bf16_backends() {
 }
 
 // Shapes around s3r's own GEMM's tiles and blocks (6 x 16 micro-tiles, 96 x 256 blocks, K slices
-// of 512): crossing each edge by one, with odd K.
+// of 512): crossing each edge by one, with odd K. N = 515: on a CPU with AMX int8, oneDNN's
+// products with a transposed A and N >= 512 run on a row-major copy of A (gemm/onednn_matmul.cpp).
 std::vector<Case> blocked_cases() {
   std::vector<Case> c;
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{6, 16, 2}, {7, 17, 3}, {5, 15, 511},
-                         {97, 257, 513}, {7, 17, 1031}, {12, 32, 1024}}) {
+                         {97, 257, 513}, {7, 17, 1031}, {12, 32, 1024}, {33, 515, 70}}) {
     for (auto [ta, tb] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, false},
                           std::pair{true, true}}) {
       c.push_back({M, N, K, ta, tb});
@@ -228,29 +229,32 @@ TEST(Matmul, Int8ScaledFusesRowAndColumnScales) {
   }
 }
 
-// Leading dimensions of int8 operands and outputs (column slices), every layout and backend.
+// Leading dimensions of int8 operands and outputs (column slices), every layout and backend;
+// N = 515 also through the row-major copy of a transposed A (AMX int8 CPUs).
 TEST(Matmul, Int8LeadingDimensions) {
-  const int64_t M = 13, N = 21, K = 37, pad = 5;
-  for (Int8Backend backend : int8_backends()) {
-    ScopedInt8Backend scoped(backend);
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-        const auto a = random_s8((ta ? K : M) * lda, 5), b = random_s8((tb ? N : K) * ldb, 6);
-        std::vector<int32_t> out(M * ldc, -7);
-        matmul_s8(out.data(), a.data(), b.data(), {M, N, K, ta, tb, lda, ldb, ldc});
-        for (int64_t m = 0; m < M; ++m) {
-          for (int64_t n = 0; n < ldc; ++n) {
-            if (n >= N) {
-              ASSERT_EQ(out[m * ldc + n], -7) << to_string(backend) << ": wrote into the padding";
-              continue;
+  const int64_t M = 13, K = 37, pad = 5;
+  for (const int64_t N : {int64_t{21}, int64_t{515}}) {
+    for (Int8Backend backend : int8_backends()) {
+      ScopedInt8Backend scoped(backend);
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+          const auto a = random_s8((ta ? K : M) * lda, 5), b = random_s8((tb ? N : K) * ldb, 6);
+          std::vector<int32_t> out(M * ldc, -7);
+          matmul_s8(out.data(), a.data(), b.data(), {M, N, K, ta, tb, lda, ldb, ldc});
+          for (int64_t m = 0; m < M; ++m) {
+            for (int64_t n = 0; n < ldc; ++n) {
+              if (n >= N) {
+                ASSERT_EQ(out[m * ldc + n], -7) << to_string(backend) << " N " << N << ": wrote into the padding";
+                continue;
+              }
+              int64_t sum = 0;
+              for (int64_t k = 0; k < K; ++k) {
+                sum += int64_t{a[ta ? k * lda + m : m * lda + k]} * b[tb ? n * ldb + k : k * ldb + n];
+              }
+              ASSERT_EQ(out[m * ldc + n], sum) << to_string(backend) << " N " << N << " ta " << ta << " tb "
+                                               << tb << " at [" << m << ", " << n << "]";
             }
-            int64_t sum = 0;
-            for (int64_t k = 0; k < K; ++k) {
-              sum += int64_t{a[ta ? k * lda + m : m * lda + k]} * b[tb ? n * ldb + k : k * ldb + n];
-            }
-            ASSERT_EQ(out[m * ldc + n], sum) << to_string(backend) << " ta " << ta << " tb " << tb
-                                             << " at [" << m << ", " << n << "]";
           }
         }
       }

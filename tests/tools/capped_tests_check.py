@@ -4,7 +4,7 @@
 Usage: capped_tests_check.py CTEST BUILD_DIR
 
 Reads `ctest --show-only=json-v1` of BUILD_DIR: each test named CAP.Suite.Test (CAP in avx2,
-avx512, reference) must carry ENVIRONMENT S3R_TEST_CAP=CAP (tests/test_main.cpp) and the label `capped`, and there
+avx512, avx512_bf16, reference) must carry ENVIRONMENT S3R_TEST_CAP=CAP (tests/test_main.cpp) and the label `capped`, and there
 must be such tests for each cap. Without this check a quoting slip in the CMake properties
 turns the capped runs into silent copies of the plain ones (it happened once).
 """
@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-CAPS = ("avx2", "avx512", "reference")
+CAPS = ("avx2", "avx512", "avx512_bf16", "reference")
 
 
 def main(ctest, build_dir):
