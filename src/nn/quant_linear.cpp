@@ -20,25 +20,29 @@ namespace {
 constexpr int64_t kRowBlock = 16;  // rows per OpenMP task of the elementwise passes
 
 
-// bf16 operands: the values rounded to bf16 and, when this CPU's bf16 products are emulated in
-// f32 (s3r/gemm/backend.hpp), the same values widened back to f32 once, so that the products
-// that read them (forward and backward) do not widen them again.
+// bf16 operands: the values rounded to bf16 or, when this CPU's bf16 products are emulated in
+// f32 (s3r/gemm/backend.hpp), those values widened back to f32 (exact) instead, so that the
+// products that read them (forward and backward) do not widen them again; the emulated products
+// read only the widened values, so the bf16 ones are not kept beside them (2 bytes per element
+// less; 0.5 GB at `wide` with the workspace's G below).
 void to_bf16(std::vector<bf16>& out, std::vector<float>& widened, std::span<const float> in) {
-  out.resize(in.size());
   const bool widen = gemm::bf16_backend() == gemm::Bf16Backend::kF32;
+  out.resize(widen ? 0 : in.size());
   widened.resize(widen ? in.size() : 0);
   const int64_t n = static_cast<int64_t>(in.size());
-  bf16* o = out.data();
-  float* w = widened.data();
+  if (widen) {
+    float* w = widened.data();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    o[i] = s3r::to_bf16(in[i]);
-    if (widen) w[i] = s3r::to_float(o[i]);
+    for (int64_t i = 0; i < n; ++i) w[i] = s3r::to_float(s3r::to_bf16(in[i]));
+    return;
   }
+  bf16* o = out.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) o[i] = s3r::to_bf16(in[i]);
 }
 
 gemm::Bf16Operand bf16_operand(const std::vector<bf16>& values, const std::vector<float>& widened) {
-  return {values.data(), widened.empty() ? nullptr : widened.data()};
+  return {values.empty() ? nullptr : values.data(), widened.empty() ? nullptr : widened.data()};
 }
 
 void check_modes(const LinearInput& x, const LinearWeight& w, const char* fn) {
@@ -131,8 +135,12 @@ void float_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
     }, ws.tree_scratch);
     return;
   }
-  to_bf16(ws.g_bf16, ws.g_widened, g);
-  const gemm::Bf16Operand gq = bf16_operand(ws.g_bf16, ws.g_widened);
+  // G in bf16 lives only for this call: one buffer per thread for every layer (a workspace
+  // each would hold a (T, N) copy per layer kind, 0.3 GB at `wide`).
+  thread_local std::vector<bf16> g_bf16;
+  thread_local std::vector<float> g_widened;
+  to_bf16(g_bf16, g_widened, g);
+  const gemm::Bf16Operand gq = bf16_operand(g_bf16, g_widened);
   if (!dx.empty()) {
     gemm::matmul_bf16(dx.data(), gq, bf16_operand(w.bf16_values, w.f32_values), dx_shape,
                       accumulate_dx);
@@ -140,7 +148,8 @@ void float_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
   const gemm::Bf16Operand xq = bf16_operand(x.bf16_values, x.f32_values);
   dist::tree_sum_leaves(dw, leaves, [&](int64_t l, std::span<float> out) {
     const auto leaf = [&](const gemm::Bf16Operand& op, int64_t cols) {
-      return gemm::Bf16Operand{op.values + l * rows * cols, op.widened ? op.widened + l * rows * cols : nullptr};
+      return gemm::Bf16Operand{op.values ? op.values + l * rows * cols : nullptr,
+                               op.widened ? op.widened + l * rows * cols : nullptr};
     };
     gemm::matmul_bf16(out.data(), leaf(xq, K), leaf(gq, N), dw_shape);
   }, ws.tree_scratch);

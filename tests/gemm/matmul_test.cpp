@@ -432,6 +432,36 @@ TEST(Matmul, Bf16EmulationUsesTheWidenedOperands) {
 
 // Leading dimensions: products of column slices (one attention head of a (T, C) tensor), with
 // every transpose, from inside an OpenMP parallel region (each thread its own stream).
+// The bf16 mode keeps only the widened values of its operands where bf16 is emulated
+// (nn/quant_linear.cpp): the emulated backend needs nothing else, and the native one must refuse
+// such an operand rather than read a null pointer.
+TEST(Matmul, Bf16OperandsMayHoldOnlyTheirWidenedValues) {
+  const int64_t M = 3, N = 4, K = 5;
+  const auto af = random_f32(M * K, 11), bf = random_f32(K * N, 12);
+  std::vector<bf16> a(af.size()), b(bf.size());
+  std::vector<float> aw(af.size()), bw(bf.size());
+  for (size_t i = 0; i < a.size(); ++i) aw[i] = to_float(a[i] = to_bf16(af[i]));
+  for (size_t i = 0; i < b.size(); ++i) bw[i] = to_float(b[i] = to_bf16(bf[i]));
+  std::vector<float> want(M * N), got(M * N);
+  {
+    ScopedBf16Backend scoped(Bf16Backend::kF32);
+    matmul_bf16(want.data(), a.data(), b.data(), {M, N, K});
+    matmul_bf16(got.data(), Bf16Operand{nullptr, aw.data()}, Bf16Operand{nullptr, bw.data()}, {M, N, K});
+    EXPECT_EQ(got, want);
+  }
+  std::string why_not;
+  if (!bf16_backend_available(Bf16Backend::kOnednn, &why_not)) {
+    GTEST_SKIP() << "the native bf16 backend cannot run here (" << why_not << "): its refusal is untested";
+  }
+  ScopedBf16Backend scoped(Bf16Backend::kOnednn);
+  try {
+    matmul_bf16(got.data(), Bf16Operand{nullptr, aw.data()}, Bf16Operand{b.data(), bw.data()}, {M, N, K});
+    FAIL() << "the native backend accepted an operand without bf16 values";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("only its f32-widened values"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Matmul, LeadingDimensionsReadAndWriteColumnSlices) {
   const int64_t T = 24, C = 40, HD = 8, heads = C / HD;
   const auto q = random_f32(T * C, 7), k = random_f32(T * C, 8);

@@ -37,7 +37,9 @@ void matmul_f32(float* C, const float* A, const float* B, const MatmulShape& sha
 
 // A bf16 operand as stored, and optionally the same values widened to f32 (to_float of each,
 // same layout), which the f32-emulated backend then reads instead of widening them on every
-// call (a weight used by several products is widened once). Ignored by native backends.
+// call (a weight used by several products is widened once). Ignored by native backends. An
+// operand may hold only its widened values (values null) where the products are emulated; the
+// native backend refuses such an operand (s3r::Error).
 struct Bf16Operand {
   const bf16* values = nullptr;
   const float* widened = nullptr;

@@ -37,9 +37,9 @@ struct LinearInput {
   int64_t features = 0;          // K
   std::vector<int8_t> codes;     // (T, K) int8 modes: Xq
   std::vector<float> scales;     // (T)    int8 modes: sx
-  std::vector<bf16> bf16_values; // (T, K) bf16 mode
+  std::vector<bf16> bf16_values; // (T, K) bf16 mode with native bf16 products (else empty)
   std::vector<float> f32_values; // (T, K) f32 mode; bf16 mode with f32-emulated bf16 products:
-                                 // bf16_values widened (exact), read by the products
+                                 // X rounded to bf16 and widened back (exact), read by the products
 };
 
 // The weight as the layer's products read it.
@@ -50,9 +50,9 @@ struct LinearWeight {
   std::vector<int8_t> codes;      // (K, N) int8 modes: Wq
   std::vector<float> scales;      // (N)    int8 modes: sw
   std::vector<float> code_row_sums;  // (K) int8 modes: rowsum(Wq)[k] = sum_n Wq[k, n] (exact)
-  std::vector<bf16> bf16_values;  // (K, N) bf16 mode
+  std::vector<bf16> bf16_values;  // (K, N) bf16 mode with native bf16 products (else empty)
   std::vector<float> f32_values;  // (K, N) f32 mode; bf16 mode with f32-emulated bf16 products:
-                                  // bf16_values widened (exact), read by the products
+                                  // W rounded to bf16 and widened back (exact), read by the products
 };
 
 // Where a call's T tokens sit in a data-parallel step (SPEC section 6; s3r/dist/tree_sum.hpp).
@@ -102,8 +102,6 @@ struct LinearWorkspace {
   std::vector<float> a_scaled;        // (Bg + 1, N) dW correction right factor
   std::vector<int32_t> dw_acc;        // (K, N) int32 dW sums, added over a group of ranks
   std::vector<std::vector<float>> tree_scratch;  // float dW: one (K, N) per leaf-tree level
-  std::vector<bf16> g_bf16;           // (T, N) bf16 mode
-  std::vector<float> g_widened;       // (T, N) bf16 mode, f32-emulated products: g_bf16 widened
   QuantizedGrad grad_dw;              // probe->dw_rounding: the second quantization, for dW
   std::vector<float> x_dequant, w_dequant;  // probe->exact_grad: sx Xq (T, K) and sw Wq (K, N)
 };
