@@ -410,17 +410,27 @@ TEST(Matmul, Bf16ToBf16MatchesReferenceInEveryBackend) {
   }
 }
 
+// Random bf16 operands of an M x N x K product, and the same values widened to f32.
+struct Bf16Operands {
+  std::vector<bf16> a, b;
+  std::vector<float> aw, bw;
+};
+Bf16Operands random_bf16_operands(int64_t M, int64_t N, int64_t K, uint32_t seed) {
+  const auto af = random_f32(M * K, seed), bf = random_f32(K * N, seed + 1);
+  Bf16Operands o{std::vector<bf16>(af.size()), std::vector<bf16>(bf.size()), std::vector<float>(af.size()),
+                 std::vector<float>(bf.size())};
+  for (size_t i = 0; i < af.size(); ++i) o.aw[i] = to_float(o.a[i] = to_bf16(af[i]));
+  for (size_t i = 0; i < bf.size(); ++i) o.bw[i] = to_float(o.b[i] = to_bf16(bf[i]));
+  return o;
+}
+
 // The emulated backend reads caller-widened operands instead of widening again: a widened copy
 // that differs from the bf16 values must change the result (so the cache is really used), and
 // a faithful one must give the same bits as widening inside the call.
 TEST(Matmul, Bf16EmulationUsesTheWidenedOperands) {
   ScopedBf16Backend scoped(Bf16Backend::kF32);
   const int64_t M = 9, N = 11, K = 13;
-  const auto af = random_f32(M * K, 9), bf = random_f32(K * N, 10);
-  std::vector<bf16> a(af.size()), b(bf.size());
-  std::vector<float> aw(af.size()), bw(bf.size());
-  for (size_t i = 0; i < a.size(); ++i) aw[i] = to_float(a[i] = to_bf16(af[i]));
-  for (size_t i = 0; i < b.size(); ++i) bw[i] = to_float(b[i] = to_bf16(bf[i]));
+  auto [a, b, aw, bw] = random_bf16_operands(M, N, K, 9);
   std::vector<float> plain(M * N), cached(M * N), doubled(M * N);
   matmul_bf16(plain.data(), a.data(), b.data(), {M, N, K});
   matmul_bf16(cached.data(), Bf16Operand{a.data(), aw.data()}, Bf16Operand{b.data(), bw.data()}, {M, N, K});
@@ -430,18 +440,12 @@ TEST(Matmul, Bf16EmulationUsesTheWidenedOperands) {
   for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(doubled[i], 2.0f * plain[i]) << i;
 }
 
-// Leading dimensions: products of column slices (one attention head of a (T, C) tensor), with
-// every transpose, from inside an OpenMP parallel region (each thread its own stream).
 // The bf16 mode keeps only the widened values of its operands where bf16 is emulated
 // (nn/quant_linear.cpp): the emulated backend needs nothing else, and the native one must refuse
 // such an operand rather than read a null pointer.
 TEST(Matmul, Bf16OperandsMayHoldOnlyTheirWidenedValues) {
   const int64_t M = 3, N = 4, K = 5;
-  const auto af = random_f32(M * K, 11), bf = random_f32(K * N, 12);
-  std::vector<bf16> a(af.size()), b(bf.size());
-  std::vector<float> aw(af.size()), bw(bf.size());
-  for (size_t i = 0; i < a.size(); ++i) aw[i] = to_float(a[i] = to_bf16(af[i]));
-  for (size_t i = 0; i < b.size(); ++i) bw[i] = to_float(b[i] = to_bf16(bf[i]));
+  const auto [a, b, aw, bw] = random_bf16_operands(M, N, K, 11);
   std::vector<float> want(M * N), got(M * N);
   {
     ScopedBf16Backend scoped(Bf16Backend::kF32);
@@ -462,6 +466,8 @@ TEST(Matmul, Bf16OperandsMayHoldOnlyTheirWidenedValues) {
   }
 }
 
+// Leading dimensions: products of column slices (one attention head of a (T, C) tensor), with
+// every transpose, from inside an OpenMP parallel region (each thread its own stream).
 TEST(Matmul, LeadingDimensionsReadAndWriteColumnSlices) {
   const int64_t T = 24, C = 40, HD = 8, heads = C / HD;
   const auto q = random_f32(T * C, 7), k = random_f32(T * C, 8);
