@@ -1,6 +1,7 @@
 // Issue 13: self-describing checkpoints, the KV-cache decoder against the model's own forward,
 // `s3r eval`'s windows, the samplers, and the exporters' conversions.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -26,8 +27,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// ctest runs each test in its own process, two at a time under -j2: every process gets its own
+// folder (removed at exit), so that no test deletes the tokenizer another one is reading.
+const fs::path& process_dir() {
+  static const struct Dir {
+    fs::path path = fs::temp_directory_path() / ("s3r_infer_test-" + std::to_string(::getpid()));
+    ~Dir() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } dir;
+  return dir.path;
+}
+
 std::string temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "s3r_infer_test" / name;
+  const fs::path dir = process_dir() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
