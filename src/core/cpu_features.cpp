@@ -85,7 +85,8 @@ void apply_cap(CpuFeatures& f, const std::string& cap) {
   const bool keep_avx512 = cap == "avx512" || keep_vnni_bf16;
   const bool keep_avx2 = cap == "avx2" || keep_avx512;
   if (cap != "reference" && !keep_avx2) {
-    throw Error("S3R_MAX_ISA='" + cap + "' is not a cap; use reference, avx2, avx512 or avx512_bf16");
+    throw Error("S3R_MAX_ISA='" + cap +
+                "' is not a cap; use reference, avx2, avx512 or avx512_bf16");
   }
   CpuFeatures capped;
   capped.cap = cap;

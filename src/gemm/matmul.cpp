@@ -165,8 +165,9 @@ void matmul_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const Mat
     return;
   }
   if (A.values == nullptr || B.values == nullptr) {
-    throw Error("matmul_bf16: an operand holds only its f32-widened values (prepared while bf16 products "
-                "were emulated, S3R_GEMM_BF16=f32), but the native bf16 backend reads bf16 values");
+    throw Error("matmul_bf16: an operand holds only its f32-widened values (prepared while bf16 "
+                "products were emulated, S3R_GEMM_BF16=f32), but the native bf16 backend reads "
+                "bf16 values");
   }
   float_product(Type::kBf16, C, A.values, B.values, s, accumulate);
 }

@@ -52,10 +52,11 @@ PrimitiveKey key_of(const Call& call) {
 void cap_onednn_isa() {
   const std::string& cap = cpu_features().cap;
   if (cap.empty()) return;
+  // avx512_bf16: avx512_core_bf16, which includes VNNI and excludes AMX.
   const dnnl::cpu_isa isa = cap == "reference" ? dnnl::cpu_isa::sse41
                             : cap == "avx2"    ? dnnl::cpu_isa::avx2
                             : cap == "avx512"  ? dnnl::cpu_isa::avx512_core
-                                               : dnnl::cpu_isa::avx512_core_bf16;  // VNNI + BF16, no AMX
+                                               : dnnl::cpu_isa::avx512_core_bf16;
   try {
     dnnl::set_max_cpu_isa(isa);
   } catch (const dnnl::error& e) {
@@ -174,8 +175,8 @@ void copy_row_major(const PrimitiveKey& key, const void* A, void* dst, dnnl::str
     std::lock_guard<std::mutex> lock(ctx.mutex);
     auto it = ctx.transposes.find(key);
     if (it == ctx.transposes.end()) {
-      it = ctx.transposes.emplace(key, dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine, from, ctx.engine, to)))
-               .first;
+      const dnnl::reorder::primitive_desc pd(ctx.engine, from, ctx.engine, to);
+      it = ctx.transposes.emplace(key, dnnl::reorder(pd)).first;
     }
     transpose = &it->second;
   }
@@ -191,7 +192,8 @@ void run(const Call& call, void* C, const void* A, const void* B, bool cached) {
   dnnl::stream& stream = thread_stream();
   if (copies_transposed_a(key)) {
     thread_local std::vector<int8_t> row_major_a;  // grown once per thread, reused
-    if (row_major_a.size() < static_cast<size_t>(key.M * key.K)) row_major_a.resize(static_cast<size_t>(key.M * key.K));
+    const auto size = static_cast<size_t>(key.M * key.K);
+    if (row_major_a.size() < size) row_major_a.resize(size);
     copy_row_major(key, A, row_major_a.data(), stream);
     key = with_row_major_a(key);
     A = row_major_a.data();

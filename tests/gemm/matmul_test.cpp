@@ -245,12 +245,14 @@ TEST(Matmul, Int8LeadingDimensions) {
           for (int64_t m = 0; m < M; ++m) {
             for (int64_t n = 0; n < ldc; ++n) {
               if (n >= N) {
-                ASSERT_EQ(out[m * ldc + n], -7) << to_string(backend) << " N " << N << ": wrote into the padding";
+                ASSERT_EQ(out[m * ldc + n], -7)
+                    << to_string(backend) << " N " << N << ": wrote into the padding";
                 continue;
               }
               int64_t sum = 0;
               for (int64_t k = 0; k < K; ++k) {
-                sum += int64_t{a[ta ? k * lda + m : m * lda + k]} * b[tb ? n * ldb + k : k * ldb + n];
+                sum += int64_t{a[ta ? k * lda + m : m * lda + k]} *
+                       b[tb ? n * ldb + k : k * ldb + n];
               }
               ASSERT_EQ(out[m * ldc + n], sum) << to_string(backend) << " N " << N << " ta " << ta << " tb "
                                                << tb << " at [" << m << ", " << n << "]";

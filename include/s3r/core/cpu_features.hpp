@@ -8,8 +8,8 @@
 // and, on Linux, the per-process permission (arch_prctl ARCH_REQ_XCOMP_PERM), which is
 // requested here as oneDNN would.
 //
-// S3R_MAX_ISA=reference|avx2|avx512|avx512_bf16 caps what the process believes the CPU has, so that an
-// AVX-512 machine can behave as a lesser one (tests and benchmarks of the other tiers):
+// S3R_MAX_ISA=reference|avx2|avx512|avx512_bf16 caps what the process believes the CPU has, so
+// that an AVX-512 machine can behave as a lesser one (tests and benchmarks of the other tiers):
 //   reference  no AVX at all: scalar kernels, the scalar int8 GEMM, f32-emulated bf16
 //   avx2       AVX2 + FMA (+ F16C), no VNNI of any kind: like AMD Zen 2/3 or an Intel client CPU
 //   avx512     AVX-512 F/BW/VL/DQ without VNNI, BF16 or AMX: like Intel Skylake-SP

@@ -39,7 +39,7 @@ struct LinearInput {
   std::vector<float> scales;     // (T)    int8 modes: sx
   std::vector<bf16> bf16_values; // (T, K) bf16 mode with native bf16 products (else empty)
   std::vector<float> f32_values; // (T, K) f32 mode; bf16 mode with f32-emulated bf16 products:
-                                 // X rounded to bf16 and widened back (exact), read by the products
+                                 // X rounded to bf16 and widened back (exact), read by products
 };
 
 // The weight as the layer's products read it.
@@ -52,7 +52,7 @@ struct LinearWeight {
   std::vector<float> code_row_sums;  // (K) int8 modes: rowsum(Wq)[k] = sum_n Wq[k, n] (exact)
   std::vector<bf16> bf16_values;  // (K, N) bf16 mode with native bf16 products (else empty)
   std::vector<float> f32_values;  // (K, N) f32 mode; bf16 mode with f32-emulated bf16 products:
-                                  // W rounded to bf16 and widened back (exact), read by the products
+                                  // W rounded to bf16 and widened back (exact), read by products
 };
 
 // Where a call's T tokens sit in a data-parallel step (SPEC section 6; s3r/dist/tree_sum.hpp).
