@@ -1,8 +1,8 @@
 // Tests of s3r::nn QuantLinear (SPEC sections 1-4, and properties 1 and 4 of section 5).
 //
 // (a) QuantLinearReference: every mode and correction against an independent double-precision
-//     implementation of SPEC 1-4 written here. The bit-defined steps (scales and codes of X, W
-//     and G', thresholds from the keys) are recomputed with the layer's f32 operations and
+//     implementation of SPEC 1-4 (linear_reference.hpp). The bit-defined steps (scales and codes
+//     of X, W and G', thresholds from the keys) are recomputed with the layer's f32 operations and
 //     compared bit for bit; everything after them (int32 products, scales, the S3R-EC statistics,
 //     Estr passed explicitly through both products) is done in double, and Y, dX, dW are compared
 //     with tolerances derived from the f32 operations of the layer.
@@ -14,10 +14,10 @@
 //     measured dX and dW errors of sr, s3r, s3r-bcast and the corrections, against exact
 //     expectations and against each other.
 //
-// Notation: u = 2^-24 (f32 unit roundoff), gamma_n = n u / (1 - n u); a value computed by a
-// sequence of operations in which every term passes through at most n f32 roundings is within
-// gamma_n * (the same expression with every term replaced by its absolute value) of the exact one
-// (Higham, Accuracy and Stability of Numerical Algorithms, section 3.1).
+// The problems, the bit-defined steps, the double reference with its error bounds (notation
+// there) and the exact distribution of the rounding errors are a test library of their own:
+// linear_problem.hpp, linear_reference.hpp and linear_rounding_model.hpp; this file holds the
+// tests.
 #include "s3r/nn/quant_linear.hpp"
 
 #include <gtest/gtest.h>
@@ -26,35 +26,31 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <iomanip>
 #include <iterator>
 #include <limits>
 #include <span>
-#include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "s3r/core/bf16.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/nn/linear_mode.hpp"
 #include "s3r/quant/grad_quant.hpp"
 #include "s3r/rng/threefry.hpp"
 #include "check_util.hpp"
+#include "nn/linear_problem.hpp"
+#include "nn/linear_reference.hpp"
+#include "nn/linear_rounding_model.hpp"
 #include "test_util.hpp"
 
 namespace s3r::nn {
 namespace {
 
-using testing::bernstein_tolerance;
-using testing::Checker;
-using testing::kBernsteinL;
-using testing::kU32;
-using testing::kU64;
-using testing::str;
-
-double gamma32(double n) { return n * kU32 / (1.0 - n * kU32); }
+using namespace s3r::nn::testing;  // the problems, the reference and the rounding model
+using s3r::testing::bernstein_tolerance;
+using s3r::testing::Checker;
+using s3r::testing::kU64;
+using s3r::testing::str;
 
 constexpr LinearMode kAllModes[] = {LinearMode::kF32, LinearMode::kBf16, LinearMode::kRtne,
                                     LinearMode::kSr,  LinearMode::kS3r,  LinearMode::kS3rBcast};
@@ -63,497 +59,6 @@ constexpr LinearMode kInt8Modes[] = {LinearMode::kRtne, LinearMode::kSr, LinearM
 constexpr LinearMode kStochasticModes[] = {LinearMode::kSr, LinearMode::kS3r,
                                            LinearMode::kS3rBcast};
 constexpr Correction kAllCorrections[] = {Correction::kNone, Correction::kDx, Correction::kTwoWay};
-
-
-// ---------------------------------------------------------------------------------------------
-// Problems.
-
-// One layer's inputs: X (T, K), W (K, N), G (T, N), row-major; S tokens per example.
-struct Problem {
-  int64_t T = 0, K = 0, N = 0, S = 0;
-  std::vector<float> x, w, g;
-  int64_t B() const { return T / S; }
-  std::string shape() const { return str("T=", T, " K=", K, " N=", N, " S=", S); }
-};
-
-float sym_uniform(Key key, uint64_t i) {
-  return static_cast<float>(random_bits32(key, i) >> 9) * 0x1p-23f * 2.0f - 1.0f;
-}
-
-// Magnitudes over several binades, both signs; X row 5 and W column 3 are exactly zero (scale 1,
-// codes 0), and with zero_g G is all zero (D == 0).
-Problem make_problem(int64_t T, int64_t K, int64_t N, int64_t S, uint32_t seed, bool zero_g) {
-  Problem p{T, K, N, S, {}, {}, {}};
-  const Key kx = fold_in(key_from_seed(seed), 1), kw = fold_in(key_from_seed(seed), 2),
-            kg = fold_in(key_from_seed(seed), 3);
-  p.x.resize(static_cast<size_t>(T * K));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t k = 0; k < K; ++k) {
-      // sx = absmax/127 of order 1, like the zero row's scale 1: no token dominates D.
-      const float mag = std::ldexp(1.0f, -static_cast<int>(t % 4)) * 100.0f;
-      p.x[t * K + k] = t == 5 ? 0.0f : sym_uniform(kx, t * K + k) * mag;
-    }
-  }
-  p.w.resize(static_cast<size_t>(K * N));
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t n = 0; n < N; ++n) {
-      const float mag = 0.05f * static_cast<float>(1 + n % 3);
-      p.w[k * N + n] = n == 3 ? 0.0f : sym_uniform(kw, k * N + n) * mag;
-    }
-  }
-  p.g.resize(static_cast<size_t>(T * N));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t n = 0; n < N; ++n) {
-      const float mag = std::ldexp(1.0f, -2 * static_cast<int>(n % 5));
-      p.g[t * N + n] = zero_g ? 0.0f : sym_uniform(kg, t * N + n) * mag;
-    }
-  }
-  return p;
-}
-
-Key make_layer_key(uint32_t seed, uint32_t step, uint32_t layer) {
-  return fold_in(fold_in(key_from_seed(seed), step), layer);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The bit-defined steps, recomputed with the layer's f32 operations (docs/SPEC.md sections 1-3 and its appendix).
-
-// Forward operands (SPEC 1).
-struct Operands {
-  std::vector<int8_t> xq, wq;   // (T, K), (K, N)
-  std::vector<float> sx, sw;    // (T), (N)
-  std::vector<int64_t> rowsum;  // (K) sum_n Wq[k, n]
-};
-
-// absmax / 127 in f32; an all-zero row or column gets scale 1 (its codes are then 0).
-float absmax_scale(float absmax) {
-  const float s = absmax / 127.0f;
-  return s > 0.0f ? s : 1.0f;
-}
-
-// rne(v) clamped to [-127, 127]; std::nearbyint rounds to nearest even in the default mode.
-int8_t rne_code(float v) {
-  return static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f));
-}
-
-Operands forward_operands(const Problem& p) {
-  const int64_t T = p.T, K = p.K, N = p.N;
-  Operands o;
-  o.xq.resize(static_cast<size_t>(T * K));
-  o.sx.resize(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    float absmax = 0.0f;
-    for (int64_t k = 0; k < K; ++k) absmax = std::max(absmax, std::fabs(p.x[t * K + k]));
-    o.sx[t] = absmax_scale(absmax);
-    for (int64_t k = 0; k < K; ++k) o.xq[t * K + k] = rne_code(p.x[t * K + k] / o.sx[t]);
-  }
-  o.wq.resize(static_cast<size_t>(K * N));
-  o.sw.resize(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) {
-    float absmax = 0.0f;
-    for (int64_t k = 0; k < K; ++k) absmax = std::max(absmax, std::fabs(p.w[k * N + n]));
-    o.sw[n] = absmax_scale(absmax);
-    for (int64_t k = 0; k < K; ++k) o.wq[k * N + n] = rne_code(p.w[k * N + n] / o.sw[n]);
-  }
-  o.rowsum.assign(static_cast<size_t>(K), 0);
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t n = 0; n < N; ++n) o.rowsum[k] += o.wq[k * N + n];
-  }
-  return o;
-}
-
-// Thresholds (SPEC 2): sr's 23-bit uniform of word i; the 7-bit threshold i = byte i % 4 of
-// word i / 4, r = (k + 0.5) / 128 with k the byte's top 7 bits.
-float threshold_sr(Key key, uint64_t i) {
-  return static_cast<float>(random_bits32(key, i) >> 9) * 0x1p-23f;
-}
-float threshold_7bit_of_index(uint32_t k) { return (static_cast<float>(k) + 0.5f) / 128.0f; }
-float threshold_7bit(Key key, uint64_t i) {
-  const uint32_t byte = (random_bits32(key, i / 4) >> (8 * (i % 4))) & 0xFFu;
-  return threshold_7bit_of_index(byte >> 1);
-}
-
-// Q = floor(x + r): one f32 addition, floor, clamp to [-127, 127].
-int8_t floor_code(float x, float r) {
-  const float sum = x + r;
-  return static_cast<int8_t>(std::clamp(std::floor(sum), -127.0f, 127.0f));
-}
-
-// The backward quantization (SPEC 1-3): G' = (sx G) sw in f32, D = max|G'| / 127, x = G' / D.
-struct GradCodes {
-  float D = 0.0f;
-  std::vector<float> xs;     // (T, N) x = G'/D in f32; 0 when D == 0
-  int count = 1;             // 2 under sr
-  std::vector<int8_t> q[2];  // (T, N) codes for dX ([0]) and for dW ([count - 1])
-};
-
-GradCodes grad_codes(const Problem& p, const Operands& o, LinearMode mode, Key layer_key) {
-  const int64_t T = p.T, N = p.N;
-  GradCodes c;
-  std::vector<float> gp(static_cast<size_t>(T * N));
-  float absmax = 0.0f;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t n = 0; n < N; ++n) {
-      gp[t * N + n] = (o.sx[t] * p.g[t * N + n]) * o.sw[n];
-      absmax = std::max(absmax, std::fabs(gp[t * N + n]));
-    }
-  }
-  c.D = absmax / 127.0f;
-  c.count = mode == LinearMode::kSr ? 2 : 1;
-  c.xs.assign(gp.size(), 0.0f);
-  for (int q = 0; q < c.count; ++q) c.q[q].assign(gp.size(), 0);
-  if (c.D == 0.0f) return c;  // SPEC 1: every gradient is exactly 0, no division
-  const Key keys[2] = {fold_in(layer_key, 0), fold_in(layer_key, 1)};
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t i = t * N + n;
-      const float x = gp[i] / c.D;
-      c.xs[i] = x;
-      for (int q = 0; q < c.count; ++q) {
-        switch (mode) {
-          case LinearMode::kRtne:
-            c.q[q][i] = rne_code(x);
-            break;
-          case LinearMode::kSr:
-            c.q[q][i] = floor_code(x, threshold_sr(keys[q], i));
-            break;
-          case LinearMode::kS3r:
-            c.q[q][i] = floor_code(x, threshold_7bit(keys[0], t));
-            break;
-          case LinearMode::kS3rBcast:
-            c.q[q][i] = floor_code(x, threshold_7bit(keys[0], t / p.S));
-            break;
-          default:
-            break;
-        }
-      }
-    }
-  }
-  return c;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The double-precision reference of SPEC 1-4 and the f32 error bounds of the layer.
-
-// G'[t,n] = sx[t] G[t,n] sw[n] in double (one rounding, relative 2^-53).
-std::vector<double> exact_folded(const Problem& p, const Operands& o) {
-  std::vector<double> gp(static_cast<size_t>(p.T * p.N));
-  for (int64_t t = 0; t < p.T; ++t) {
-    for (int64_t n = 0; n < p.N; ++n) {
-      gp[t * p.N + n] = static_cast<double>(o.sx[t]) * p.g[t * p.N + n] * o.sw[n];
-    }
-  }
-  return gp;
-}
-
-// E = D*Q - G' and its S3R-EC statistics (SPEC 4), in double.
-struct ErrorStatsD {
-  std::vector<double> e;  // (T, N)
-  std::vector<double> c;  // (T)    token means
-  std::vector<double> a;  // (B, N) channel means
-  std::vector<double> m;  // (B)    grand means
-};
-
-ErrorStatsD error_stats(const Problem& p, const std::vector<double>& gp,
-                        const std::vector<int8_t>& q, double D) {
-  const int64_t T = p.T, N = p.N, S = p.S, B = p.B();
-  ErrorStatsD st;
-  st.e.resize(static_cast<size_t>(T * N));
-  for (int64_t i = 0; i < T * N; ++i) st.e[i] = D * q[i] - gp[i];
-  st.c.assign(static_cast<size_t>(T), 0.0);
-  st.a.assign(static_cast<size_t>(B * N), 0.0);
-  st.m.assign(static_cast<size_t>(B), 0.0);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t n = 0; n < N; ++n) {
-      st.c[t] += st.e[t * N + n];
-      st.a[(t / S) * N + n] += st.e[t * N + n];
-    }
-    st.m[t / S] += st.c[t];
-    st.c[t] /= static_cast<double>(N);
-  }
-  for (double& v : st.a) v /= static_cast<double>(S);
-  for (double& v : st.m) v /= static_cast<double>(S * N);
-  return st;
-}
-
-double estr(const ErrorStatsD& st, int64_t t, int64_t n, int64_t S, int64_t N) {
-  const int64_t b = t / S;
-  return st.a[b * N + n] + st.c[t] - st.m[b];
-}
-
-// Bounds on |statistic of the layer - exact statistic of E = D*Q - G'| (SPEC 4).
-// - The layer forms E as D * fl(Q - x) with x = fl(G'f / D), G'f = fl(fl(sx G) sw): G'f is
-//   within (2u + u^2)|G'| of G', and D x within u |G'f| <= u (1 + 3u)|G'| of G'f, so each
-//   element of its E is within 3.01 u |G'| of the exact one; a mean of such elements, within
-//   3.01 u times the mean of |G'|.
-// - The rest is the rounding of the statistics themselves, bounded in units of D by
-//   tests/quant/grad_quant_stats_test.cpp (stat_bounds): (ceil(N/16) + 6) u for c and m (16-lane
-//   f32 row sums), (min(S, 32) + 2) u for a (f32 block column sums).
-struct StatEps {
-  std::vector<double> c, a, m;  // (T), (B, N), (B)
-};
-
-StatEps stat_eps(const Problem& p, const std::vector<double>& gp, double D) {
-  const int64_t T = p.T, N = p.N, S = p.S, B = p.B();
-  const double row = (static_cast<double>((N + 15) / 16) + 6.0) * kU32 * D;
-  const double col = (static_cast<double>(std::min<int64_t>(S, 32)) + 2.0) * kU32 * D;
-  StatEps eps;
-  eps.c.assign(static_cast<size_t>(T), 0.0);
-  eps.a.assign(static_cast<size_t>(B * N), 0.0);
-  eps.m.assign(static_cast<size_t>(B), 0.0);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t n = 0; n < N; ++n) {
-      const double v = 3.01 * kU32 * std::fabs(gp[t * N + n]);
-      eps.c[t] += v / N;
-      eps.a[(t / S) * N + n] += v / S;
-      eps.m[t / S] += v / (S * N);
-    }
-  }
-  for (double& v : eps.c) v += row;
-  for (double& v : eps.a) v += col;
-  for (double& v : eps.m) v += row;
-  return eps;
-}
-
-// Magnitudes that the f32 error bounds of one int8 backward pass need (bounds, not values).
-struct Magnitudes {
-  double D = 0.0;
-  std::vector<double> q;       // (T, N) |Q|
-  std::vector<double> a;       // (B, N) |a| of the layer: |a_exact| + eps_a
-  std::vector<double> cm;      // (T)    |c - m| of the layer: |c - m|_exact + eps_c + eps_m
-  std::vector<double> eps_a;   // (B, N)
-  std::vector<double> eps_cm;  // (T) eps_c + eps_m
-};
-
-Magnitudes magnitudes(const Problem& p, const std::vector<int8_t>& q, const ErrorStatsD& st,
-                      const StatEps& eps, double D) {
-  const int64_t T = p.T, S = p.S;
-  Magnitudes mg;
-  mg.D = D;
-  for (int8_t v : q) mg.q.push_back(std::abs(static_cast<double>(v)));
-  for (size_t i = 0; i < st.a.size(); ++i) mg.a.push_back(std::fabs(st.a[i]) + eps.a[i]);
-  mg.eps_a = eps.a;
-  for (int64_t t = 0; t < T; ++t) {
-    mg.eps_cm.push_back(eps.c[t] + eps.m[t / S]);
-    mg.cm.push_back(std::fabs(st.c[t] - st.m[t / S]) + mg.eps_cm.back());
-  }
-  return mg;
-}
-
-// A bound valid for every draw: |Q| <= |x| + 1, |E| <= D(1 + 4u) so |a| <= D(1 + 4u) and
-// |c - m| <= 2 D (1 + 4u).
-Magnitudes worst_magnitudes(const Problem& p, const GradCodes& gc, const StatEps& eps) {
-  const int64_t T = p.T, S = p.S;
-  Magnitudes mg;
-  mg.D = gc.D;
-  const double e_max = gc.D * (1.0 + 4.0 * kU32);
-  for (float x : gc.xs) mg.q.push_back(std::fabs(static_cast<double>(x)) + 1.0);
-  for (double v : eps.a) mg.a.push_back(e_max + v);
-  mg.eps_a = eps.a;
-  for (int64_t t = 0; t < T; ++t) {
-    mg.eps_cm.push_back(eps.c[t] + eps.m[t / S]);
-    mg.cm.push_back(2.0 * e_max + mg.eps_cm.back());
-  }
-  return mg;
-}
-
-// Rounding depths of the int8 backward (quant_linear.cpp, kernels/*/linear_*.cpp):
-// dX, main term: fl(1/sx), fl(D inv), fl(acc scale) (acc exact in f32: |acc| <= 127^2 N < 2^24),
-//   fl(v - corr), fl(old + v): 5. Correction: wa = Wq a_b summed in 16 f32 lanes with FMA
-//   (ceil(N/16) roundings per lane, a 4-level tree; the reference kernel: double then one
-//   rounding), then fl(wa + delta rowsum), fl(. inv) with fl(1/sx), fl(v - .), fl(old + .):
-//   ceil(N/16) + 9. delta = fl(c - m), fl(delta rowsum) (rowsum exact), then the same 5: 7.
-int64_t dx_depth(int64_t N) { return (N + 15) / 16 + 9; }
-// dW, main term: fl(D/sw), fl(acc col_scale) (|acc| <= 127^2 T < 2^24), the correction's sum
-//   post-op: 3. Correction: U^T A in f32 with A = fl(-a/sw) and fl(-1/sw); the a path:
-//   fl(-a/sw), product, B additions, post-op: B + 3; the v path: v[k] = sum_t fl(xq fl(c - m))
-//   recursively in f32 (first addition to 0 exact): T + 1, then fl(-1/sw), product, B additions,
-//   post-op: T + B + 4.
-int64_t dw_depth(int64_t T, int64_t B) { return T + B + 4; }
-// The test's own double arithmetic: at most T + N + K + 10 roundings of relative 2^-53 on any
-// term of a reference value (products and sums of at most T, N or K terms, a few scalings).
-double ref_slack(const Problem& p, double abs_value) {
-  return static_cast<double>(p.T + p.N + p.K + 10) * kU64 * abs_value;
-}
-
-// f32 error bound of dX[t, k] (int8 mode): gamma_L (|D acc| + |correction|)/sx + gamma_L |old|
-// + the statistics' error propagated through the correction.
-double dx_tolerance(const Problem& p, const Operands& o, const Magnitudes& mg, int64_t t, int64_t k,
-                    bool correct, double old_abs) {
-  const int64_t N = p.N, S = p.S;
-  double main = 0.0, corr = 0.0, stat = 0.0;
-  for (int64_t n = 0; n < N; ++n) {
-    const double w = std::abs(static_cast<double>(o.wq[k * N + n]));
-    main += mg.D * mg.q[t * N + n] * w;
-    if (correct) {
-      corr += w * mg.a[(t / S) * N + n];
-      stat += w * mg.eps_a[(t / S) * N + n];
-    }
-  }
-  if (correct) {
-    const double rs = std::abs(static_cast<double>(o.rowsum[k]));
-    corr += mg.cm[t] * rs;
-    stat += mg.eps_cm[t] * rs;
-  }
-  const double g = gamma32(static_cast<double>(dx_depth(N)));
-  // old + v is exact when v is exactly 0 (G == 0: dX must stay unchanged, bit for bit).
-  const double abs_value = (main + corr) / o.sx[t] + (main + corr > 0.0 ? old_abs : 0.0);
-  return g * abs_value + (1.0 + g) * stat / o.sx[t] + ref_slack(p, abs_value);
-}
-
-// f32 error bound of dW[k, n] (int8 mode), likewise; u_b[k] = sum_{s in b} Xq[s, k].
-double dw_tolerance(const Problem& p, const Operands& o, const Magnitudes& mg, int64_t k, int64_t n,
-                    bool correct) {
-  const int64_t T = p.T, K = p.K, N = p.N, S = p.S, B = p.B();
-  double main = 0.0, corr = 0.0, stat = 0.0;
-  for (int64_t t = 0; t < T; ++t) {
-    const double xv = std::abs(static_cast<double>(o.xq[t * K + k]));
-    main += mg.D * xv * mg.q[t * N + n];
-    if (correct) {
-      corr += xv * mg.cm[t];
-      stat += xv * mg.eps_cm[t];
-    }
-  }
-  if (correct) {
-    for (int64_t b = 0; b < B; ++b) {
-      double u = 0.0;
-      for (int64_t s = b * S; s < (b + 1) * S; ++s) u += o.xq[s * K + k];
-      corr += std::fabs(u) * mg.a[b * N + n];
-      stat += std::fabs(u) * mg.eps_a[b * N + n];
-    }
-  }
-  const double g = gamma32(static_cast<double>(dw_depth(T, B)));
-  const double abs_value = (main + corr) / o.sw[n];
-  return g * abs_value + (1.0 + g) * stat / o.sw[n] + ref_slack(p, abs_value);
-}
-
-// Expected values of one output tensor and their tolerances.
-struct Expected {
-  std::vector<double> value, tol;
-};
-
-// Y (T, N) of every mode. int8: sx sw sum_k Xq Wq; the layer computes fl(sx fl(sw acc)) (acc
-// exact in f32 for 127^2 K < 2^24): 2 roundings of a product, gamma_2 |Y|. f32 and bf16: sum_k
-// X W of the (bf16-rounded) operands, f32 accumulation of K terms (bf16 products are exact):
-// gamma_K sum_k |X W|.
-Expected expected_forward(const Problem& p, LinearMode mode, const Operands& o) {
-  const int64_t T = p.T, K = p.K, N = p.N;
-  Expected y;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t n = 0; n < N; ++n) {
-      double sum = 0.0, abs_sum = 0.0;
-      if (is_int8(mode)) {
-        int64_t acc = 0;
-        for (int64_t k = 0; k < K; ++k) acc += int64_t{o.xq[t * K + k]} * o.wq[k * N + n];
-        sum = static_cast<double>(o.sx[t]) * o.sw[n] * static_cast<double>(acc);
-        abs_sum = std::fabs(sum);
-        y.tol.push_back(gamma32(2.0) * abs_sum + ref_slack(p, abs_sum));
-      } else {
-        for (int64_t k = 0; k < K; ++k) {
-          float a = p.x[t * K + k], b = p.w[k * N + n];
-          if (mode == LinearMode::kBf16) a = to_float(to_bf16(a)), b = to_float(to_bf16(b));
-          sum += static_cast<double>(a) * b;
-          abs_sum += std::fabs(static_cast<double>(a) * b);
-        }
-        y.tol.push_back(gamma32(static_cast<double>(K)) * abs_sum + ref_slack(p, abs_sum));
-      }
-      y.value.push_back(sum);
-    }
-  }
-  return y;
-}
-
-struct ExpectedBackward {
-  Expected dx, dw;
-};
-
-// Float modes: dX = G W^T (+ old), dW = X^T G of the (bf16-rounded) operands; f32 accumulation
-// of N (dX, plus the accumulation into old: N + 1) and T (dW) terms with exact bf16 products.
-ExpectedBackward expected_backward_float(const Problem& p, LinearMode mode,
-                                         const std::vector<float>& dx_old) {
-  const int64_t T = p.T, K = p.K, N = p.N;
-  auto rounded = [&](float v) { return mode == LinearMode::kBf16 ? to_float(to_bf16(v)) : v; };
-  ExpectedBackward r;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t k = 0; k < K; ++k) {
-      const double old = dx_old.empty() ? 0.0 : dx_old[t * K + k];
-      double sum = 0.0, abs_sum = 0.0;
-      for (int64_t n = 0; n < N; ++n) {
-        const double v = static_cast<double>(rounded(p.g[t * N + n])) * rounded(p.w[k * N + n]);
-        sum += v;
-        abs_sum += std::fabs(v);
-      }
-      if (abs_sum > 0.0) abs_sum += std::fabs(old);  // adding an exact 0 is exact
-      r.dx.value.push_back(old + sum);
-      r.dx.tol.push_back(gamma32(static_cast<double>(N + 1)) * abs_sum + ref_slack(p, abs_sum));
-    }
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t n = 0; n < N; ++n) {
-      double sum = 0.0, abs_sum = 0.0;
-      for (int64_t t = 0; t < T; ++t) {
-        const double v = static_cast<double>(rounded(p.x[t * K + k])) * rounded(p.g[t * N + n]);
-        sum += v;
-        abs_sum += std::fabs(v);
-      }
-      r.dw.value.push_back(sum);
-      r.dw.tol.push_back(gamma32(static_cast<double>(T)) * abs_sum + ref_slack(p, abs_sum));
-    }
-  }
-  return r;
-}
-
-// Int8 modes (SPEC 1, 2, 4), with the codes of the test: dX (T, K) from the dX codes,
-//   dX[t,k] = old + (1/sx[t]) sum_n (D Q[t,n] - [correct_dx] Estr[t,n]) Wq[k,n]
-// and dW (K, N) from the dW codes (sr: the second quantization),
-//   dW[k,n] = (1/sw[n]) sum_t Xq[t,k] (D Q[t,n] - [two-way] Estr[t,n])
-// with Estr formed explicitly from c, a, m of E = D*Q - G' (double).
-ExpectedBackward expected_backward_int8(const Problem& p, const Operands& o, const GradCodes& gc,
-                                        Correction correction, const std::vector<float>& dx_old) {
-  const int64_t T = p.T, K = p.K, N = p.N, S = p.S;
-  const double D = gc.D;
-  const std::vector<double> gp = exact_folded(p, o);
-  const StatEps eps = stat_eps(p, gp, D);
-  ExpectedBackward r;
-  {
-    const std::vector<int8_t>& q = gc.q[0];
-    const ErrorStatsD st = error_stats(p, gp, q, D);
-    const Magnitudes mg = magnitudes(p, q, st, eps, D);
-    const bool correct = correction != Correction::kNone;
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t k = 0; k < K; ++k) {
-        const double old = dx_old.empty() ? 0.0 : dx_old[t * K + k];
-        int64_t acc = 0;
-        double corr = 0.0;
-        for (int64_t n = 0; n < N; ++n) {
-          acc += int64_t{q[t * N + n]} * o.wq[k * N + n];
-          if (correct) corr += estr(st, t, n, S, N) * o.wq[k * N + n];
-        }
-        r.dx.value.push_back(old + (D * static_cast<double>(acc) - corr) / o.sx[t]);
-        r.dx.tol.push_back(dx_tolerance(p, o, mg, t, k, correct, std::fabs(old)));
-      }
-    }
-  }
-  {
-    const std::vector<int8_t>& q = gc.q[gc.count - 1];
-    const ErrorStatsD st = error_stats(p, gp, q, D);
-    const Magnitudes mg = magnitudes(p, q, st, eps, D);
-    const bool correct = correction == Correction::kTwoWay;
-    for (int64_t k = 0; k < K; ++k) {
-      for (int64_t n = 0; n < N; ++n) {
-        int64_t acc = 0;
-        double corr = 0.0;
-        for (int64_t t = 0; t < T; ++t) {
-          acc += int64_t{o.xq[t * K + k]} * q[t * N + n];
-          if (correct) corr += o.xq[t * K + k] * estr(st, t, n, S, N);
-        }
-        r.dw.value.push_back((D * static_cast<double>(acc) - corr) / o.sw[n]);
-        r.dw.tol.push_back(dw_tolerance(p, o, mg, k, n, correct));
-      }
-    }
-  }
-  return r;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Running the layer.
@@ -680,8 +185,8 @@ void check_backward(Checker& chk, LayerRun& run, const Problem& p, LinearMode mo
 // cores are shared, so most sweeps use one; results must not depend on it).
 void run_reference_sweep(const Problem& base, int threads, const std::vector<int64_t>& lengths,
                          Checker& chk) {
-  testing::ScopedThreads scoped_threads(threads);
-  for (Isa isa : testing::runnable_isas()) {
+  s3r::testing::ScopedThreads scoped_threads(threads);
+  for (Isa isa : s3r::testing::runnable_isas()) {
     ScopedIsa scoped(isa);
     for (int64_t S : lengths) {
       Problem p = base;
@@ -741,283 +246,6 @@ TEST(QuantLinearReference, LargerOddShapeMatchesDoubleReference) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The exact distribution of the rounding errors over the thresholds ((b) and (d)).
-//
-// For fixed x the code clamp(floor(fl(x + r))) is nondecreasing in r (f32 addition, floor and
-// the clamp are monotone) and, for r in [0, 1), takes at most two adjacent values (checked
-// below). So E[t,n] = e_lo + jump * U with jump = D (hi - lo) and U = 1 iff the threshold index
-// is >= first_up: a 7-bit index k of 128 equally likely values, or sr's index j of 2^23. Tokens
-// are independent (s3r: distinct threshold bytes; sr: distinct words), and so are examples under
-// s3r-bcast; under sr so are all elements, and the two code tensors.
-
-double ulp32(double v) {  // ulp of an f32 number in the binade of v >= 1
-  int e = 0;
-  std::frexp(v, &e);
-  return std::ldexp(1.0, e - 24);
-}
-
-constexpr int kLevels7 = 128;             // 7-bit thresholds
-constexpr uint32_t kLevels23 = 1u << 23;  // sr's 23-bit thresholds
-
-struct RoundingModel {
-  LinearMode mode = LinearMode::kS3r;
-  int64_t T = 0, N = 0, S = 0;
-  double D = 0.0;
-  std::vector<double> e_lo;    // (T, N) D lo - G'
-  std::vector<double> jump;    // (T, N) D (hi - lo), 0 or D
-  std::vector<int> first_up;   // (T, N) 7-bit: first k with code hi (kLevels7: never)
-  std::vector<double> p_up;    // (T, N) P(code = hi)
-  std::vector<double> bias;    // (T, N) bound on |E[E]| (see rounding_model)
-  std::vector<double> e_rtne;  // (T, N) D rne(x) - G': the error of a biased rounding
-  bool two_valued = true;      // the assumption above held for every element
-};
-
-RoundingModel rounding_model(const Problem& p, const Operands& o, const GradCodes& gc,
-                             LinearMode mode) {
-  RoundingModel m;
-  m.mode = mode;
-  m.T = p.T, m.N = p.N, m.S = p.S;
-  m.D = gc.D;
-  const std::vector<double> gp = exact_folded(p, o);
-  const bool seven = mode != LinearMode::kSr;
-  for (int64_t i = 0; i < p.T * p.N; ++i) {
-    const float x = gc.xs[i];
-    auto code7 = [&](int k) { return floor_code(x, threshold_7bit_of_index(k)); };
-    auto code23 = [&](uint32_t j) { return floor_code(x, static_cast<float>(j) * 0x1p-23f); };
-    const int lo = seven ? code7(0) : code23(0);
-    const int hi = seven ? code7(kLevels7 - 1) : code23(kLevels23 - 1);
-    m.two_valued = m.two_valued && (hi == lo || hi == lo + 1);
-    int first = seven ? kLevels7 : static_cast<int>(kLevels23);
-    double p_up = 0.0;
-    if (hi != lo && seven) {
-      first = 0;
-      while (code7(first) != hi) ++first;
-      for (int k = first; k < kLevels7; ++k) m.two_valued = m.two_valued && code7(k) == hi;
-      p_up = static_cast<double>(kLevels7 - first) / kLevels7;
-    } else if (hi != lo) {  // binary search for the first j with code hi
-      uint32_t a = 0, b = kLevels23 - 1;
-      while (a < b) {
-        const uint32_t mid = a + (b - a) / 2;
-        if (code23(mid) == hi)
-          b = mid;
-        else
-          a = mid + 1;
-      }
-      first = static_cast<int>(a);
-      p_up = static_cast<double>(kLevels23 - a) / kLevels23;
-    }
-    m.e_lo.push_back(m.D * lo - gp[i]);
-    m.jump.push_back(m.D * (hi - lo));
-    m.first_up.push_back(first);
-    m.p_up.push_back(p_up);
-    m.e_rtne.push_back(m.D * rne_code(x) - gp[i]);
-    // |E[D Q] - G'| <= |E[D Q] - D x| + |D x - G'|. The first: D/256 + D ulp(|x| + 1)/2 for the
-    // 7-bit thresholds (SPEC 2; exact bound checked in grad_quant_stats_test.cpp), and
-    // D (ulp(|x| + 1) + 2^-22) for sr (f32 addition and the 2^-23 grid, same file); the
-    // second 3.01 u |G'| (stat_eps).
-    const double ulp = ulp32(std::fabs(static_cast<double>(x)) + 1.0);
-    m.bias.push_back((seven ? m.D / 256.0 + m.D * ulp / 2.0 : m.D * (ulp + 0x1p-22)) +
-                     3.01 * kU32 * std::fabs(gp[i]));
-  }
-  return m;
-}
-
-// Mean, variance and the largest deviation from the mean of a random quantity, and two
-// deterministic companions: a bound on its bias and its value under rtne.
-struct Moments {
-  double mean = 0.0, var = 0.0, dev = 0.0, bias = 0.0, rtne = 0.0;
-};
-
-// Per token s, the distribution of h_s = sum_n beta[n] E[s, n] over that token's thresholds.
-struct TokenMoments {
-  std::vector<Moments> token;  // (T); bias = sum_n |beta| bias
-  std::vector<double> values;  // (T, 128) h_s at each 7-bit threshold index (s3r, s3r-bcast)
-};
-
-TokenMoments token_moments(const RoundingModel& m, const std::vector<double>& beta) {
-  const int64_t T = m.T, N = m.N;
-  TokenMoments tm;
-  tm.token.resize(static_cast<size_t>(T));
-  const bool seven = m.mode != LinearMode::kSr;
-  if (seven) tm.values.assign(static_cast<size_t>(T * kLevels7), 0.0);
-  for (int64_t s = 0; s < T; ++s) {
-    Moments& mo = tm.token[s];
-    double base = 0.0;
-    std::vector<double> bucket(kLevels7 + 1, 0.0);  // jumps by first threshold index
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t i = s * N + n;
-      const double bn = beta[n];
-      if (bn == 0.0) continue;
-      base += bn * m.e_lo[i];
-      mo.bias += std::fabs(bn) * m.bias[i];
-      mo.rtne += bn * m.e_rtne[i];
-      if (seven) {
-        bucket[m.first_up[i]] += bn * m.jump[i];
-      } else {
-        const double pu = m.p_up[i], j = bn * m.jump[i];
-        mo.mean += j * pu;
-        mo.var += j * j * pu * (1.0 - pu);
-        mo.dev += std::fabs(j) * std::max(pu, 1.0 - pu);
-      }
-    }
-    if (!seven) {
-      mo.mean += base;
-      continue;
-    }
-    double* v = &tm.values[s * kLevels7];
-    double up = 0.0;
-    for (int k = 0; k < kLevels7; ++k) {
-      up += bucket[k];
-      v[k] = base + up;
-      mo.mean += v[k] / kLevels7;
-    }
-    for (int k = 0; k < kLevels7; ++k) {
-      mo.var += (v[k] - mo.mean) * (v[k] - mo.mean) / kLevels7;
-      mo.dev = std::max(mo.dev, std::fabs(v[k] - mo.mean));
-    }
-  }
-  return tm;
-}
-
-// Moments of sum_j alpha[j] h_{t0 + j} for tokens [t0, t0 + alpha.size()) of one example.
-// sr and s3r: independent tokens, so means, variances and deviation bounds add. s3r-bcast: one
-// threshold for the example, so the sum is evaluated at each of the 128 thresholds.
-Moments combine(const RoundingModel& m, const TokenMoments& tm, int64_t t0,
-                const std::vector<double>& alpha) {
-  Moments r;
-  for (size_t j = 0; j < alpha.size(); ++j) {
-    const Moments& h = tm.token[t0 + j];
-    r.bias += std::fabs(alpha[j]) * h.bias;
-    r.rtne += alpha[j] * h.rtne;
-    if (m.mode != LinearMode::kS3rBcast) {
-      r.mean += alpha[j] * h.mean;
-      r.var += alpha[j] * alpha[j] * h.var;
-      r.dev += std::fabs(alpha[j]) * h.dev;
-    }
-  }
-  if (m.mode == LinearMode::kS3rBcast) {
-    double sum[kLevels7] = {};
-    for (size_t j = 0; j < alpha.size(); ++j) {
-      if (alpha[j] == 0.0) continue;
-      const double* v = &tm.values[(t0 + j) * kLevels7];
-      for (int k = 0; k < kLevels7; ++k) sum[k] += alpha[j] * v[k];
-    }
-    for (double v : sum) r.mean += v / kLevels7;
-    for (double v : sum) {
-      r.var += (v - r.mean) * (v - r.mean) / kLevels7;
-      r.dev = std::max(r.dev, std::fabs(v - r.mean));
-    }
-  }
-  return r;
-}
-
-void add_to(Moments& total, const Moments& part) {  // independent parts
-  total.mean += part.mean;
-  total.var += part.var;
-  total.dev += part.dev;
-  total.bias += part.bias;
-  total.rtne += part.rtne;
-}
-
-// Output errors as linear functionals of E, per example b: sum_{s in b, n} alpha_s beta_n E[s,n].
-// From dX = (1/sx) (G' + E - [corr] Estr) Wq^T and E - Estr = P_S E_b P_N per example
-// (P_L = I - 1 1^T / L, SPEC 4):
-//   dX[t,k] - dX_ref:  beta = Wq[k,:] (none) or Wq[k,:] - rowsum[k]/N (corrected),
-//                      alpha_s = [s = t]/sx[t] (none) or ([s = t] - 1/S)/sx[t]
-//   dW[k,n] - dW_ref:  beta = e_n (none) or e_n - 1/N (two-way),
-//                      alpha_s = Xq[s,k]/sw[n] (none) or (Xq[s,k] - mean_{s' in b} Xq[s',k])/sw[n]
-std::vector<double> dx_beta(const Problem& p, const Operands& o, int64_t k, bool corrected) {
-  std::vector<double> beta;
-  for (int64_t n = 0; n < p.N; ++n) {
-    beta.push_back(o.wq[k * p.N + n] - (corrected ? static_cast<double>(o.rowsum[k]) / p.N : 0.0));
-  }
-  return beta;
-}
-
-std::vector<double> dw_beta(const Problem& p, int64_t n, bool corrected) {
-  std::vector<double> beta(static_cast<size_t>(p.N), corrected ? -1.0 / p.N : 0.0);
-  beta[n] += 1.0;
-  return beta;
-}
-
-std::vector<double> dx_alpha(const Problem& p, const Operands& o, int64_t t, bool corrected) {
-  std::vector<double> alpha;
-  for (int64_t s = (t / p.S) * p.S; s < (t / p.S + 1) * p.S; ++s) {
-    alpha.push_back(((s == t ? 1.0 : 0.0) - (corrected ? 1.0 / p.S : 0.0)) / o.sx[t]);
-  }
-  return alpha;
-}
-
-std::vector<double> dw_alpha(const Problem& p, const Operands& o, int64_t b, int64_t k, int64_t n,
-                             bool corrected) {
-  double mean = 0.0;
-  for (int64_t s = b * p.S; s < (b + 1) * p.S; ++s) mean += o.xq[s * p.K + k];
-  mean /= static_cast<double>(p.S);
-  std::vector<double> alpha;
-  for (int64_t s = b * p.S; s < (b + 1) * p.S; ++s) {
-    alpha.push_back((o.xq[s * p.K + k] - (corrected ? mean : 0.0)) / o.sw[n]);
-  }
-  return alpha;
-}
-
-// The exact distribution of every element of dX - dX_ref (T, K) and dW - dW_ref (K, N).
-struct GradientMoments {
-  std::vector<Moments> dx, dw;
-};
-
-GradientMoments gradient_moments(const RoundingModel& m, const Problem& p, const Operands& o,
-                                 bool correct_dx, bool correct_dw) {
-  GradientMoments g;
-  g.dx.resize(static_cast<size_t>(p.T * p.K));
-  for (int64_t k = 0; k < p.K; ++k) {
-    const TokenMoments tm = token_moments(m, dx_beta(p, o, k, correct_dx));
-    for (int64_t t = 0; t < p.T; ++t) {
-      g.dx[t * p.K + k] = combine(m, tm, (t / p.S) * p.S, dx_alpha(p, o, t, correct_dx));
-    }
-  }
-  g.dw.resize(static_cast<size_t>(p.K * p.N));
-  for (int64_t n = 0; n < p.N; ++n) {
-    const TokenMoments tm = token_moments(m, dw_beta(p, n, correct_dw));
-    for (int64_t k = 0; k < p.K; ++k) {
-      for (int64_t b = 0; b < p.B(); ++b) {
-        add_to(g.dw[k * p.N + n], combine(m, tm, b * p.S, dw_alpha(p, o, b, k, n, correct_dw)));
-      }
-    }
-  }
-  return g;
-}
-
-// The unquantized backward of the quantized forward operands, in double:
-// dX_ref = G (Wq sw)^T = G' Wq^T / sx and dW_ref = (sx Xq)^T G = Xq^T G' / sw.
-struct Reference {
-  std::vector<double> dx, dw;  // (T, K), (K, N)
-};
-
-Reference unquantized_backward(const Problem& p, const Operands& o) {
-  Reference r;
-  for (int64_t t = 0; t < p.T; ++t) {
-    for (int64_t k = 0; k < p.K; ++k) {
-      double sum = 0.0;
-      for (int64_t n = 0; n < p.N; ++n) {
-        sum += static_cast<double>(p.g[t * p.N + n]) * o.sw[n] * o.wq[k * p.N + n];
-      }
-      r.dx.push_back(sum);
-    }
-  }
-  for (int64_t k = 0; k < p.K; ++k) {
-    for (int64_t n = 0; n < p.N; ++n) {
-      double sum = 0.0;
-      for (int64_t t = 0; t < p.T; ++t) {
-        sum += static_cast<double>(o.sx[t]) * o.xq[t * p.K + k] * p.g[t * p.N + n];
-      }
-      r.dw.push_back(sum);
-    }
-  }
-  return r;
-}
-
-
-// ---------------------------------------------------------------------------------------------
 // (b) Unbiasedness (SPEC 5.1, Lemma 1).
 
 constexpr int kMeanDraws = 2000;
@@ -1056,7 +284,7 @@ TEST(QuantLinearStats, MeanGradientIsUnbiased) {
   const Reference ref = unquantized_backward(p, o);
   // One thread: results do not depend on it (SPEC 3), and thousands of tiny parallel regions
   // crawl when the cores are shared.
-  testing::ScopedThreads one_thread(1);
+  s3r::testing::ScopedThreads one_thread(1);
   Checker chk("");
   for (LinearMode mode : kStochasticModes) {
     const GradCodes gc = grad_codes(p, o, mode, Key{0, 0});  // D and x do not depend on the key
@@ -1160,9 +388,9 @@ TEST(QuantLinearResidual, GradientErrorIsResidualThroughBothProducts) {
   const Operands o = forward_operands(p);
   const Reference ref = unquantized_backward(p, o);
   const std::vector<double> gp = exact_folded(p, o);
-  testing::ScopedThreads one_thread(1);  // as in (a)
+  s3r::testing::ScopedThreads one_thread(1);  // as in (a)
   Checker chk("");
-  for (Isa isa : testing::runnable_isas()) {
+  for (Isa isa : s3r::testing::runnable_isas()) {
     ScopedIsa scoped(isa);
     for (LinearMode mode : kInt8Modes) {
       LayerRun run;
@@ -1240,37 +468,8 @@ TEST(QuantLinearResidual, GradientErrorIsResidualThroughBothProducts) {
 // example share one threshold: with activations X[t,k] = nu_k + noise, Xq adds an example's
 // correlated errors coherently into dW, and so does any sum of dX over an example's tokens.
 // dX itself of one token depends on that token's threshold only, uniform under s3r and
-// s3r-bcast alike, so its error has exactly the same distribution under both.
-
-Problem shared_component_problem() {
-  Problem p{32, 48, 128, 8, {}, {}, {}};
-  const Key key = key_from_seed(4242);
-  // Activations with a per-feature component common to all tokens (as outlier features of LLMs
-  // have): nu_k + noise, so that sum_s Xq[s,k] E[s,n] adds the errors of an example coherently.
-  for (int64_t t = 0; t < p.T; ++t) {
-    for (int64_t k = 0; k < p.K; ++k) {
-      const float nu = sym_uniform(fold_in(key, 7), k);
-      p.x.push_back(nu + sym_uniform(fold_in(key, 1), t * p.K + k));
-    }
-  }
-  for (int64_t k = 0; k < p.K; ++k) {
-    const float u = sym_uniform(fold_in(key, 2), k);
-    const float mu = (u < 0.0f ? -0.5f : 0.5f) + 0.5f * u;  // |mu| in [0.5, 1), both signs
-    for (int64_t n = 0; n < p.N; ++n) {
-      p.w.push_back(mu + 0.1f * sym_uniform(fold_in(key, 3), k * p.N + n));
-    }
-  }
-  // Near-Gaussian gradients (sum of three uniforms) with token scales 1/3, 2/3, 1: x = G'/D
-  // covers many residuals.
-  for (int64_t t = 0; t < p.T; ++t) {
-    for (int64_t n = 0; n < p.N; ++n) {
-      float v = 0.0f;
-      for (uint32_t j = 4; j < 7; ++j) v += sym_uniform(fold_in(key, j), t * p.N + n);
-      p.g.push_back(v * static_cast<float>(1 + t % 3) / 3.0f);
-    }
-  }
-  return p;
-}
+// s3r-bcast alike, so its error has exactly the same distribution under both. The layer:
+// shared_component_problem (linear_problem.hpp).
 
 constexpr int kStoryDraws = 2000;
 
@@ -1457,7 +656,7 @@ TEST(QuantLinearStats, VarianceStory) {
   const Problem p = shared_component_problem();
   const Operands o = forward_operands(p);
   const Reference ref = unquantized_backward(p, o);
-  testing::ScopedThreads one_thread(1);
+  s3r::testing::ScopedThreads one_thread(1);
   const StoryConfig configs[] = {{LinearMode::kS3rBcast, Correction::kNone},
                                  {LinearMode::kS3r, Correction::kNone},
                                  {LinearMode::kSr, Correction::kNone},
