@@ -148,198 +148,370 @@ std::string layer_name(int64_t index) {
   return "blocks." + std::to_string(index / 7) + "." + kProjections[index % 7];
 }
 
-void run(const Options& o) {
-  // --keys, --seed and --batch-index were range-checked as they were parsed; here the rest, all
-  // before the work: the output file, the checkpoint, the batch and the memory.
+// The mean and the sample standard deviation of v (sd 0 for a single value); of_mean is left 0.
+Stat mean_and_sd(const std::vector<double>& v) {
+  Stat s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
+  return s;
+}
+
+// sum += g, element by element; both collected from models of one configuration.
+void add_grads(Grads& sum, const Grads& g) {
+  auto add = [](std::vector<float>& a, const std::vector<float>& b) {
+    for (size_t j = 0; j < a.size(); ++j) a[j] += b[j];
+  };
+  add(sum.dx_first, g.dx_first), add(sum.dx_last, g.dx_last), add(sum.emb, g.emb);
+  for (int p = 0; p < 7; ++p) add(sum.w_first[p], g.w_first[p]);
+}
+
+// g /= n, element by element.
+void divide_grads(Grads& g, int n) {
+  auto scale = [n](std::vector<float>& a) {
+    for (float& x : a) x /= static_cast<float>(n);
+  };
+  scale(g.dx_first), scale(g.dx_last), scale(g.emb);
+  for (auto& w : g.w_first) scale(w);
+}
+
+// What the input checks read and the rest of the run uses.
+struct Inputs {
+  train::CheckpointInfo info;
+  data::TokenShard val;  // --data's val.bin
+};
+
+// Every check that needs neither the batch nor the weights, in this order, throwing s3r::Error
+// at the first that fails: --reference, --json's file, the checkpoint's info, --data's val.bin
+// and its vocabulary against the checkpoint's, and the memory of the whole diagnostic. (--keys,
+// --seed and --batch-index were range-checked as they were parsed.)
+Inputs read_and_check_inputs(const Options& o) {
   if (o.reference != "quantized-forward" && o.reference != "bf16") {
-    throw Error("diag grad-error: --reference must be quantized-forward or bf16, got '" + o.reference + "'");
+    throw Error("diag grad-error: --reference must be quantized-forward or bf16, got '" +
+                o.reference + "'");
   }
   if (!o.json_path.empty()) check_output_file("diag grad-error", "--json", o.json_path);
-  const train::CheckpointInfo info = train::read_checkpoint_info(o.checkpoint);
-  const model::ModelConfig& cfg = info.model;
-  namespace fs = std::filesystem;
-  const data::TokenShard val = data::read_shard((fs::path(o.data_dir) / "val.bin").string());
-  if (static_cast<int64_t>(val.vocab) != cfg.vocab) {
-    throw Error("diag grad-error: the data's vocabulary (" + std::to_string(val.vocab) +
+  Inputs in;
+  in.info = train::read_checkpoint_info(o.checkpoint);
+  in.val = data::read_shard((std::filesystem::path(o.data_dir) / "val.bin").string());
+  const model::ModelConfig& cfg = in.info.model;
+  if (static_cast<int64_t>(in.val.vocab) != cfg.vocab) {
+    throw Error("diag grad-error: the data's vocabulary (" + std::to_string(in.val.vocab) +
                 ") differs from the checkpoint's V = " + std::to_string(cfg.vocab));
   }
-  check_memory(estimate_diag_bytes(cfg, info.mode, o.reference == "bf16"),
-               "diag grad-error: the checkpoint's model (" + cfg.describe() + ")", "run it on a machine with more memory",
-               1.0);
-  // The batch: validation batch --batch-index, in the order `s3r train` validates on.
+  check_memory(estimate_diag_bytes(cfg, in.info.mode, o.reference == "bf16"),
+               "diag grad-error: the checkpoint's model (" + cfg.describe() + ")",
+               "run it on a machine with more memory", 1.0);
+  return in;
+}
+
+// One batch of B windows of S tokens: the inputs and their next-token targets (B*S each).
+struct Batch {
+  std::vector<int32_t> in, tg;
+};
+
+// Validation batch --batch-index of val, in the order `s3r train` validates on. Throws
+// s3r::Error when the index is not below the batches of one pass over val's windows.
+Batch load_validation_batch(const Options& o, const data::TokenShard& val,
+                            const model::ModelConfig& cfg) {
   data::DataLoader loader(val, cfg.seq_len, 0x5eed);
   // Batches past the first epoch of the validation windows repeat its windows (reshuffled), and
   // a huge index would only spin here; so the index stays within one epoch.
   const int64_t batches = std::max<int64_t>(1, loader.windows() / cfg.batch);
   if (o.batch_index >= batches) {
-    throw Error("diag grad-error: --batch-index must be < " + std::to_string(batches) + " (the " + o.data_dir +
-                "/val.bin windows of S+1 tokens make " + std::to_string(batches) + " batches of B = " +
-                std::to_string(cfg.batch) + "), got " + std::to_string(o.batch_index));
+    throw Error("diag grad-error: --batch-index must be < " + std::to_string(batches) + " (the " +
+                o.data_dir + "/val.bin windows of S+1 tokens make " + std::to_string(batches) +
+                " batches of B = " + std::to_string(cfg.batch) + "), got " +
+                std::to_string(o.batch_index));
   }
-  std::vector<int32_t> in(cfg.tokens()), tg(cfg.tokens());
-  for (int64_t i = 0; i <= o.batch_index; ++i) loader.next_batch(in, tg, cfg.batch);
+  Batch b{std::vector<int32_t>(cfg.tokens()), std::vector<int32_t>(cfg.tokens())};
+  for (int64_t i = 0; i <= o.batch_index; ++i) loader.next_batch(b.in, b.tg, cfg.batch);
+  return b;
+}
 
+// The configurations a comma-separated list names, in its order (an empty list: all_configs());
+// throws s3r::Error at the first name that is not in all_configs().
+std::vector<DiagConfig> parse_configs(const std::string& names) {
+  if (names.empty()) return all_configs();
   std::vector<DiagConfig> configs;
-  if (o.configs.empty()) {
-    configs = all_configs();
-  } else {
-    std::stringstream list(o.configs);
-    std::string name;
-    while (std::getline(list, name, ',')) {
-      bool found = false;
-      for (const DiagConfig& c : all_configs()) {
-        if (name == c.name) configs.push_back(c), found = true;
-      }
-      if (!found) throw Error("diag grad-error: --configs: unknown configuration '" + name + "'");
+  std::stringstream list(names);
+  std::string name;
+  while (std::getline(list, name, ',')) {
+    bool found = false;
+    for (const DiagConfig& c : all_configs()) {
+      if (name == c.name) configs.push_back(c), found = true;
     }
+    if (!found) throw Error("diag grad-error: --configs: unknown configuration '" + name + "'");
   }
-  if (o.reference == "bf16") configs.insert(configs.begin(), {"exact G, int8 forward", LinearMode::kRtne, Correction::kNone, {}, true});
+  return configs;
+}
 
-  std::printf("s3r diag grad-error\n  checkpoint  %s (step %lld, trained as %s%s%s)\n", o.checkpoint.c_str(),
-              static_cast<long long>(info.step + 1), std::string(nn::to_string(info.mode)).c_str(),
-              info.correction == Correction::kNone ? "" : " + ",
-              info.correction == Correction::kNone ? "" : std::string(nn::to_string(info.correction)).c_str());
+// The table's rows in order: with --reference bf16 first the exact-gradient row (unquantized G
+// through the int8 forward), then those of --configs.
+std::vector<DiagConfig> table_configs(const Options& o) {
+  std::vector<DiagConfig> configs = parse_configs(o.configs);
+  if (o.reference == "bf16") {
+    configs.insert(configs.begin(),
+                   {"exact G, int8 forward", LinearMode::kRtne, Correction::kNone, {}, true});
+  }
+  return configs;
+}
+
+// Prints what the run is on: the checkpoint, model, batch, keys, reference and machine.
+void print_header(const Options& o, const train::CheckpointInfo& info) {
+  const model::ModelConfig& cfg = info.model;
+  const bool corrected = info.correction != Correction::kNone;
+  std::printf("s3r diag grad-error\n  checkpoint  %s (step %lld, trained as %s%s%s)\n",
+              o.checkpoint.c_str(), static_cast<long long>(info.step + 1),
+              std::string(nn::to_string(info.mode)).c_str(), corrected ? " + " : "",
+              corrected ? std::string(nn::to_string(info.correction)).c_str() : "");
   std::printf("  model       %s\n", cfg.describe().c_str());
-  std::printf("  batch       validation batch %lld of %s (%lld tokens)\n", static_cast<long long>(o.batch_index),
-              o.data_dir.c_str(), static_cast<long long>(cfg.tokens()));
+  std::printf("  batch       validation batch %lld of %s (%lld tokens)\n",
+              static_cast<long long>(o.batch_index), o.data_dir.c_str(),
+              static_cast<long long>(cfg.tokens()));
   std::printf("  keys        %d (step keys fold_in(key(%u), k), k < %d)\n", o.keys, o.seed, o.keys);
   std::printf("  reference   %s\n", o.reference == "bf16"
                                         ? "the bf16 model's backward (bf16 forward and gradients)"
                                         : "unquantized gradients through the same int8 forward");
   std::printf("  machine     %s\n", machine_line().c_str());
   std::fflush(stdout);
+}
 
-  // Reference gradients and telemetry (from the exact-gradient pass through the int8 forward).
-  std::vector<nn::GradTelemetry> telemetry;
-  Grads ref;
-  double loss_int8 = 0.0, loss_ref = 0.0;
-  std::vector<float> weights;
-  {
-    // The weights load into a model of the checkpoint's own configuration (load_checkpoint
-    // refuses any other), and every configuration below gets a copy.
-    model::Model trained(cfg, info.mode, info.correction);
-    train::load_checkpoint_weights(o.checkpoint, trained);
-    weights.assign(trained.params().begin(), trained.params().end());
-  }
-  {
-    model::Model m(cfg, LinearMode::kRtne, Correction::kNone);
-    std::copy(weights.begin(), weights.end(), m.params().begin());
-    nn::BackwardProbe probe;
-    probe.exact_grad = true;
-    probe.telemetry = &telemetry;
-    m.set_backward_probe(&probe);
-    m.set_capture_input_grads(true);
-    loss_int8 = m.forward(in, tg);
-    m.backward(key_from_seed(o.seed));
-    if (o.reference == "quantized-forward") ref = collect(m), loss_ref = loss_int8;
-  }
-  if (o.reference == "bf16") {
-    model::Model m(cfg, LinearMode::kBf16, Correction::kNone);
-    std::copy(weights.begin(), weights.end(), m.params().begin());
-    m.set_capture_input_grads(true);
-    loss_ref = m.forward(in, tg);
-    m.backward(key_from_seed(o.seed));
-    ref = collect(m);
-  }
-  std::printf("  loss        %.5f (int8 forward)%s\n\n", loss_int8,
-              o.reference == "bf16" ? (", " + std::to_string(loss_ref) + " (bf16 forward)").c_str() : "");
+// The checkpoint's weights, loaded into a model of its own configuration, mode and correction
+// (load_checkpoint_weights refuses any other); every model of the run starts from a copy.
+std::vector<float> load_trained_weights(const std::string& checkpoint,
+                                        const train::CheckpointInfo& info) {
+  model::Model trained(info.model, info.mode, info.correction);
+  train::load_checkpoint_weights(checkpoint, trained);
+  return {trained.params().begin(), trained.params().end()};
+}
 
-  const auto qs = quantities();
-  std::printf("relative L2 error ||g - g_ref|| / ||g_ref||, mean +- sd over %d keys\n", o.keys);
+// What every model of the run is built from and runs on.
+struct Workload {
+  const model::ModelConfig& cfg;
+  const std::vector<float>& weights;  // load_trained_weights()
+  const Batch& batch;
+};
+
+// The gradients the table measures against, and what the exact-gradient pass records.
+struct Reference {
+  Grads grads;
+  std::vector<nn::GradTelemetry> telemetry;  // of the exact-gradient pass, by layer_index
+  double loss_int8 = 0.0;                    // the int8 forward's loss
+  double loss_ref = 0.0;                     // the reference's forward's loss
+};
+
+// The exact-gradient pass: unquantized G through the int8 (rtne) forward, with the step key
+// key_from_seed(seed). Appends the per-layer telemetry to *telemetry, copies the gradients to
+// *grads unless grads is nullptr, and returns the loss.
+double exact_gradient_pass(const Workload& w, uint32_t seed,
+                           std::vector<nn::GradTelemetry>* telemetry, Grads* grads) {
+  model::Model m(w.cfg, LinearMode::kRtne, Correction::kNone);
+  std::copy(w.weights.begin(), w.weights.end(), m.params().begin());
+  nn::BackwardProbe probe;
+  probe.exact_grad = true;
+  probe.telemetry = telemetry;
+  m.set_backward_probe(&probe);
+  m.set_capture_input_grads(true);
+  const double loss = m.forward(w.batch.in, w.batch.tg);
+  m.backward(key_from_seed(seed));
+  if (grads != nullptr) *grads = collect(m);
+  return loss;
+}
+
+// The bf16 model's forward and backward (bf16 gradients), with the step key key_from_seed(seed):
+// copies the gradients to grads and returns the loss.
+double bf16_pass(const Workload& w, uint32_t seed, Grads& grads) {
+  model::Model m(w.cfg, LinearMode::kBf16, Correction::kNone);
+  std::copy(w.weights.begin(), w.weights.end(), m.params().begin());
+  m.set_capture_input_grads(true);
+  const double loss = m.forward(w.batch.in, w.batch.tg);
+  m.backward(key_from_seed(seed));
+  grads = collect(m);
+  return loss;
+}
+
+// The reference of --reference: the exact-gradient pass's gradients (quantized-forward) or the
+// bf16 model's (bf16). The exact-gradient pass runs either way, for its telemetry and loss.
+Reference compute_reference(const Options& o, const Workload& w) {
+  Reference r;
+  const bool bf16 = o.reference == "bf16";
+  r.loss_int8 = exact_gradient_pass(w, o.seed, &r.telemetry, bf16 ? nullptr : &r.grads);
+  r.loss_ref = bf16 ? bf16_pass(w, o.seed, r.grads) : r.loss_int8;
+  std::sort(r.telemetry.begin(), r.telemetry.end(),
+            [](const nn::GradTelemetry& a, const nn::GradTelemetry& b) {
+              return a.layer_index < b.layer_index;
+            });
+  return r;
+}
+
+// Prints the loss line (with --reference bf16 also the bf16 forward's loss) and a blank line.
+void print_losses(const Options& o, const Reference& r) {
+  const std::string bf16 =
+      o.reference == "bf16" ? ", " + std::to_string(r.loss_ref) + " (bf16 forward)" : "";
+  std::printf("  loss        %.5f (int8 forward)%s\n\n", r.loss_int8, bf16.c_str());
+}
+
+// Prints the error table's title and column heads.
+void print_table_header(int keys) {
+  std::printf("relative L2 error ||g - g_ref|| / ||g_ref||, mean +- sd over %d keys\n", keys);
   std::printf("%-24s", "configuration");
-  for (const auto& q : qs) std::printf("  %-19s", q.title.c_str());
-  std::printf("  | error of the %d-key mean: dX block 0, dW block 0\n", o.keys);
+  for (const Quantity& q : quantities()) std::printf("  %-19s", q.title.c_str());
+  std::printf("  | error of the %d-key mean: dX block 0, dW block 0\n", keys);
   std::fflush(stdout);
+}
 
-  nlohmann::json rows = nlohmann::json::array();
-  for (const DiagConfig& c : configs) {
-    model::Model m(cfg, c.mode, c.correction);
-    std::copy(weights.begin(), weights.end(), m.params().begin());
-    nn::BackwardProbe probe;
-    probe.exact_grad = c.exact;
-    probe.dw_rounding = c.dw_rounding;
-    m.set_backward_probe(&probe);
-    m.set_capture_input_grads(true);
-    m.forward(in, tg);
-    const int keys = c.exact ? 1 : o.keys;
-    std::vector<std::vector<double>> errs(qs.size());
-    std::vector<std::vector<double>> proj_errs(7);
-    Grads sum;
-    for (int k = 0; k < keys; ++k) {
-      m.backward(fold_in(key_from_seed(o.seed), static_cast<uint32_t>(k)));
-      const Grads g = collect(m);
-      for (size_t i = 0; i < qs.size(); ++i) errs[i].push_back(rel_error(qs[i].pick(g), qs[i].pick(ref)));
-      for (int p = 0; p < 7; ++p) proj_errs[p].push_back(rel_error({&g.w_first[p]}, {&ref.w_first[p]}));
-      if (k == 0) {
-        sum = g;
-      } else {
-        auto add = [](std::vector<float>& a, const std::vector<float>& b) {
-          for (size_t j = 0; j < a.size(); ++j) a[j] += b[j];
-        };
-        add(sum.dx_first, g.dx_first), add(sum.dx_last, g.dx_last), add(sum.emb, g.emb);
-        for (int p = 0; p < 7; ++p) add(sum.w_first[p], g.w_first[p]);
-      }
-    }
-    auto scale = [keys](std::vector<float>& a) {
-      for (float& x : a) x /= static_cast<float>(keys);
-    };
-    scale(sum.dx_first), scale(sum.dx_last), scale(sum.emb);
-    for (auto& w : sum.w_first) scale(w);
-    auto stat = [](const std::vector<double>& v) {
-      Stat s;
-      for (double x : v) s.mean += x;
-      s.mean /= static_cast<double>(v.size());
-      for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
-      s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
-      return s;
-    };
-    nlohmann::json row = {{"configuration", c.name}, {"mode", std::string(nn::to_string(c.mode))},
-                          {"correction", std::string(nn::to_string(c.correction))}, {"keys", keys}};
-    if (c.dw_rounding) row["dw_rounding"] = std::string(to_string(*c.dw_rounding));
-    if (c.exact) row["exact_gradients"] = true;
-    std::printf("%-24s", c.name);
+// One configuration's relative errors against the reference, key by key, and its gradients
+// averaged over the keys.
+struct KeyErrors {
+  int keys = 0;
+  std::vector<std::vector<double>> per_quantity;    // [quantity][key], quantities() order
+  std::vector<std::vector<double>> per_projection;  // [projection][key], kProjections order
+  Grads mean;
+};
+
+// Runs configuration c: one forward, then a backward for each key k < --keys (one key for the
+// exact-gradient row) with the step key fold_in(key_from_seed(--seed), k), each measured
+// against ref.
+KeyErrors measure_config(const DiagConfig& c, const Options& o, const Workload& w,
+                         const Grads& ref) {
+  model::Model m(w.cfg, c.mode, c.correction);
+  std::copy(w.weights.begin(), w.weights.end(), m.params().begin());
+  nn::BackwardProbe probe;
+  probe.exact_grad = c.exact;
+  probe.dw_rounding = c.dw_rounding;
+  m.set_backward_probe(&probe);
+  m.set_capture_input_grads(true);
+  m.forward(w.batch.in, w.batch.tg);
+  const auto qs = quantities();
+  KeyErrors e;
+  e.keys = c.exact ? 1 : o.keys;
+  e.per_quantity.resize(qs.size());
+  e.per_projection.resize(7);
+  for (int k = 0; k < e.keys; ++k) {
+    m.backward(fold_in(key_from_seed(o.seed), static_cast<uint32_t>(k)));
+    const Grads g = collect(m);
     for (size_t i = 0; i < qs.size(); ++i) {
-      Stat s = stat(errs[i]);
-      s.of_mean = rel_error(qs[i].pick(sum), qs[i].pick(ref));
-      std::printf("  %.4f +- %-9.4f", s.mean, s.sd);
-      row[qs[i].key] = {{"mean", s.mean}, {"sd", s.sd}, {"error_of_key_mean", s.of_mean}, {"per_key", errs[i]}};
+      e.per_quantity[i].push_back(rel_error(qs[i].pick(g), qs[i].pick(ref)));
     }
-    std::printf("  | %.4f, %.4f\n", row["dx_first_block"]["error_of_key_mean"].get<double>(),
-                row["dw_first_block"]["error_of_key_mean"].get<double>());
-    std::fflush(stdout);
-    nlohmann::json per = nlohmann::json::object();
     for (int p = 0; p < 7; ++p) {
-      const Stat s = stat(proj_errs[p]);
-      per[std::string("blocks.0.") + kProjections[p]] = {
-          {"mean", s.mean}, {"sd", s.sd}, {"error_of_key_mean", rel_error({&sum.w_first[p]}, {&ref.w_first[p]})}};
+      e.per_projection[p].push_back(rel_error({&g.w_first[p]}, {&ref.w_first[p]}));
     }
-    row["dw_first_block_per_projection"] = per;
-    rows.push_back(row);
+    if (k == 0) {
+      e.mean = g;
+    } else {
+      add_grads(e.mean, g);
+    }
   }
+  divide_grads(e.mean, e.keys);
+  return e;
+}
 
-  std::printf("\nrounding telemetry per layer (G of the exact-gradient pass): D = max|G'|/127, and the share of\n"
-              "G' with |G'|/D <= 1/2, which rtne rounds to 0\n");
+// Configuration c's row of the JSON: its settings; per quantity the mean and sd of the error
+// over keys, the error of the key-averaged gradients and the per-key errors; and the same but
+// the per-key errors for each projection of block 0's dW.
+nlohmann::json config_row(const DiagConfig& c, const KeyErrors& e, const Grads& ref) {
+  nlohmann::json row = {{"configuration", c.name},
+                        {"mode", std::string(nn::to_string(c.mode))},
+                        {"correction", std::string(nn::to_string(c.correction))},
+                        {"keys", e.keys}};
+  if (c.dw_rounding) row["dw_rounding"] = std::string(to_string(*c.dw_rounding));
+  if (c.exact) row["exact_gradients"] = true;
+  const auto qs = quantities();
+  for (size_t i = 0; i < qs.size(); ++i) {
+    Stat s = mean_and_sd(e.per_quantity[i]);
+    s.of_mean = rel_error(qs[i].pick(e.mean), qs[i].pick(ref));
+    row[qs[i].key] = {{"mean", s.mean},
+                      {"sd", s.sd},
+                      {"error_of_key_mean", s.of_mean},
+                      {"per_key", e.per_quantity[i]}};
+  }
+  nlohmann::json per = nlohmann::json::object();
+  for (int p = 0; p < 7; ++p) {
+    Stat s = mean_and_sd(e.per_projection[p]);
+    s.of_mean = rel_error({&e.mean.w_first[p]}, {&ref.w_first[p]});
+    per[std::string("blocks.0.") + kProjections[p]] = {
+        {"mean", s.mean}, {"sd", s.sd}, {"error_of_key_mean", s.of_mean}};
+  }
+  row["dw_first_block_per_projection"] = per;
+  return row;
+}
+
+// Prints a configuration's line of the error table from its JSON row (config_row()).
+void print_config_row(const nlohmann::json& row) {
+  std::printf("%-24s", row.at("configuration").get<std::string>().c_str());
+  for (const Quantity& q : quantities()) {
+    std::printf("  %.4f +- %-9.4f", row.at(q.key).at("mean").get<double>(),
+                row.at(q.key).at("sd").get<double>());
+  }
+  std::printf("  | %.4f, %.4f\n", row.at("dx_first_block").at("error_of_key_mean").get<double>(),
+              row.at("dw_first_block").at("error_of_key_mean").get<double>());
+  std::fflush(stdout);
+}
+
+// Measures configuration c, prints its line of the table and returns its JSON row.
+nlohmann::json evaluate_config(const DiagConfig& c, const Options& o, const Workload& w,
+                               const Grads& ref) {
+  const nlohmann::json row = config_row(c, measure_config(c, o, w, ref), ref);
+  print_config_row(row);
+  return row;
+}
+
+// Prints the per-layer rounding telemetry table, in the order given.
+void print_telemetry(const std::vector<nn::GradTelemetry>& telemetry) {
+  std::printf("\nrounding telemetry per layer (G of the exact-gradient pass): D = max|G'|/127, "
+              "and the share of\nG' with |G'|/D <= 1/2, which rtne rounds to 0\n");
   std::printf("%-18s %8s %8s %12s %18s\n", "layer", "tokens", "N", "D", "share <= D/2");
-  nlohmann::json tele = nlohmann::json::array();
-  std::sort(telemetry.begin(), telemetry.end(),
-            [](const nn::GradTelemetry& a, const nn::GradTelemetry& b) { return a.layer_index < b.layer_index; });
   for (const nn::GradTelemetry& t : telemetry) {
     std::printf("%-18s %8lld %8lld %12.4e %17.2f%%\n", layer_name(t.layer_index).c_str(),
                 static_cast<long long>(t.tokens), static_cast<long long>(t.channels), t.step,
                 100.0 * t.share_below_half_step);
-    tele.push_back({{"layer", layer_name(t.layer_index)}, {"index", t.layer_index}, {"tokens", t.tokens},
-                    {"channels", t.channels}, {"step", t.step},
+  }
+}
+
+// The telemetry as the JSON's "telemetry" array, in the order given.
+nlohmann::json telemetry_json(const std::vector<nn::GradTelemetry>& telemetry) {
+  nlohmann::json tele = nlohmann::json::array();
+  for (const nn::GradTelemetry& t : telemetry) {
+    tele.push_back({{"layer", layer_name(t.layer_index)}, {"index", t.layer_index},
+                    {"tokens", t.tokens}, {"channels", t.channels}, {"step", t.step},
                     {"share_below_half_step", t.share_below_half_step}});
   }
-  if (!o.json_path.empty()) {
-    const nlohmann::json out = {
-        {"checkpoint", o.checkpoint}, {"step", info.step + 1}, {"model", cfg.describe()},
-        {"batch_index", o.batch_index}, {"data", o.data_dir}, {"keys", o.keys}, {"seed", o.seed},
-        {"reference", o.reference}, {"loss_int8_forward", loss_int8}, {"loss_reference", loss_ref},
-        {"machine", machine_line()}, {"rows", rows}, {"telemetry", tele}};
-    io::write_file_atomic(o.json_path, [&](std::ostream& f) { f << out.dump(1) << "\n"; });
-    std::printf("json: %s\n", o.json_path.c_str());
-  }
+  return tele;
+}
+
+// Writes the run's settings, the rows and the telemetry to --json (atomically: the file is
+// whole or absent) and names it on stdout.
+void write_json(const Options& o, const train::CheckpointInfo& info, const Reference& r,
+                const nlohmann::json& rows) {
+  const nlohmann::json out = {
+      {"checkpoint", o.checkpoint}, {"step", info.step + 1}, {"model", info.model.describe()},
+      {"batch_index", o.batch_index}, {"data", o.data_dir}, {"keys", o.keys}, {"seed", o.seed},
+      {"reference", o.reference}, {"loss_int8_forward", r.loss_int8},
+      {"loss_reference", r.loss_ref}, {"machine", machine_line()}, {"rows", rows},
+      {"telemetry", telemetry_json(r.telemetry)}};
+  io::write_file_atomic(o.json_path, [&](std::ostream& f) { f << out.dump(1) << "\n"; });
+  std::printf("json: %s\n", o.json_path.c_str());
+}
+
+// All the input checks come first (read_and_check_inputs, the batch index, the configuration
+// names), before any model is built; then the work, printing as it goes. Throws s3r::Error.
+void run(const Options& o) {
+  const Inputs inputs = read_and_check_inputs(o);
+  const model::ModelConfig& cfg = inputs.info.model;
+  const Batch batch = load_validation_batch(o, inputs.val, cfg);
+  const std::vector<DiagConfig> configs = table_configs(o);
+  print_header(o, inputs.info);
+  const std::vector<float> weights = load_trained_weights(o.checkpoint, inputs.info);
+  const Workload work{cfg, weights, batch};
+  const Reference ref = compute_reference(o, work);
+  print_losses(o, ref);
+  print_table_header(o.keys);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const DiagConfig& c : configs) rows.push_back(evaluate_config(c, o, work, ref.grads));
+  print_telemetry(ref.telemetry);
+  if (!o.json_path.empty()) write_json(o, inputs.info, ref, rows);
 }
 
 }  // namespace
