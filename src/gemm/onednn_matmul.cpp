@@ -1,6 +1,7 @@
 // oneDNN matmul with a primitive cache keyed by (types, shape, layout, fused ops).
 #include "gemm/onednn_matmul.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "kernels/dispatch.hpp"
 #include "s3r/core/cpu_features.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/matmul.hpp"
@@ -75,7 +77,6 @@ struct Context {
   dnnl::engine engine;
   std::mutex mutex;
   std::map<PrimitiveKey, Primitive> cache;
-  std::map<PrimitiveKey, dnnl::reorder> transposes;  // keyed by the transposed-A product
 };
 
 Context& context() {
@@ -148,13 +149,16 @@ const Primitive& cached_primitive(const PrimitiveKey& key) {
 
 // oneDNN 2.6's AMX int8 kernels (brgemm) take no transposed A: an int8 product with a
 // transposed A (the dW product Xq^T Q) falls to its gemm:jit kernel. Where the CPU has AMX
-// int8, such an A is first copied row-major into a per-thread buffer by a cached oneDNN reorder,
-// and the AMX kernel runs on the copy. The copy costs M x K bytes moved at 2-4 GB/s, so it pays
-// only over enough columns: medians of 35 interleaved calls, 2 threads, Emerald Rapids with AMX
-// (copy + AMX against gemm:jit): M x N x K = 256 x 256 x 4096 0.82-0.91x, 768 x 256 x 4096
-// 0.88-0.90x, 256 x 768 x 4096 1.07-1.10x, 1024 x 1024 x 2048 1.38x, 1024 x 4096 x 2048 1.34x,
-// 4096 x 1024 x 2048 1.19-1.21x; hence N >= 512. The int32 sums are exact and the scaling
-// post-ops the same, so the result has the same bits as the product on the strided A.
+// int8, such an A is first copied row-major into a per-thread buffer by s3r's transpose_s8 kernel
+// (medians of 31 interleaved copies, 2 threads, Emerald Rapids: 0.28 / 1.34 / 0.14 / 0.49 ms at
+// M x K = 1024 x 2048 / 4096 x 2048 / 256 x 4096 / 768 x 4096, where oneDNN's s8 reorder took
+// 0.36 / 3.49 / 0.16 / 0.60 ms), and the AMX kernel runs on the copy. The copy pays only over
+// enough columns: medians of 35 interleaved calls, 2 threads, Emerald Rapids with AMX (copy by
+// the oneDNN reorder + AMX against gemm:jit): M x N x K = 256 x 256 x 4096
+// 0.82-0.91x, 768 x 256 x 4096 0.88-0.90x, 256 x 768 x 4096 1.07-1.10x, 1024 x 1024 x 2048
+// 1.38x, 1024 x 4096 x 2048 1.34x, 4096 x 1024 x 2048 1.19-1.21x; hence N >= 512. The int32
+// sums are exact and the scaling post-ops the same, so the result has the same bits as the
+// product on the strided A.
 bool copies_transposed_a(const PrimitiveKey& key) {
   return key.a == Type::kS8 && key.ta && key.N >= 512 && cpu_features().amx_int8;
 }
@@ -166,22 +170,18 @@ PrimitiveKey with_row_major_a(PrimitiveKey key) {
   return key;
 }
 
-// Copies the strided A of `key` row-major into `dst` (M x K elements).
-void copy_row_major(const PrimitiveKey& key, const void* A, void* dst, dnnl::stream& stream) {
-  Context& ctx = context();
-  const dnnl::memory::desc from = a_desc(key), to = a_desc(with_row_major_a(key));
-  const dnnl::reorder* transpose = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(ctx.mutex);
-    auto it = ctx.transposes.find(key);
-    if (it == ctx.transposes.end()) {
-      const dnnl::reorder::primitive_desc pd(ctx.engine, from, ctx.engine, to);
-      it = ctx.transposes.emplace(key, dnnl::reorder(pd)).first;
-    }
-    transpose = &it->second;
+// Copies the transposed int8 A of `key` (stored as K rows of M codes, row stride lda)
+// row-major into `dst` (M x K), threaded over bands of 64 stored rows (whole cache lines of
+// dst per thread).
+void copy_row_major(const PrimitiveKey& key, const void* A, int8_t* dst) {
+  constexpr int64_t kBand = 64;
+  const auto transpose = kernels::active_kernels().transpose_s8;
+  const auto* src = static_cast<const int8_t*>(A);
+  const int64_t bands = (key.K + kBand - 1) / kBand;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < bands; ++b) {
+    transpose(dst, key.K, src, key.lda, b * kBand, std::min(key.K, (b + 1) * kBand), key.M);
   }
-  dnnl::memory src(from, ctx.engine, const_cast<void*>(A)), out(to, ctx.engine, dst);
-  transpose->execute(stream, src, out);
 }
 
 }  // namespace
@@ -194,7 +194,7 @@ void run(const Call& call, void* C, const void* A, const void* B, bool cached) {
     thread_local std::vector<int8_t> row_major_a;  // grown once per thread, reused
     const auto size = static_cast<size_t>(key.M * key.K);
     if (row_major_a.size() < size) row_major_a.resize(size);
-    copy_row_major(key, A, row_major_a.data(), stream);
+    copy_row_major(key, A, row_major_a.data());
     key = with_row_major_a(key);
     A = row_major_a.data();
   }

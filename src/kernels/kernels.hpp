@@ -100,7 +100,12 @@ struct GradBlockOut {
   /* RMSNorm's input gradient, rows [r0, r1): dot = sum_c (x * w) * dy in double (16 partials),  \
      k = r^3 dot / C with r = rstd[row] in double, dx += float((r * w) * dy - k * x). */         \
   void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const float* weight,  \
-                             const float* rstd, int64_t r0, int64_t r1, int64_t width);
+                             const float* rstd, int64_t r0, int64_t r1, int64_t width);         \
+  /* Rows [r0, r1) of src (rows, cols; row stride lds) into columns [r0, r1) of dst (cols,      \
+     rows; row stride ldd): dst[c * ldd + r] = src[r * lds + c] for c < cols. Nothing else of   \
+     dst is written. A copy: the tiers agree byte for byte. */                                  \
+  void transpose_s8(int8_t* dst, int64_t ldd, const int8_t* src, int64_t lds, int64_t r0,      \
+                    int64_t r1, int64_t cols);
 
 struct KernelTable;
 
@@ -134,6 +139,7 @@ struct KernelTable {
   decltype(&ref::softmax_xent_rows) softmax_xent_rows;
   decltype(&ref::rmsnorm_rows) rmsnorm_rows;
   decltype(&ref::rmsnorm_backward_rows) rmsnorm_backward_rows;
+  decltype(&ref::transpose_s8) transpose_s8;
 };
 
 // The table of every tier, in the same order everywhere (a tier's table_TIER.cpp is this macro
@@ -142,7 +148,8 @@ struct KernelTable {
   KernelTable {                                                                            \
     threefry_bits, philox_bits, quantize_rows_rtne, absmax_cols, quantize_cols_rtne,       \
         grad_absmax, grad_quantize, gemv_s8_f32, dx_epilogue, swiglu_forward_ew,           \
-        swiglu_backward_ew, softmax_xent_rows, rmsnorm_rows, rmsnorm_backward_rows         \
+        swiglu_backward_ew, softmax_xent_rows, rmsnorm_rows, rmsnorm_backward_rows,        \
+        transpose_s8                                                                       \
   }
 
 }  // namespace s3r::kernels
