@@ -37,6 +37,17 @@ struct GradProblem {
   Key keys[2] = {};  // product keys fold_in(layer_key, p)
 };
 
+// One AdamW update (s3r/optim/adamw.hpp) of a range of elements: the state arrays and the step's
+// scalars (one_minus_beta1 = 1 - beta1 and one_minus_beta2 = 1 - beta2 rounded to float once).
+struct AdamWElements {
+  float* w = nullptr;  // weights
+  float* m = nullptr;  // first moments
+  float* v = nullptr;  // second moments
+  const float* g = nullptr;  // gradients
+  float clip = 1.0f, beta1 = 0.0f, one_minus_beta1 = 1.0f, beta2 = 0.0f, one_minus_beta2 = 1.0f;
+  float lr = 0.0f, bias1 = 1.0f, bias2 = 1.0f, eps = 0.0f, decay = 0.0f;
+};
+
 // Output of pass 2 for one block of rows [r0, r1) inside one example.
 struct GradBlockOut {
   int8_t* codes[2] = {nullptr, nullptr};      // (T, N) each; rows r0..r1 are written
@@ -105,7 +116,14 @@ struct GradBlockOut {
      rows; row stride ldd): dst[c * ldd + r] = src[r * lds + c] for c < cols. Nothing else of   \
      dst is written. A copy: the tiers agree byte for byte. */                                  \
   void transpose_s8(int8_t* dst, int64_t ldd, const int8_t* src, int64_t lds, int64_t r0,      \
-                    int64_t r1, int64_t cols);
+                    int64_t r1, int64_t cols);                                                  \
+  /* AdamW on elements [i0, i1), each on its own, in f32 without fused multiply-adds:           \
+       g' = g * clip;  m' = beta1 * m + one_minus_beta1 * g';                                   \
+       v' = beta2 * v + (one_minus_beta2 * g') * g';                                            \
+       w' = (w - (lr * (m' / bias1)) / (sqrt(v' / bias2) + eps)) - decay * w.                   \
+     Returns whether every w', m', v' is finite; writes them over w, m, v only when `write`.    \
+     Every operation is correctly rounded, so the tiers agree bit for bit. */                   \
+  bool adamw_update(const AdamWElements& e, int64_t i0, int64_t i1, bool write);
 
 struct KernelTable;
 
@@ -140,6 +158,7 @@ struct KernelTable {
   decltype(&ref::rmsnorm_rows) rmsnorm_rows;
   decltype(&ref::rmsnorm_backward_rows) rmsnorm_backward_rows;
   decltype(&ref::transpose_s8) transpose_s8;
+  decltype(&ref::adamw_update) adamw_update;
 };
 
 // The table of every tier, in the same order everywhere (a tier's table_TIER.cpp is this macro
@@ -149,7 +168,7 @@ struct KernelTable {
     threefry_bits, philox_bits, quantize_rows_rtne, absmax_cols, quantize_cols_rtne,       \
         grad_absmax, grad_quantize, gemv_s8_f32, dx_epilogue, swiglu_forward_ew,           \
         swiglu_backward_ew, softmax_xent_rows, rmsnorm_rows, rmsnorm_backward_rows,        \
-        transpose_s8                                                                       \
+        transpose_s8, adamw_update                                                         \
   }
 
 }  // namespace s3r::kernels

@@ -5,6 +5,7 @@
 #include <vector>
 #include <sstream>
 
+#include "kernels/dispatch.hpp"
 #include "s3r/core/error.hpp"
 
 namespace s3r::optim {
@@ -17,6 +18,38 @@ float LrSchedule::at(int64_t step) const {
   return static_cast<float>(min_lr + (max_lr - min_lr) * cosine);
 }
 
+namespace {
+
+// Chunks summed side by side (kNormLanes independent chains keep the adder busy; one chain at a
+// time waits on each addition's latency).
+constexpr int64_t kNormLanes = 8;
+
+// sums[c - c0] for chunks [c0, c1) of g (n elements): each chunk's squares added in order from
+// 0.0, as grad_sums_of_squares promises, whether chunks are summed side by side or alone.
+void chunk_sums(double* sums, const float* g, int64_t n, int64_t c0, int64_t c1) {
+  if (c1 - c0 == kNormLanes && c1 * kNormChunk <= n) {  // whole chunks, side by side
+    double ss[kNormLanes] = {};
+    const float* first = g + c0 * kNormChunk;
+    for (int64_t i = 0; i < kNormChunk; ++i) {
+      for (int64_t lane = 0; lane < kNormLanes; ++lane) {
+        const double x = first[lane * kNormChunk + i];
+        ss[lane] += x * x;
+      }
+    }
+    for (int64_t lane = 0; lane < kNormLanes; ++lane) sums[lane] = ss[lane];
+    return;
+  }
+  for (int64_t c = c0; c < c1; ++c) {
+    double ss = 0.0;
+    for (int64_t i = c * kNormChunk; i < std::min(n, (c + 1) * kNormChunk); ++i) {
+      ss += static_cast<double>(g[i]) * g[i];
+    }
+    sums[c - c0] = ss;
+  }
+}
+
+}  // namespace
+
 std::vector<double> grad_sums_of_squares(std::span<const ParamRef> params) {
   std::vector<double> sums;
   for (const ParamRef& p : params) {
@@ -24,13 +57,11 @@ std::vector<double> grad_sums_of_squares(std::span<const ParamRef> params) {
     const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
     const size_t first = sums.size();
     sums.resize(first + static_cast<size_t>(chunks), 0.0);
+    const int64_t groups = (chunks + kNormLanes - 1) / kNormLanes;
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) {
-      double ss = 0.0;
-      for (int64_t i = c * kNormChunk; i < std::min(n, (c + 1) * kNormChunk); ++i) {
-        ss += static_cast<double>(p.grad[i]) * p.grad[i];
-      }
-      sums[first + static_cast<size_t>(c)] = ss;
+    for (int64_t group = 0; group < groups; ++group) {
+      const int64_t c0 = group * kNormLanes, c1 = std::min(chunks, c0 + kNormLanes);
+      chunk_sums(sums.data() + first + c0, p.grad.data(), n, c0, c1);
     }
   }
   return sums;
@@ -53,50 +84,50 @@ AdamWScalars adamw_scalars(const AdamWConfig& c, float lr, int64_t t, double nor
 
 namespace {
 
-// The update of one element, used by both passes (the same operations, so the check sees
-// exactly the values the second pass writes).
-inline void update(const ParamRef& p, int64_t i, const AdamWConfig& c, const AdamWScalars& s, float decay,
-                   float& w, float& m, float& v) {
-  const float g = p.grad[i] * s.clip;
-  m = c.beta1 * p.m[i] + (1.0f - c.beta1) * g;
-  v = c.beta2 * p.v[i] + (1.0f - c.beta2) * g * g;
-  const float w0 = p.value[i];
-  w = w0 - s.lr * (m / s.bias1) / (std::sqrt(v / s.bias2) + c.eps) - decay * w0;
+// Elements per task of the update passes (each element on its own: any split, the same bits).
+constexpr int64_t kUpdateBlock = int64_t{1} << 14;
+
+// One pass of the update over every parameter (kernels adamw_update); whether all new weights
+// and moments are finite. Writes them only when `write`.
+bool update_pass(std::span<const ParamRef> params, const AdamWConfig& c, const AdamWScalars& s,
+                 bool write) {
+  const auto update = kernels::active_kernels().adamw_update;
+  bool finite = true;
+  for (const ParamRef& p : params) {
+    kernels::AdamWElements e;
+    e.w = p.value.data();
+    e.m = p.m.data();
+    e.v = p.v.data();
+    e.g = p.grad.data();
+    e.clip = s.clip;
+    e.beta1 = c.beta1;
+    e.one_minus_beta1 = 1.0f - c.beta1;
+    e.beta2 = c.beta2;
+    e.one_minus_beta2 = 1.0f - c.beta2;
+    e.lr = s.lr;
+    e.bias1 = s.bias1;
+    e.bias2 = s.bias2;
+    e.eps = c.eps;
+    e.decay = p.decay ? s.lr * c.weight_decay : 0.0f;
+    const int64_t n = static_cast<int64_t>(p.value.size());
+    const int64_t blocks = (n + kUpdateBlock - 1) / kUpdateBlock;
+#pragma omp parallel for schedule(static) reduction(&& : finite)
+    for (int64_t b = 0; b < blocks; ++b) {
+      finite = update(e, b * kUpdateBlock, std::min(n, (b + 1) * kUpdateBlock), write) && finite;
+    }
+  }
+  return finite;
 }
 
 }  // namespace
 
-bool adamw_keeps_finite(std::span<const ParamRef> params, const AdamWConfig& c, const AdamWScalars& s) {
-  for (const ParamRef& p : params) {
-    const float decay = p.decay ? s.lr * c.weight_decay : 0.0f;
-    const int64_t n = static_cast<int64_t>(p.value.size());
-    // x * 0 is 0 for a finite x and NaN for Inf or NaN: the sum is 0 exactly when all are
-    // finite, in any order (a branch-free loop that vectorizes).
-    float poison = 0.0f;
-#pragma omp parallel for schedule(static) reduction(+ : poison)
-    for (int64_t i = 0; i < n; ++i) {
-      float w, m, v;
-      update(p, i, c, s, decay, w, m, v);
-      poison += w * 0.0f + m * 0.0f + v * 0.0f;
-    }
-    if (poison != 0.0f) return false;
-  }
-  return true;
+bool adamw_keeps_finite(std::span<const ParamRef> params, const AdamWConfig& c,
+                        const AdamWScalars& s) {
+  return update_pass(params, c, s, false);
 }
 
 void adamw_apply(std::span<const ParamRef> params, const AdamWConfig& c, const AdamWScalars& s) {
-  for (const ParamRef& p : params) {
-    const float decay = p.decay ? s.lr * c.weight_decay : 0.0f;
-    const int64_t n = static_cast<int64_t>(p.value.size());
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      float w, m, v;
-      update(p, i, c, s, decay, w, m, v);
-      p.m[i] = m;
-      p.v[i] = v;
-      p.value[i] = w;
-    }
-  }
+  update_pass(params, c, s, true);
 }
 
 bool adamw_step(std::span<const ParamRef> params, const AdamWConfig& c, float lr, int64_t t,

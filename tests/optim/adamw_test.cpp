@@ -3,12 +3,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "kernels/dispatch.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/isa.hpp"
+#include "test_util.hpp"
 
 namespace s3r::optim {
 namespace {
@@ -106,6 +112,92 @@ TEST(AdamW, MismatchedStateIsRejected) {
   Tensor a{{1.0f, 2.0f}, {0.5f}, {0.1f, 0.2f}, {0.3f, 0.4f}};
   std::vector<ParamRef> params = {{"blocks.0.w", a.w, a.g, a.m, a.v, true}};
   EXPECT_THROW(adamw_step(params, AdamWConfig{}, 1e-3f, 1, nullptr), Error);
+}
+
+// The norm's partial sums: each chunk of kNormChunk elements (the last one of a tensor shorter)
+// is its squares added in order from 0.0 in double, however the chunks are grouped for speed;
+// sizes around whole groups of eight chunks, against a plain loop per chunk.
+TEST(AdamW, GradSumsOfSquaresAreEachChunkSummedInOrder) {
+  std::mt19937 gen(5);
+  std::lognormal_distribution<float> magnitude(0.0f, 3.0f);
+  for (int64_t n : {int64_t{3}, 8 * kNormChunk, 8 * kNormChunk + 5, 17 * kNormChunk - 1,
+                    17 * kNormChunk}) {
+    Tensor t{std::vector<float>(n, 0.0f), std::vector<float>(n), std::vector<float>(n, 0.0f),
+             std::vector<float>(n, 0.0f)};
+    for (size_t i = 0; i < t.g.size(); ++i) t.g[i] = (i % 2 ? -1.0f : 1.0f) * magnitude(gen);
+    Tensor small{{1.0f}, {0.5f}, {0.0f}, {0.0f}};
+    const std::vector<ParamRef> params = {{"t", t.w, t.g, t.m, t.v, true},
+                                          {"small", small.w, small.g, small.m, small.v, true}};
+    const std::vector<double> sums = grad_sums_of_squares(params);
+    const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
+    ASSERT_EQ(static_cast<int64_t>(sums.size()), chunks + 1) << "n = " << n;
+    for (int64_t c = 0; c < chunks; ++c) {
+      double want = 0.0;
+      for (int64_t i = c * kNormChunk; i < std::min(n, (c + 1) * kNormChunk); ++i) {
+        want += static_cast<double>(t.g[i]) * static_cast<double>(t.g[i]);
+      }
+      ASSERT_EQ(sums[c], want) << "n = " << n << ", chunk " << c;
+    }
+    EXPECT_EQ(sums[chunks], 0.25) << "the second tensor's one chunk";
+  }
+}
+
+// The update kernel of every vector tier against the reference, bit for bit: lengths around the
+// vector widths (8, 16) and their tails, both passes, state from tiny to huge (some updates
+// overflow), with and without decay and clipping.
+TEST(AdamWKernels, EveryTierMatchesTheReferenceBitForBit) {
+  const auto tiers = testing::vector_isas();
+  S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
+  std::mt19937 gen(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::lognormal_distribution<float> magnitude(0.0f, 4.0f);
+  int overflowing = 0, finite = 0;
+  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 100}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      Tensor t{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n),
+               std::vector<float>(n)};
+      for (int64_t i = 0; i < n; ++i) {
+        t.w[i] = normal(gen) * (trial == 5 ? 1e37f : 1.0f);
+        t.g[i] = normal(gen) * magnitude(gen);
+        t.m[i] = 0.1f * normal(gen);
+        t.v[i] = 0.01f * magnitude(gen);
+      }
+      kernels::AdamWElements e;
+      e.g = t.g.data();
+      e.clip = trial % 2 ? 0.37f : 1.0f;
+      e.beta1 = 0.9f, e.one_minus_beta1 = 1.0f - 0.9f, e.beta2 = 0.95f;
+      e.one_minus_beta2 = 1.0f - 0.95f;
+      e.lr = trial == 4 ? 3e38f : 3e-4f, e.bias1 = 0.19f, e.bias2 = 0.0975f, e.eps = 1e-8f;
+      e.decay = trial % 3 ? 3e-5f : 0.0f;
+      for (bool write : {false, true}) {
+        Tensor want = t;
+        e.w = want.w.data(), e.m = want.m.data(), e.v = want.v.data();
+        const bool want_finite = kernels::ref::adamw_update(e, 0, n, write);
+        (want_finite ? finite : overflowing) += 1;
+        if (!write) {
+          ASSERT_EQ(want.w, t.w) << "the check pass wrote";
+        }
+        for (Isa isa : tiers) {
+          Tensor got = t;
+          e.w = got.w.data(), e.m = got.m.data(), e.v = got.v.data();
+          ASSERT_EQ(kernels::kernels_for(isa).adamw_update(e, 0, n, write), want_finite)
+              << isa_name(isa) << " n=" << n << " trial " << trial;
+          for (int64_t i = 0; i < n; ++i) {
+            // Bit patterns: NaN != NaN, and +0 == -0, would hide a difference.
+            ASSERT_EQ(std::bit_cast<uint32_t>(got.w[i]), std::bit_cast<uint32_t>(want.w[i]))
+                << isa_name(isa) << " w[" << i << "] n=" << n << " trial " << trial;
+            ASSERT_EQ(std::bit_cast<uint32_t>(got.m[i]), std::bit_cast<uint32_t>(want.m[i]))
+                << isa_name(isa) << " m[" << i << "] n=" << n << " trial " << trial;
+            ASSERT_EQ(std::bit_cast<uint32_t>(got.v[i]), std::bit_cast<uint32_t>(want.v[i]))
+                << isa_name(isa) << " v[" << i << "] n=" << n << " trial " << trial;
+          }
+        }
+      }
+    }
+  }
+  // Both outcomes were exercised (the huge learning rate and the huge weights overflow).
+  EXPECT_GT(overflowing, 0);
+  EXPECT_GT(finite, 0);
 }
 
 }  // namespace
