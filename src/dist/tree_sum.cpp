@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/parallel_blocks.hpp"
 #include "s3r/core/error.hpp"
 
 namespace s3r::dist {
@@ -11,11 +12,9 @@ void add_into(std::span<float> a, std::span<const float> b) {
   if (a.size() != b.size()) throw Error("add_into: sizes differ");
   const int64_t n = static_cast<int64_t>(a.size());
   constexpr int64_t kBlock = 1 << 14;  // each element's sum is one addition: blocking is free
-#pragma omp parallel for schedule(static)
-  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
-    const int64_t i1 = std::min(n, i0 + kBlock);
+  parallel_blocks(n, kBlock, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) a[i] += b[i];
-  }
+  });
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "s3r/core/cpu_features.hpp"
 #include "s3r/core/error.hpp"
@@ -177,11 +178,9 @@ void copy_row_major(const PrimitiveKey& key, const void* A, int8_t* dst) {
   constexpr int64_t kBand = 64;
   const auto transpose = kernels::active_kernels().transpose_s8;
   const auto* src = static_cast<const int8_t*>(A);
-  const int64_t bands = (key.K + kBand - 1) / kBand;
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < bands; ++b) {
-    transpose(dst, key.K, src, key.lda, b * kBand, std::min(key.K, (b + 1) * kBand), key.M);
-  }
+  parallel_blocks(key.K, kBand, [&](int64_t r0, int64_t r1) {
+    transpose(dst, key.K, src, key.lda, r0, r1, key.M);
+  });
 }
 
 }  // namespace

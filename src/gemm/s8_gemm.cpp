@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/parallel_blocks.hpp"
 #include "kernels/gemm_s8.hpp"
 #include "s3r/core/error.hpp"
 
@@ -222,16 +223,13 @@ void gemm_reference(const int8_t* A, const int8_t* B, const MatmulShape& s, cons
   check_depth(s.K);
   const int64_t M = s.M, N = s.N;
   constexpr int64_t kRows = 16;
-  const int64_t blocks = (M + kRows - 1) / kRows;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
+  parallel_blocks(M, kRows, [&](int64_t m0, int64_t m1) {
     thread_local std::vector<int32_t> acc;
     acc.resize(static_cast<size_t>(kRows * N));
-    const int64_t m0 = blk * kRows, m1 = std::min(M, m0 + kRows);
     kernels::ref::gemm_s8_rows(acc.data(), N, A, s.lda, s.a_transposed, B, s.ldb,
                                s.b_transposed, N, s.K, m0, m1);
     epilogue(out, s.ldc, acc.data(), N, m0, m1 - m0, 0, N);
-  }
+  });
 }
 
 }  // namespace s3r::gemm::s8

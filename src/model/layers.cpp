@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel_blocks.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "kernels/dispatch.hpp"
@@ -85,9 +86,11 @@ void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,
   expect_size("embedding_forward", "out", out.size(), T * width);
   expect_size("embedding_forward", "table", table.size(), vocab * width);
   check_ids("embedding_forward", "token", tokens, vocab);
-  for (int64_t t = 0; t < T; ++t) {
-    std::copy_n(table.data() + tokens[t] * width, width, out.data() + t * width);
-  }
+  parallel_blocks(T, 64, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      std::copy_n(table.data() + tokens[t] * width, width, out.data() + t * width);
+    }
+  });
 }
 
 void embedding_backward(std::span<float> dtable, std::span<const float> dout,
@@ -95,11 +98,15 @@ void embedding_backward(std::span<float> dtable, std::span<const float> dout,
                         LeafScratch* scratch) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   expect_size("embedding_backward", "dout", dout.size(), T * width);
+  // Tokens repeat, so every element adds its tokens' rows in token order (deterministic); the
+  // threads take blocks of columns, which keeps that order for each element.
   const auto scatter = [&](float* table, int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {  // sequential: tokens repeat, order fixed (deterministic)
-      float* row = table + tokens[t] * width;
-      for (int64_t c = 0; c < width; ++c) row[c] += dout[t * width + c];
-    }
+    parallel_blocks(width, 64, [&](int64_t c0, int64_t c1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* row = table + tokens[t] * width;
+        for (int64_t c = c0; c < c1; ++c) row[c] += dout[t * width + c];
+      }
+    });
   };
   if (leaves == 1) {
     scatter(dtable.data(), 0, T);
@@ -126,11 +133,9 @@ void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<cons
   expect_size("rmsnorm_forward", "rstd", rstd.size(), T);
   expect_size("rmsnorm_forward", "weight", weight.size(), width);
   const auto& k = kernels::active_kernels();
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < (T + kNormRows - 1) / kNormRows; ++blk) {
-    k.rmsnorm_rows(out.data(), rstd.data(), in.data(), weight.data(), blk * kNormRows,
-                   std::min(T, (blk + 1) * kNormRows), width, eps);
-  }
+  parallel_blocks(T, kNormRows, [&](int64_t r0, int64_t r1) {
+    k.rmsnorm_rows(out.data(), rstd.data(), in.data(), weight.data(), r0, r1, width, eps);
+  });
 }
 
 void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<const float> dout,
@@ -146,11 +151,10 @@ void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<
   expect_size("rmsnorm_backward", "din", din.size(), T * width);
   // y = x r w with r = (mean x^2 + eps)^-1/2:  dx = r (w dy) - x r^3 mean(x w dy).
   const auto& k = kernels::active_kernels();
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < (T + kNormRows - 1) / kNormRows; ++blk) {
-    k.rmsnorm_backward_rows(din.data(), dout.data(), in.data(), weight.data(), rstd.data(), blk * kNormRows,
-                            std::min(T, (blk + 1) * kNormRows), width);
-  }
+  parallel_blocks(T, kNormRows, [&](int64_t r0, int64_t r1) {
+    k.rmsnorm_backward_rows(din.data(), dout.data(), in.data(), weight.data(), rstd.data(), r0, r1,
+                            width);
+  });
   // dweight[c] += sum over t of dout * in * rstd: per leaf in double, t in increasing order for
   // every c, rounded to f32; then the leaf partials in the fixed tree. The same bits for any
   // thread count (blocks of columns per thread, rows streamed in order) and any rank count.
@@ -285,17 +289,15 @@ void cross_entropy_fused(std::span<float> logits, std::span<const int32_t> targe
   // Fixed blocks of rows; per-token losses summed in token order afterwards: the same bits for
   // any thread count.
   constexpr int64_t kRows = 8;
-  const int64_t blocks = (T + kRows - 1) / kRows;
   std::vector<double> token_loss(static_cast<size_t>(T));
   const auto& k = kernels::active_kernels();
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t r0 = blk * kRows, r1 = std::min(T, r0 + kRows);
-    if (!k.softmax_xent_rows(logits.data(), token_loss.data(), targets.data(), r0, r1, vocab, grad_scale)) {
+  parallel_blocks(T, kRows, [&](int64_t r0, int64_t r1) {
+    if (!k.softmax_xent_rows(logits.data(), token_loss.data(), targets.data(), r0, r1, vocab,
+                             grad_scale)) {
       std::fill(logits.begin() + r0 * vocab, logits.begin() + r1 * vocab, NAN);
       std::fill(token_loss.begin() + r0, token_loss.begin() + r1, NAN);
     }
-  }
+  });
   const int64_t per_leaf = T / leaves;
   for (int64_t l = 0; l < leaves; ++l) {
     double total = 0.0;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/parallel_blocks.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/dist/tree_sum.hpp"
 #include "s3r/gemm/backend.hpp"
@@ -257,8 +258,12 @@ void Model::backward(Key step_key) {
   const int64_t S = cfg_.seq_len, NH = cfg_.heads, HD = cfg_.head_dim();
   using B = StepBreakdown;
   nn::PhaseClock clock(breakdown_);
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
-  std::fill(dx_.begin(), dx_.end(), 0.0f);  // dL/d(residual stream), accumulated
+  for (std::vector<float>* zeroed : {&grads_, &dx_}) {  // dx_: dL/d(residual stream), accumulated
+    parallel_blocks(static_cast<int64_t>(zeroed->size()), int64_t{1} << 16,
+                    [&](int64_t i0, int64_t i1) {
+                      std::fill(zeroed->begin() + i0, zeroed->begin() + i1, 0.0f);
+                    });
+  }
   clock.lap(&B::zeroing);
   // The bf16/f32 head draws no random bits; an int8 head is layer 7 L (config.hpp).
   const uint32_t head_index = static_cast<uint32_t>(7 * cfg_.layers);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "nn/phase_clock.hpp"
 #include "nn/probe_backward.hpp"
@@ -221,22 +222,16 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
       ws.wa.resize(static_cast<size_t>(B * K));
       ws.delta.resize(static_cast<size_t>(T));
       for (int64_t t = 0; t < T; ++t) ws.delta[t] = st.token_mean[t] - st.grand_mean[t / S];
-      const int64_t blocks = (K + 63) / 64;
-#pragma omp parallel for schedule(static)
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        k.gemv_s8_f32(ws.wa.data(), w.codes.data(), st.channel_mean.data(), B, K, N, blk * 64,
-                      std::min(K, (blk + 1) * 64));
-      }
+      parallel_blocks(K, 64, [&](int64_t k0, int64_t k1) {
+        k.gemv_s8_f32(ws.wa.data(), w.codes.data(), st.channel_mean.data(), B, K, N, k0, k1);
+      });
       wa = ws.wa.data();
       clock.lap(&PhaseTimes::correction);
     }
-    const int64_t blocks = (T + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      k.dx_epilogue(dx.data(), ws.acc.data(), blk * kRowBlock, std::min(T, (blk + 1) * kRowBlock), K,
-                    D, x.scales.data(), wa, ws.delta.data(), w.code_row_sums.data(), S,
-                    config.accumulate_dx);
-    }
+    parallel_blocks(T, kRowBlock, [&](int64_t t0, int64_t t1) {
+      k.dx_epilogue(dx.data(), ws.acc.data(), t0, t1, K, D, x.scales.data(), wa, ws.delta.data(),
+                    w.code_row_sums.data(), S, config.accumulate_dx);
+    });
     clock.lap(&PhaseTimes::gemm);
   }
 
@@ -278,10 +273,7 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
     float* u_loc = ws.u_local.data();
     float* v_loc = u_loc + B * K;
     const int8_t* xq = x.codes.data();
-    const int64_t kblocks = (K + 255) / 256;
-#pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < kblocks; ++blk) {
-      const int64_t k0 = blk * 256, k1 = std::min(K, k0 + 256);
+    parallel_blocks(K, 256, [&](int64_t k0, int64_t k1) {
       for (int64_t t = 0; t < T; ++t) {
         const int64_t b = t / S;
         const float d = st.token_mean[t] - st.grand_mean[b];
@@ -291,7 +283,7 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
           v_loc[b * K + kk] += xv * d;
         }
       }
-    }
+    });
     const int R = group ? group->size() : 1;
     const int64_t Bg = B * R;
     std::span<const float> u_all = ws.u_local, a_all = st.channel_mean;

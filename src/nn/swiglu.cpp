@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "nn/phase_clock.hpp"
 #include "s3r/core/error.hpp"
@@ -48,12 +49,9 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
   // hidden = silu(h1) * h3
   const auto& k = kernels::active_kernels();
   const int64_t n = T * F;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    k.swiglu_forward_ew(st.hidden.data(), st.h1.data(), st.h3.data(), c * kChunk,
-                        std::min(n, (c + 1) * kChunk));
-  }
+  parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
+    k.swiglu_forward_ew(st.hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
+  });
   clock.lap(&PhaseTimes::elementwise);
 
   prepare_input(st.hidden_in, st.hidden, T, F, mode, "ffn.hidden");
@@ -83,12 +81,10 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   PhaseClock clock(st.times);
   const auto& k = kernels::active_kernels();
   const int64_t n = T * F;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
+  parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
     k.swiglu_backward_ew(st.dh1.data(), st.dh3.data(), st.d_hidden.data(), st.h1.data(),
-                         st.h3.data(), c * kChunk, std::min(n, (c + 1) * kChunk));
-  }
+                         st.h3.data(), i0, i1);
+  });
   clock.lap(&PhaseTimes::elementwise);
 
   // h1 = X W1, h3 = X W3: both add into dX.

@@ -5,6 +5,7 @@
 #include <vector>
 #include <sstream>
 
+#include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "s3r/core/error.hpp"
 
@@ -57,12 +58,9 @@ std::vector<double> grad_sums_of_squares(std::span<const ParamRef> params) {
     const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
     const size_t first = sums.size();
     sums.resize(first + static_cast<size_t>(chunks), 0.0);
-    const int64_t groups = (chunks + kNormLanes - 1) / kNormLanes;
-#pragma omp parallel for schedule(static)
-    for (int64_t group = 0; group < groups; ++group) {
-      const int64_t c0 = group * kNormLanes, c1 = std::min(chunks, c0 + kNormLanes);
+    parallel_blocks(chunks, kNormLanes, [&](int64_t c0, int64_t c1) {
       chunk_sums(sums.data() + first + c0, p.grad.data(), n, c0, c1);
-    }
+    });
   }
   return sums;
 }
@@ -110,11 +108,9 @@ bool update_pass(std::span<const ParamRef> params, const AdamWConfig& c, const A
     e.eps = c.eps;
     e.decay = p.decay ? s.lr * c.weight_decay : 0.0f;
     const int64_t n = static_cast<int64_t>(p.value.size());
-    const int64_t blocks = (n + kUpdateBlock - 1) / kUpdateBlock;
-#pragma omp parallel for schedule(static) reduction(&& : finite)
-    for (int64_t b = 0; b < blocks; ++b) {
-      finite = update(e, b * kUpdateBlock, std::min(n, (b + 1) * kUpdateBlock), write) && finite;
-    }
+    finite = parallel_blocks_all(n, kUpdateBlock, [&](int64_t i0, int64_t i1) {
+      return update(e, i0, i1, write);
+    }) && finite;
   }
   return finite;
 }

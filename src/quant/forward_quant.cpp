@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "kernels/ref/numerics.hpp"
 #include "s3r/core/error.hpp"
@@ -58,13 +59,9 @@ void quantize_rows_rtne(std::span<int8_t> codes, std::span<float> scales,
   check_sizes("quantize_rows_rtne", tensor_name, rows, cols, x.size(), codes.size(),
               scales.size(), static_cast<size_t>(rows));
   const auto kernel = kernels::active_kernels().quantize_rows_rtne;
-  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-  bool ok = true;
-#pragma omp parallel for schedule(static) reduction(&& : ok)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    ok = kernel(codes.data(), scales.data(), x.data(), blk * kRowBlock,
-                std::min(rows, (blk + 1) * kRowBlock), cols) && ok;
-  }
+  const bool ok = parallel_blocks_all(rows, kRowBlock, [&](int64_t r0, int64_t r1) {
+    return kernel(codes.data(), scales.data(), x.data(), r0, r1, cols);
+  });
   if (!ok) throw_nonfinite(tensor_name, x.data(), rows, cols);
 }
 
@@ -74,21 +71,14 @@ void quantize_cols_rtne(std::span<int8_t> codes, std::span<float> scales,
   check_sizes("quantize_cols_rtne", tensor_name, rows, cols, w.size(), codes.size(),
               scales.size(), static_cast<size_t>(cols));
   const auto& k = kernels::active_kernels();
-  const int64_t col_blocks = (cols + kColBlock - 1) / kColBlock;
-  bool ok = true;
-#pragma omp parallel for schedule(static) reduction(&& : ok)
-  for (int64_t blk = 0; blk < col_blocks; ++blk) {
-    ok = k.absmax_cols(scales.data(), w.data(), 0, rows, cols, blk * kColBlock,
-                       std::min(cols, (blk + 1) * kColBlock)) && ok;
-  }
+  const bool ok = parallel_blocks_all(cols, kColBlock, [&](int64_t c0, int64_t c1) {
+    return k.absmax_cols(scales.data(), w.data(), 0, rows, cols, c0, c1);
+  });
   if (!ok) throw_nonfinite(tensor_name, w.data(), rows, cols);
   for (int64_t c = 0; c < cols; ++c) scales[c] = kernels::ref::absmax_to_scale(scales[c]);
-  const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < row_blocks; ++blk) {
-    k.quantize_cols_rtne(codes.data(), w.data(), scales.data(), blk * kRowBlock,
-                         std::min(rows, (blk + 1) * kRowBlock), cols);
-  }
+  parallel_blocks(rows, kRowBlock, [&](int64_t r0, int64_t r1) {
+    k.quantize_cols_rtne(codes.data(), w.data(), scales.data(), r0, r1, cols);
+  });
 }
 
 }  // namespace s3r

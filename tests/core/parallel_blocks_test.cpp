@@ -1,0 +1,65 @@
+// The fixed-block OpenMP loops (src/core/parallel_blocks.hpp): every block of [0, n) exactly
+// once, with the documented boundaries, on several threads; the all-of variant runs every block
+// and is false when any block is.
+#include "core/parallel_blocks.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace s3r {
+namespace {
+
+// visits[i] counts the calls whose block held i; starts[k] is set by the block that starts at
+// k * block and must end at min(n, (k + 1) * block).
+struct Visits {
+  explicit Visits(int64_t n, int64_t block)
+      : n(n), block(block), visits(static_cast<size_t>(n)), bad_bounds(0) {}
+  void record(int64_t i0, int64_t i1) {
+    if (i0 % block != 0 || i1 != std::min(n, i0 + block) || i0 >= i1) ++bad_bounds;
+    for (int64_t i = i0; i < i1; ++i) ++visits[static_cast<size_t>(i)];
+  }
+  int64_t n, block;
+  std::vector<std::atomic<int>> visits;
+  std::atomic<int> bad_bounds;
+};
+
+TEST(ParallelBlocks, EveryBlockOnceWithItsBoundaries) {
+  testing::ScopedThreads threads(2);
+  for (int64_t block : {1, 7, 64}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, block - 1, block, block + 1, 10 * block + 3}) {
+      Visits v(n, block);
+      parallel_blocks(n, block, [&](int64_t i0, int64_t i1) { v.record(i0, i1); });
+      EXPECT_EQ(v.bad_bounds.load(), 0) << "n=" << n << " block=" << block;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(v.visits[static_cast<size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(ParallelBlocks, AllOfRunsEveryBlockAndIsFalseWhenOneIs) {
+  testing::ScopedThreads threads(2);
+  const int64_t n = 100, block = 8;
+  for (int64_t failing : {int64_t{-1}, int64_t{0}, int64_t{48}, int64_t{96}}) {
+    Visits v(n, block);
+    const bool all = parallel_blocks_all(n, block, [&](int64_t i0, int64_t i1) {
+      v.record(i0, i1);
+      return i0 != failing;
+    });
+    EXPECT_EQ(all, failing < 0) << "failing block at " << failing;
+    EXPECT_EQ(v.bad_bounds.load(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(v.visits[static_cast<size_t>(i)].load(), 1) << "failing " << failing << " i=" << i;
+    }
+  }
+  EXPECT_TRUE(parallel_blocks_all(0, block, [](int64_t, int64_t) { return false; }))
+      << "no blocks: vacuously true";
+}
+
+}  // namespace
+}  // namespace s3r
