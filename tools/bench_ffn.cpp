@@ -149,6 +149,7 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
   fill_uniform(dy, T * C, 1e-3f, 5);
   std::vector<float> y(T * C), dx(T * C), dw1(C * F), dw3(C * F), dw2(F * C);
   nn::SwigluState state;
+  nn::SwigluScratch scratch;
   ShapeResult result{s, {}, {}};
   const int total = o.warmup + o.repeats;
   for (int rep = 0; rep < total; ++rep) {
@@ -158,9 +159,9 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
       nn::PhaseTimes phases;
       state.times = &phases;
       const auto start = std::chrono::steady_clock::now();
-      nn::swiglu_forward(y, x, {w1, w3, w2}, T, C, F, cfg.mode, state);
+      nn::swiglu_forward(y, x, {w1, w3, w2}, T, C, F, cfg.mode, state, scratch);
       nn::swiglu_backward(dx, {dw1, dw3, dw2}, dy, cfg.correction, S,
-                          fold_in(key_from_seed(7), static_cast<uint32_t>(rep)), 0, state);
+                          fold_in(key_from_seed(7), static_cast<uint32_t>(rep)), 0, state, scratch);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       state.times = nullptr;

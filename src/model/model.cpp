@@ -64,12 +64,12 @@ int64_t Model::estimate_bytes(const ModelConfig& c, nn::LinearMode mode) {
   const double head = head_mode == LinearMode::kF32 ? 4.0 : nn::is_int8(head_mode) ? 1.0 : (emulated ? 6.0 : 2.0);
   double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
   f32 += L * (8.0 * T * C + 2.0 * T + B * NH * S);             // per block: saved activations
-  f32 += L * 6.0 * T * F;                                      // SwiGLU h1, h3, hidden and their gradients
+  f32 += L * 2.0 * T * F + 4.0 * T * F;  // SwiGLU: h1, h3 per block; one scratch (hidden, gradients)
   f32 += 8.0 * T * C + T + 1.0 * T * V;                         // final norm, gradients, logits
   double bytes = 4.0 * f32;
   bytes += L * operand * (3.0 * T * C + T * F);              // quantized or rounded inputs
   bytes += L * operand * (4.0 * C * C + 3.0 * C * F);        // quantized or rounded weights
-  bytes += L * (4.0 + 1.0 + (nn::is_int8(mode) ? 0.0 : operand)) * T * F;  // per-block workspace
+  bytes += (4.0 + 1.0 + (nn::is_int8(mode) ? 0.0 : operand)) * T * F;  // the SwiGLU workspace
   bytes += head * (T * C + C * V);                           // LM head operands
   return static_cast<int64_t>(bytes);
 }
@@ -113,7 +113,7 @@ Model::~Model() = default;
 
 void Model::set_backward_probe(const nn::BackwardProbe* probe) {
   ws_.probe = probe;
-  for (Block& b : blocks_) b.ffn.ws.probe = probe;
+  ffn_scratch_.ws.probe = probe;
 }
 
 void Model::set_capture_input_grads(bool on) { capture_input_grads_ = on; }
@@ -236,7 +236,7 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
     nn::swiglu_forward(out, b.xn2,
                        {{param(b.w_gate), size_t(C * F)}, {param(b.w_up), size_t(C * F)},
                         {param(b.w_down), size_t(F * C)}},
-                       T, C, F, mode_, b.ffn);
+                       T, C, F, mode_, b.ffn, ffn_scratch_);
     clock.lap(&B::ffn);
     for (int64_t i = 0; i < T * C; ++i) out[i] += b.x_mid[i];
     clock.lap(&B::residual);
@@ -284,7 +284,7 @@ void Model::backward(Key step_key) {
     // out = x_mid + swiglu(xn2): dx_ is d(out); the FFN adds into d(x_mid) through xn2.
     nn::swiglu_backward(dxn_, {{grad(b.w_gate), size_t(C * F)}, {grad(b.w_up), size_t(C * F)},
                                {grad(b.w_down), size_t(F * C)}},
-                        dx_, correction_, S, step_key, index + 4, b.ffn, place);
+                        dx_, correction_, S, step_key, index + 4, b.ffn, ffn_scratch_, place);
     clock.lap(&B::ffn);
     rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, {param(b.ffn_norm), size_t(C)},
                      b.rstd2, C, leaves);

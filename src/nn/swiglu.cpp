@@ -20,7 +20,7 @@ constexpr int64_t kChunk = 1 << 14;  // elements per OpenMP task of the elementw
 
 void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWeights& w,
                     int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
-                    SwigluState& st) {
+                    SwigluState& st, SwigluScratch& scratch) {
   const int64_t T = tokens, C = width, F = ffn_width;
   expect_size("swiglu", "X", x.size(), T * C);
   expect_size("swiglu", "Y", y.size(), T * C);
@@ -41,7 +41,8 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
 
   st.h1.resize(static_cast<size_t>(T * F));
   st.h3.resize(static_cast<size_t>(T * F));
-  st.hidden.resize(static_cast<size_t>(T * F));
+  std::vector<float>& hidden = scratch.hidden;
+  hidden.resize(static_cast<size_t>(T * F));
   linear_forward(st.h1, st.x_in, st.gate_w);
   linear_forward(st.h3, st.x_in, st.up_w);
   clock.lap(&PhaseTimes::gemm);
@@ -50,11 +51,11 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
   const auto& k = kernels::active_kernels();
   const int64_t n = T * F;
   parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
-    k.swiglu_forward_ew(st.hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
+    k.swiglu_forward_ew(hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
   });
   clock.lap(&PhaseTimes::elementwise);
 
-  prepare_input(st.hidden_in, st.hidden, T, F, mode, "ffn.hidden");
+  prepare_input(st.hidden_in, hidden, T, F, mode, "ffn.hidden");
   clock.lap(&PhaseTimes::prepare);
   linear_forward(y, st.hidden_in, st.down_w);
   clock.lap(&PhaseTimes::gemm);
@@ -62,19 +63,22 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
 
 void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<const float> dy,
                      Correction correction, int64_t tokens_per_example, Key step_key,
-                     uint32_t first_layer, SwigluState& st, const BatchPlacement& placement) {
+                     uint32_t first_layer, SwigluState& st, SwigluScratch& scratch,
+                     const BatchPlacement& placement) {
   const int64_t T = st.tokens, C = st.width, F = st.ffn_width;
   expect_size("swiglu", "dY", dy.size(), T * C);
   if (!dx.empty()) expect_size("swiglu", "dX", dx.size(), T * C);
-  st.d_hidden.resize(static_cast<size_t>(T * F));
-  st.dh1.resize(static_cast<size_t>(T * F));
-  st.dh3.resize(static_cast<size_t>(T * F));
-  st.ws.times = st.times;
+  std::vector<float>&d_hidden = scratch.d_hidden, &dh1 = scratch.dh1, &dh3 = scratch.dh3;
+  d_hidden.resize(static_cast<size_t>(T * F));
+  dh1.resize(static_cast<size_t>(T * F));
+  dh3.resize(static_cast<size_t>(T * F));
+  LinearWorkspace& ws = scratch.ws;
+  ws.times = st.times;
   LinearBackwardConfig cfg{correction, tokens_per_example, fold_in(step_key, first_layer + 2), false,
                            first_layer + 2, placement};
 
   // Y = hidden W2
-  linear_backward(st.d_hidden, grads.down, dy, st.hidden_in, st.down_w, cfg, st.ws);
+  linear_backward(d_hidden, grads.down, dy, st.hidden_in, st.down_w, cfg, ws);
 
   // hidden = silu(h1) * h3:  dh3 = d_hidden silu(h1),  dh1 = d_hidden h3 silu'(h1),
   // silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z))).
@@ -82,7 +86,7 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   const auto& k = kernels::active_kernels();
   const int64_t n = T * F;
   parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
-    k.swiglu_backward_ew(st.dh1.data(), st.dh3.data(), st.d_hidden.data(), st.h1.data(),
+    k.swiglu_backward_ew(dh1.data(), dh3.data(), d_hidden.data(), st.h1.data(),
                          st.h3.data(), i0, i1);
   });
   clock.lap(&PhaseTimes::elementwise);
@@ -90,11 +94,11 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   // h1 = X W1, h3 = X W3: both add into dX.
   cfg.layer_key = fold_in(step_key, first_layer);
   cfg.layer_index = first_layer;
-  linear_backward(dx, grads.gate, st.dh1, st.x_in, st.gate_w, cfg, st.ws);
+  linear_backward(dx, grads.gate, dh1, st.x_in, st.gate_w, cfg, ws);
   cfg.layer_key = fold_in(step_key, first_layer + 1);
   cfg.layer_index = first_layer + 1;
   cfg.accumulate_dx = true;
-  linear_backward(dx, grads.up, st.dh3, st.x_in, st.up_w, cfg, st.ws);
+  linear_backward(dx, grads.up, dh3, st.x_in, st.up_w, cfg, ws);
 }
 
 }  // namespace s3r::nn

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "s3r/core/error.hpp"
@@ -71,9 +72,10 @@ Result run_block(const Block& b, LinearMode mode, Correction corr = Correction::
            std::vector<float>(b.C * b.F), std::vector<float>(b.C * b.F),
            std::vector<float>(b.F * b.C)};
   SwigluState st;
-  swiglu_forward(r.y, b.x, {b.w1, b.w3, b.w2}, b.T, b.C, b.F, mode, st);
+  SwigluScratch scratch;
+  swiglu_forward(r.y, b.x, {b.w1, b.w3, b.w2}, b.T, b.C, b.F, mode, st, scratch);
   swiglu_backward(r.dx, {r.dw1, r.dw3, r.dw2}, b.r, corr, S ? S : b.T,
-                  fold_in(key_from_seed(5), 0), 0, st);
+                  fold_in(key_from_seed(5), 0), 0, st, scratch);
   return r;
 }
 
@@ -162,15 +164,46 @@ TEST(Swiglu, EveryModeTracksTheF32Block) {
   }
 }
 
+// The model runs every block's SwiGLU on one SwigluScratch: forward of block 0, then block 1, then
+// the backward of block 1, then block 0. Nothing a block's backward reads may live in the
+// scratch, so each block's results must be bit for bit those of a block with a scratch of its
+// own; a block whose backward read the scratch's hidden or d_hidden (written last by the other
+// block) would differ. S = 16: two examples, so the int8 corrections have more than one mean.
+TEST(Swiglu, OneScratchServesEveryBlockBitForBit) {
+  const Block b0 = make_block(32, 16, 40, 11), b1 = make_block(32, 16, 40, 12);
+  for (LinearMode mode : {LinearMode::kF32, LinearMode::kBf16, LinearMode::kSr, LinearMode::kS3r}) {
+    const Correction corr = is_int8(mode) ? Correction::kTwoWay : Correction::kNone;
+    const Result alone0 = run_block(b0, mode, corr, 16), alone1 = run_block(b1, mode, corr, 16);
+    Result r0 = alone0, r1 = alone1;  // sized like them; every value is overwritten below
+    SwigluState st0, st1;
+    SwigluScratch shared;
+    swiglu_forward(r0.y, b0.x, {b0.w1, b0.w3, b0.w2}, 32, 16, 40, mode, st0, shared);
+    swiglu_forward(r1.y, b1.x, {b1.w1, b1.w3, b1.w2}, 32, 16, 40, mode, st1, shared);
+    const Key key = fold_in(key_from_seed(5), 0);
+    swiglu_backward(r1.dx, {r1.dw1, r1.dw3, r1.dw2}, b1.r, corr, 16, key, 0, st1, shared);
+    swiglu_backward(r0.dx, {r0.dw1, r0.dw3, r0.dw2}, b0.r, corr, 16, key, 0, st0, shared);
+    for (const auto& [got, want] : {std::pair{&r0, &alone0}, std::pair{&r1, &alone1}}) {
+      const std::string ctx(to_string(mode));
+      EXPECT_EQ(got->y, want->y) << ctx;
+      EXPECT_EQ(got->dx, want->dx) << ctx;
+      EXPECT_EQ(got->dw1, want->dw1) << ctx;
+      EXPECT_EQ(got->dw3, want->dw3) << ctx;
+      EXPECT_EQ(got->dw2, want->dw2) << ctx;
+    }
+  }
+}
+
 TEST(Swiglu, BadInputIsRejected) {
   const Block b = make_block(4, 8, 12, 3);
   std::vector<float> y(4 * 8);
   SwigluState st;
-  EXPECT_THROW(swiglu_forward(y, b.x, {b.w1, b.w3, b.w2}, 4, 8, 13, LinearMode::kS3r, st), Error);
+  SwigluScratch scratch;
+  EXPECT_THROW(swiglu_forward(y, b.x, {b.w1, b.w3, b.w2}, 4, 8, 13, LinearMode::kS3r, st, scratch),
+               Error);
   std::vector<float> x_bad = b.x;
   x_bad[5] = std::nanf("");
   try {
-    swiglu_forward(y, x_bad, {b.w1, b.w3, b.w2}, 4, 8, 12, LinearMode::kS3r, st);
+    swiglu_forward(y, x_bad, {b.w1, b.w3, b.w2}, 4, 8, 12, LinearMode::kS3r, st, scratch);
     FAIL() << "expected an error for NaN in X";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ffn.X"), std::string::npos) << e.what();

@@ -145,6 +145,7 @@ class Model {
   nn::LinearInput head_in_;
   nn::LinearWeight head_w_;
   nn::LinearWorkspace ws_, head_ws_;  // attention projections; LM head
+  nn::SwigluScratch ffn_scratch_;     // every block's SwiGLU, one block at a time
   StepBreakdown* breakdown_ = nullptr;
   bool capture_input_grads_ = false;
   DataParallel dp_;

@@ -25,27 +25,35 @@ struct SwigluGrads {
   std::span<float> down;  // dW2 (F, C)
 };
 
-// Saved forward state and reusable buffers of one block.
+// What one block saves in its forward for its backward.
 struct SwigluState {
   LinearMode mode = LinearMode::kS3r;
   int64_t tokens = 0, width = 0, ffn_width = 0;  // T, C, F
   LinearInput x_in, hidden_in;
   LinearWeight gate_w, up_w, down_w;
-  std::vector<float> h1, h3, hidden;    // (T, F): X W1, X W3, silu(h1) * h3
+  std::vector<float> h1, h3;    // (T, F): X W1, X W3
+  PhaseTimes* times = nullptr;  // when set, forward and backward add their phase times here
+};
+
+// Buffers that live only inside one forward or backward call: their contents are dead between
+// calls, so one scratch may serve every block of a model (blocks run one at a time), which keeps
+// a model's memory at one block's worth of them instead of one per block.
+struct SwigluScratch {
+  std::vector<float> hidden;              // (T, F) silu(h1) * h3, before hidden_in is prepared
   std::vector<float> d_hidden, dh1, dh3;  // (T, F)
   LinearWorkspace ws;
-  PhaseTimes* times = nullptr;  // when set, forward and backward add their phase times here
 };
 
 // y: (T, C). Throws s3r::Error on mismatched sizes or non-finite inputs (naming the tensor).
 void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWeights& w,
                     int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
-                    SwigluState& state);
+                    SwigluState& state, SwigluScratch& scratch);
 
 // dx: (T, C), overwritten (or empty: not wanted). grads are overwritten. `placement`: where the
 // batch sits in a data-parallel step (quant_linear.hpp), for its three projections.
 void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<const float> dy,
                      Correction correction, int64_t tokens_per_example, Key step_key,
-                     uint32_t first_layer, SwigluState& state, const BatchPlacement& placement = {});
+                     uint32_t first_layer, SwigluState& state, SwigluScratch& scratch,
+                     const BatchPlacement& placement = {});
 
 }  // namespace s3r::nn
