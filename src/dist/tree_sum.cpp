@@ -34,12 +34,18 @@ void node(std::span<float> out, int64_t lo, int64_t hi, size_t depth, const Leaf
   add_into(out, right);
 }
 
-void piece_node(float* pieces, int64_t lo, int64_t hi, int64_t len) {
+void piece_node(float* pieces, int64_t lo, int64_t hi, int64_t len, bool threaded) {
   if (hi - lo == 1) return;
   const int64_t mid = lo + (hi - lo) / 2;
-  piece_node(pieces, lo, mid, len);
-  piece_node(pieces, mid, hi, len);
-  add_into({pieces + lo * len, static_cast<size_t>(len)}, {pieces + mid * len, static_cast<size_t>(len)});
+  piece_node(pieces, lo, mid, len, threaded);
+  piece_node(pieces, mid, hi, len, threaded);
+  float* a = pieces + lo * len;
+  const float* b = pieces + mid * len;
+  if (threaded) {
+    add_into({a, static_cast<size_t>(len)}, {b, static_cast<size_t>(len)});
+  } else {
+    for (int64_t i = 0; i < len; ++i) a[i] += b[i];
+  }
 }
 
 }  // namespace
@@ -50,8 +56,8 @@ void tree_sum_leaves(std::span<float> out, int64_t leaves, const LeafFill& fill,
   node(out, 0, leaves, 0, fill, scratch);
 }
 
-void tree_sum_pieces(float* pieces, int64_t count, int64_t len) {
-  if (count >= 1) piece_node(pieces, 0, count, len);
+void tree_sum_pieces(float* pieces, int64_t count, int64_t len, bool threaded) {
+  if (count >= 1) piece_node(pieces, 0, count, len, threaded);
 }
 
 int64_t default_leaves(int64_t examples) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -116,13 +117,47 @@ void embedding_backward(std::span<float> dtable, std::span<const float> dout,
     throw Error("embedding_backward: " + std::to_string(leaves) + " reduction leaves for " + std::to_string(T) +
                 " tokens (they must divide T, and a scratch is needed)");
   }
-  scratch->root.resize(dtable.size());
-  const int64_t per_leaf = T / leaves;
-  dist::tree_sum_leaves(scratch->root, leaves, [&](int64_t l, std::span<float> out) {
-    std::fill(out.begin(), out.end(), 0.0f);
-    scatter(out.data(), l * per_leaf, (l + 1) * per_leaf);
-  }, scratch->levels);
-  dist::add_into(dtable, scratch->root);
+  expect_multiple("embedding_backward", "dtable", dtable.size(), width);
+  const int64_t V = static_cast<int64_t>(dtable.size()) / width, per_leaf = T / leaves;
+  for (int64_t t = 0; t < T; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= V) {
+      throw Error("embedding_backward: token " + std::to_string(tokens[t]) + " at position " +
+                  std::to_string(t) + " is outside the table's " + std::to_string(V) + " rows");
+    }
+  }
+  // The tokens grouped by row, each row's tokens in increasing position (so in leaf order, and in
+  // token order within a leaf).
+  std::vector<int64_t>& order = scratch->order;
+  order.resize(static_cast<size_t>(T));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return tokens[a] < tokens[b]; });
+  std::vector<int64_t>& starts = scratch->run_starts;
+  starts.clear();
+  for (int64_t i = 0; i < T; ++i) {
+    if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) starts.push_back(i);
+  }
+  starts.push_back(T);
+  const int64_t runs = static_cast<int64_t>(starts.size()) - 1;
+  // One row per task (rows are disjoint: any thread count, the same bits): its `leaves` partials
+  // from +0 in token order, then the tree over them, then into dtable.
+#pragma omp parallel
+  {
+    std::vector<float> partials(static_cast<size_t>(leaves * width));
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t r = 0; r < runs; ++r) {
+      std::fill(partials.begin(), partials.end(), 0.0f);
+      for (int64_t i = starts[r]; i < starts[r + 1]; ++i) {
+        const int64_t t = order[i];
+        float* p = partials.data() + (t / per_leaf) * width;
+        const float* d = dout.data() + t * width;
+        for (int64_t c = 0; c < width; ++c) p[c] += d[c];
+      }
+      dist::tree_sum_pieces(partials.data(), leaves, width, /*threaded=*/false);
+      float* row = dtable.data() + tokens[order[starts[r]]] * width;
+      for (int64_t c = 0; c < width; ++c) row[c] += partials[c];
+    }
+  }
 }
 
 void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<const float> in,

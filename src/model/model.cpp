@@ -25,6 +25,16 @@ LinearMode lm_head_mode(const ModelConfig& c, LinearMode mode) {
   return c.int8_head && nn::is_int8(mode) ? mode : LinearMode::kBf16;
 }
 
+// stream += branch (T x C), threaded over fixed blocks: one addition per element, the same bits
+// for any split.
+void add_residual(std::vector<float>& stream, const std::vector<float>& branch) {
+  float* s = stream.data();
+  const float* b = branch.data();
+  parallel_blocks(static_cast<int64_t>(stream.size()), int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) s[i] += b[i];
+  });
+}
+
 }  // namespace
 
 // Per-block parameters (offsets into the arenas) and saved activations.
@@ -228,7 +238,7 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
     nn::prepare_input(b.o_in, b.att, T, C, mode_, p + "attn.o.X");
     nn::linear_forward(b.x_mid, b.o_in, b.wo_w);
     clock.lap(&B::projections);
-    for (int64_t i = 0; i < T * C; ++i) b.x_mid[i] += b.x_in[i];
+    add_residual(b.x_mid, b.x_in);
     clock.lap(&B::residual);
     rmsnorm_forward(b.xn2, b.rstd2, b.x_mid, {param(b.ffn_norm), size_t(C)}, C, cfg_.norm_eps);
     clock.lap(&B::norms);
@@ -238,7 +248,7 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
                         {param(b.w_down), size_t(F * C)}},
                        T, C, F, mode_, b.ffn, ffn_scratch_);
     clock.lap(&B::ffn);
-    for (int64_t i = 0; i < T * C; ++i) out[i] += b.x_mid[i];
+    add_residual(out, b.x_mid);
     clock.lap(&B::residual);
   }
   rmsnorm_forward(xn_final_, rstd_final_, x_final_, {param(final_norm_), size_t(C)}, C, cfg_.norm_eps);
@@ -258,11 +268,21 @@ void Model::backward(Key step_key) {
   const int64_t S = cfg_.seq_len, NH = cfg_.heads, HD = cfg_.head_dim();
   using B = StepBreakdown;
   nn::PhaseClock clock(breakdown_);
-  for (std::vector<float>* zeroed : {&grads_, &dx_}) {  // dx_: dL/d(residual stream), accumulated
-    parallel_blocks(static_cast<int64_t>(zeroed->size()), int64_t{1} << 16,
-                    [&](int64_t i0, int64_t i1) {
-                      std::fill(zeroed->begin() + i0, zeroed->begin() + i1, 0.0f);
-                    });
+  // Every projection's and the LM head's backward overwrites its weight gradient; the embedding
+  // and the RMSNorm gains add into theirs (layers.hpp), and dx_ (dL/d(residual stream)) is
+  // accumulated: only those are cleared (the embedding's V x C and dx_'s T x C, not 4 bytes per
+  // parameter).
+  const auto clear = [](float* data, int64_t n) {
+    parallel_blocks(n, int64_t{1} << 16, [&](int64_t i0, int64_t i1) {
+      std::fill(data + i0, data + i1, 0.0f);
+    });
+  };
+  clear(grad(tok_emb_), V * C);
+  clear(dx_.data(), static_cast<int64_t>(dx_.size()));
+  std::fill_n(grad(final_norm_), C, 0.0f);
+  for (Block& b : blocks_) {
+    std::fill_n(grad(b.attn_norm), C, 0.0f);
+    std::fill_n(grad(b.ffn_norm), C, 0.0f);
   }
   clock.lap(&B::zeroing);
   // The bf16/f32 head draws no random bits; an int8 head is layer 7 L (config.hpp).

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -206,6 +207,54 @@ TEST(Layers, FusedCrossEntropyOfANonFiniteRowIsNaN) {
   bad[19] = V;
   auto z2 = random_vec(T * V, 6);
   EXPECT_THROW(cross_entropy_fused(z2, bad, V), Error);
+}
+
+// With reduction leaves the table gradient is a tree over per-leaf scatters (layers.hpp). The
+// expected value is built here the plain way: every leaf's whole (V, C) partial from +0 in token
+// order, the tree ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)) over whole partials, then added into
+// the table. Bit for bit, with tokens repeated within and across leaves, rows no token names,
+// -0 and +0 among the gradients and a table that starts non-zero (the += contract).
+TEST(Layers, EmbeddingLeavesSumEachLeafsScatterInTheTree) {
+  const int64_t V = 37, C = 20, leaves = 8, T = 8 * 12, per_leaf = T / leaves;
+  std::mt19937 gen(3);
+  std::uniform_int_distribution<int32_t> tok(0, 29);  // rows 30..36 are never named
+  std::vector<int32_t> tokens(T);
+  for (auto& t : tokens) t = tok(gen);
+  auto dout = random_vec(T * C, 21);
+  for (int64_t i = 0; i < T * C; i += 7) dout[i] = (i % 2) ? -0.0f : 0.0f;
+  const auto start = random_vec(V * C, 22);
+
+  std::vector<std::vector<float>> partial(leaves, std::vector<float>(V * C, 0.0f));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < C; ++c) partial[t / per_leaf][tokens[t] * C + c] += dout[t * C + c];
+  }
+  std::vector<float> tree(V * C), want = start;
+  for (int64_t i = 0; i < V * C; ++i) {
+    const auto& p = partial;
+    const float left = (p[0][i] + p[1][i]) + (p[2][i] + p[3][i]);
+    const float right = (p[4][i] + p[5][i]) + (p[6][i] + p[7][i]);
+    tree[i] = left + right;
+    want[i] += tree[i];
+  }
+  std::vector<float> got = start;
+  LeafScratch scratch;
+  embedding_backward(got, dout, tokens, C, leaves, &scratch);
+  for (int64_t i = 0; i < V * C; ++i) {
+    ASSERT_EQ(std::signbit(got[i]), std::signbit(want[i])) << "element " << i;
+    ASSERT_EQ(got[i], want[i]) << "row " << i / C << " column " << i % C;
+  }
+  // The scratch is reused: a second call adds the same tree again.
+  embedding_backward(got, dout, tokens, C, leaves, &scratch);
+  for (int64_t i = 0; i < V * C; ++i) ASSERT_EQ(got[i], want[i] + tree[i]) << "second call, element " << i;
+
+  std::vector<int32_t> bad = tokens;
+  bad[50] = static_cast<int32_t>(V);
+  try {
+    embedding_backward(got, dout, bad, C, leaves, &scratch);
+    FAIL() << "expected an error for a token outside the table";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("position 50"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Layers, EmbeddingGathersAndScattersGradients) {

@@ -2,6 +2,7 @@
 // double-precision forward written here from the architecture's definition.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -196,6 +197,38 @@ TEST(ModelGradient, Int8HeadQuantizesOnlyTheHeadOfInt8Models) {
     std::vector<float> a, b;
     EXPECT_EQ(run(m, mode, &a), run(q, mode, &b)) << nn::to_string(mode);
     EXPECT_EQ(a, b) << nn::to_string(mode);
+  }
+}
+
+// The backward clears only the gradients that its layers add into (the embedding, the RMSNorm
+// gains) and relies on every other layer overwriting its own. A model whose gradient buffer holds
+// garbage before the backward must therefore end with the bits of a fresh model's gradient:
+// a gradient that is added into without being cleared, or an element no layer writes, keeps
+// some of the garbage. Batch 8: eight reduction leaves, tokens repeated, some rows never named.
+TEST(ModelGradient, BackwardWritesEveryGradientWhateverTheBufferHeld) {
+  ModelConfig m{2, 32, 2, 48, 64, 16, 8};
+  std::vector<int32_t> in(m.tokens()), tg(m.tokens());
+  std::mt19937 gen(9);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.vocab - 9));
+  for (auto& t : in) t = tok(gen);
+  for (auto& t : tg) t = tok(gen);
+  for (nn::LinearMode mode : {nn::LinearMode::kF32, nn::LinearMode::kBf16, nn::LinearMode::kS3r}) {
+    auto gradient = [&](float garbage) {
+      Model model(m, mode, nn::is_int8(mode) ? nn::Correction::kTwoWay : nn::Correction::kNone);
+      model.init_weights(5);
+      std::fill(model.grads().begin(), model.grads().end(), garbage);
+      model.forward(in, tg);
+      model.backward(key_from_seed(1));
+      return std::vector<float>(model.grads().begin(), model.grads().end());
+    };
+    const std::vector<float> fresh = gradient(0.0f), dirty = gradient(1234.5f);
+    ASSERT_EQ(fresh.size(), dirty.size());
+    Model names(m, mode, nn::Correction::kNone);
+    for (const ParamInfo& p : names.param_table()) {
+      for (int64_t i = p.offset; i < p.offset + p.size; ++i) {
+        ASSERT_EQ(fresh[i], dirty[i]) << nn::to_string(mode) << ": " << p.name << "[" << i - p.offset << "]";
+      }
+    }
   }
 }
 

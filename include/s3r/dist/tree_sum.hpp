@@ -27,8 +27,9 @@ void tree_sum_leaves(std::span<float> out, int64_t leaves, const LeafFill& fill,
 void add_into(std::span<float> a, std::span<const float> b);
 
 // Sums pieces[0..count) (each `len` floats, contiguous) in the tree above, in place: the result
-// is left in piece 0.
-void tree_sum_pieces(float* pieces, int64_t count, int64_t len);
+// is left in piece 0. threaded: each addition of two pieces over OpenMP blocks (for long pieces);
+// otherwise on the calling thread (e.g. inside a parallel loop). The same bits either way.
+void tree_sum_pieces(float* pieces, int64_t count, int64_t len, bool threaded = true);
 
 // The reduction leaves of a step of `examples` examples: the largest power of two <= 8 that
 // divides it (so up to 8 ranks, and the tree's extra additions stay a few per parameter).

@@ -12,10 +12,10 @@
 
 namespace s3r::model {
 
-// Buffers of a leaf tree (s3r/dist/tree_sum.hpp), reused across calls.
+// embedding_backward's buffers, reused across calls: the tokens grouped by table row.
 struct LeafScratch {
-  std::vector<float> root;
-  std::vector<std::vector<float>> levels;
+  std::vector<int64_t> order;       // token indices sorted by (row, index)
+  std::vector<int64_t> run_starts;  // where each row's run of `order` starts, then T
 };
 
 // ---- embedding: out[t, :] = table[tokens[t], :] -------------------------------------------
@@ -23,8 +23,12 @@ struct LeafScratch {
 void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,
                        std::span<const float> table, int64_t vocab, int64_t width);
 // dtable (V, C) += scatter of dout (T, C). With leaves > 1 (data parallel, s3r/dist/tree_sum.hpp)
-// each leaf's scatter (tokens [l T/leaves, (l+1) T/leaves)) is formed apart and the leaf partials
-// are added in the fixed tree before they are added into dtable; `scratch` is reused.
+// each leaf's scatter (tokens [l T/leaves, (l+1) T/leaves), each element from +0 in token order)
+// is formed apart and the leaf partials are added in the fixed tree before they are added into
+// dtable; `scratch` is reused. Only the rows some token names are formed (at most T, not V, per
+// leaf): a row no token names would get +0 + ... + +0 = +0 added, which is left out, so such
+// rows keep their value (a -0 among them stays -0). Throws s3r::Error naming a token outside
+// [0, V) when leaves > 1.
 void embedding_backward(std::span<float> dtable, std::span<const float> dout,
                         std::span<const int32_t> tokens, int64_t width, int64_t leaves = 1,
                         LeafScratch* scratch = nullptr);
