@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "s3r/core/error.hpp"
+#include "temp_dir.hpp"
 #include "s3r/data/dataloader.hpp"
 #include "s3r/data/token_shard.hpp"
 
@@ -16,9 +17,7 @@ namespace s3r::data {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / "s3r_data_test";
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  return (testing::process_temp_dir("s3r_data_test") / name).string();
 }
 
 std::string error_of(const std::string& path) {

@@ -21,27 +21,17 @@
 #include "s3r/infer/tokenizer.hpp"
 #include "s3r/io/safetensors.hpp"
 #include "s3r/train/checkpoint.hpp"
+#include "temp_dir.hpp"
 
 namespace s3r::infer {
 namespace {
 
 namespace fs = std::filesystem;
 
-// ctest runs each test in its own process, two at a time under -j2: every process gets its own
-// folder (removed at exit), so that no test deletes the tokenizer another one is reading.
-const fs::path& process_dir() {
-  static const struct Dir {
-    fs::path path = fs::temp_directory_path() / ("s3r_infer_test-" + std::to_string(::getpid()));
-    ~Dir() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  } dir;
-  return dir.path;
-}
-
+// A folder per process (tests/temp_dir.hpp), so that no test deletes the tokenizer another one
+// is reading.
 std::string temp_dir(const std::string& name) {
-  const fs::path dir = process_dir() / name;
+  const fs::path dir = testing::process_temp_dir("s3r_infer_test") / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();

@@ -10,14 +10,13 @@
 #include <vector>
 
 #include "s3r/core/error.hpp"
+#include "temp_dir.hpp"
 
 namespace s3r::io {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / "s3r_io_test";
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  return (testing::process_temp_dir("s3r_io_test") / name).string();
 }
 
 TEST(Safetensors, RoundTripWithMetadata) {
