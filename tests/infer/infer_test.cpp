@@ -275,7 +275,10 @@ TEST(Eval, EveryWindowOnceForAnyBatch) {
   EXPECT_EQ(r3.windows, 7);
   EXPECT_EQ(r3.tokens, 7 * cfg.seq_len);
   EXPECT_EQ(calls, 3);  // 3 + 3 + 1
-  EXPECT_NEAR(r3.nats, r1.nats, 1e-9 * r1.nats);
+  // The same windows, so the same nats up to f32 rounding: batch 3 and batch 1 run products of
+  // different M, for which oneDNN may pick kernels that sum K in another order (under
+  // S3R_MAX_ISA=avx2: 1.1e-9 relative here). A window scored twice or missed moves it by ~1/7.
+  EXPECT_NEAR(r3.nats, r1.nats, 1e-6 * r1.nats);
   double sum = 0;
   for (int64_t w = 0; w < 7; ++w) {
     const std::vector<int32_t> in(tokens.begin() + w * cfg.seq_len, tokens.begin() + (w + 1) * cfg.seq_len);
