@@ -25,16 +25,6 @@ LinearMode lm_head_mode(const ModelConfig& c, LinearMode mode) {
   return c.int8_head && nn::is_int8(mode) ? mode : LinearMode::kBf16;
 }
 
-// stream += branch (T x C), threaded over fixed blocks: one addition per element, the same bits
-// for any split.
-void add_residual(std::vector<float>& stream, const std::vector<float>& branch) {
-  float* s = stream.data();
-  const float* b = branch.data();
-  parallel_blocks(static_cast<int64_t>(stream.size()), int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) s[i] += b[i];
-  });
-}
-
 }  // namespace
 
 // Per-block parameters (offsets into the arenas) and saved activations.
@@ -238,7 +228,7 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
     nn::prepare_input(b.o_in, b.att, T, C, mode_, p + "attn.o.X");
     nn::linear_forward(b.x_mid, b.o_in, b.wo_w);
     clock.lap(&B::projections);
-    add_residual(b.x_mid, b.x_in);
+    dist::add_into(b.x_mid, b.x_in);  // threaded, one addition per element
     clock.lap(&B::residual);
     rmsnorm_forward(b.xn2, b.rstd2, b.x_mid, {param(b.ffn_norm), size_t(C)}, C, cfg_.norm_eps);
     clock.lap(&B::norms);
@@ -248,7 +238,7 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
                         {param(b.w_down), size_t(F * C)}},
                        T, C, F, mode_, b.ffn, ffn_scratch_);
     clock.lap(&B::ffn);
-    add_residual(out, b.x_mid);
+    dist::add_into(out, b.x_mid);
     clock.lap(&B::residual);
   }
   rmsnorm_forward(xn_final_, rstd_final_, x_final_, {param(final_norm_), size_t(C)}, C, cfg_.norm_eps);
