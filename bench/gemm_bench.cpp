@@ -13,6 +13,10 @@
 //                                microkernel (16 multiply-adds per vpmaddwd)
 //   peak/avx2_maddubs_sign       vpsignb + vpmaddubsw + vpmaddwd + vpaddd ymm: ggml's sign trick
 //                                (32 multiply-adds per vpmaddubsw), the alternative we measured
+//   peak/avx512_fma_f32, peak/avx512_vnni_s8, peak/avx512_bf16_dot
+//                                register-only zmm loops of vfmadd231ps, vpdpbusd and vdpbf16ps
+//                                (16, 64 and 32 multiply-adds per instruction): the f32, int8
+//                                and bf16 limits of an AVX-512 core without AMX
 //   peak/avx2_s8_tile_l2         s3r's int8 microkernel alone (kernels::avx2::gemm_s8_tile) on
 //                                one 96 x 256 block with K = 512, its panels in L1/L2 as inside
 //                                the GEMM's blocking: what the GEMM around it loses
@@ -228,6 +232,63 @@ __attribute__((target("avx2"))) void maddubs_loop(int64_t iterations) {
   }
 }
 
+// The AVX-512 limits (zmm, 12 independent chains): f32 FMA (16 multiply-adds per instruction),
+// VNNI int8 (vpdpbusd: 64 u8 x s8 multiply-adds into 16 int32) and BF16 (vdpbf16ps: 32 bf16
+// multiply-adds into 16 f32). Their ratio bounds what int8 products can gain over bf16 ones on a
+// CPU without AMX (Zen 4/5, Cooper Lake): at most vnni / bf16, whatever the GEMM around them.
+#define S3R_ZERO_ZMM                                                                          \
+  __asm__ volatile(                                                                           \
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n\tvpxord %%zmm1, %%zmm1, %%zmm1\n\t"                       \
+      "vpxord %%zmm2, %%zmm2, %%zmm2\n\tvpxord %%zmm3, %%zmm3, %%zmm3\n\t"                       \
+      "vpxord %%zmm4, %%zmm4, %%zmm4\n\tvpxord %%zmm5, %%zmm5, %%zmm5\n\t"                       \
+      "vpxord %%zmm6, %%zmm6, %%zmm6\n\tvpxord %%zmm7, %%zmm7, %%zmm7\n\t"                       \
+      "vpxord %%zmm8, %%zmm8, %%zmm8\n\tvpxord %%zmm9, %%zmm9, %%zmm9\n\t"                       \
+      "vpxord %%zmm10, %%zmm10, %%zmm10\n\tvpxord %%zmm11, %%zmm11, %%zmm11\n\t"                 \
+      "vpxord %%zmm12, %%zmm12, %%zmm12\n\tvpxord %%zmm13, %%zmm13, %%zmm13" ::                   \
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",    \
+            "xmm10", "xmm11", "xmm12", "xmm13")
+#define S3R_ZMM_LOOP(INSN)                                                                    \
+  S3R_ZERO_ZMM;                                                                               \
+  for (int64_t it = 0; it < iterations; ++it) {                                               \
+    __asm__ volatile(                                                                         \
+        INSN " %%zmm13, %%zmm12, %%zmm0\n\t" INSN " %%zmm13, %%zmm12, %%zmm1\n\t"               \
+        INSN " %%zmm13, %%zmm12, %%zmm2\n\t" INSN " %%zmm13, %%zmm12, %%zmm3\n\t"               \
+        INSN " %%zmm13, %%zmm12, %%zmm4\n\t" INSN " %%zmm13, %%zmm12, %%zmm5\n\t"               \
+        INSN " %%zmm13, %%zmm12, %%zmm6\n\t" INSN " %%zmm13, %%zmm12, %%zmm7\n\t"               \
+        INSN " %%zmm13, %%zmm12, %%zmm8\n\t" INSN " %%zmm13, %%zmm12, %%zmm9\n\t"               \
+        INSN " %%zmm13, %%zmm12, %%zmm10\n\t" INSN " %%zmm13, %%zmm12, %%zmm11\n\t" ::          \
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",  \
+              "xmm10", "xmm11", "xmm12", "xmm13");                                            \
+  }
+__attribute__((target("avx512f"))) void zmm_fma_loop(int64_t iterations) { S3R_ZMM_LOOP("vfmadd231ps") }
+__attribute__((target("avx512f,avx512vnni"))) void zmm_vnni_loop(int64_t iterations) {
+  S3R_ZMM_LOOP("vpdpbusd")
+}
+__attribute__((target("avx512f,avx512bf16"))) void zmm_bf16_loop(int64_t iterations) {
+  S3R_ZMM_LOOP("vdpbf16ps")
+}
+
+// which: 0 f32 FMA, 1 VNNI int8, 2 BF16 dot. Skipped (with the reason) where the CPU, or
+// S3R_MAX_ISA, lacks the instruction.
+void bm_peak_avx512(benchmark::State& state, int which) {
+  if (!enter(state, Isa::kAvx512, 1)) return;
+  const CpuFeatures& f = cpu_features();
+  if ((which == 1 && !f.avx512_vnni) || (which == 2 && !f.avx512_bf16)) {
+    state.SkipWithError(which == 1 ? "this CPU (or S3R_MAX_ISA) lacks AVX-512 VNNI"
+                                   : "this CPU (or S3R_MAX_ISA) lacks AVX-512 BF16");
+    return;
+  }
+  const int64_t macs_per_iteration = 12 * (which == 0 ? 16 : which == 1 ? 64 : 32);
+  for (auto _ : state) {
+    switch (which) {
+      case 0: zmm_fma_loop(kPeakIterations); break;
+      case 1: zmm_vnni_loop(kPeakIterations); break;
+      default: zmm_bf16_loop(kPeakIterations);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kPeakIterations * macs_per_iteration);
+}
+
 void bm_peak(benchmark::State& state, int which) {
   if (!enter(state, Isa::kAvx2, 1)) return;
   const int64_t macs_per_iteration = which == 0 ? 12 * 8 : which == 1 ? 12 * 16 : 8 * 32;
@@ -292,6 +353,9 @@ const bool registered = [] {
   benchmark::RegisterBenchmark("peak/avx2_madd_s16", bm_peak, 1)->UseRealTime();
   benchmark::RegisterBenchmark("peak/avx2_maddubs_sign", bm_peak, 2)->UseRealTime();
   benchmark::RegisterBenchmark("peak/avx2_s8_tile_l2", bm_s8_tile)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx512_fma_f32", bm_peak_avx512, 0)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx512_vnni_s8", bm_peak_avx512, 1)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx512_bf16_dot", bm_peak_avx512, 2)->UseRealTime();
   return true;
 }();
 
