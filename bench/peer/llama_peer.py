@@ -271,7 +271,7 @@ def main():
     b.add_argument("--mode", choices=("f32", "bf16"), default="f32",
                    help="f32, or bf16 autocast (CPU with native bf16 only)")
     b.add_argument("--threads", type=int, default=os.cpu_count())
-    b.add_argument("--warmup", type=int, default=2)
+    b.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3: steps 2 and 3 are slow)")
     b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--json", help="write the results as JSON")
     b.add_argument("--grads-to-none", action="store_true",

@@ -69,6 +69,13 @@ CAPS = {
 }
 
 
+# Untimed steps the peer needs before its steps take their steady time: with torch 1.13 its 2nd and
+# 3rd steps are slower (measured on AMD Zen 5, 2026-12-01: `small` bf16 2217, 533, 638 ms, then
+# 530-553; `wide` bf16 step 2 3657 ms and step 3 2018, then 1829-1867; in interleaved runs step 2
+# of `wide` took 2.1-2.6x the steady time). s3r's steps take their steady time from step 2 on.
+PEER_WARMUP = 3
+
+
 def run(cmd, log, env=None):
     """Runs cmd (with `env` added to this process's environment), its output appended to `log`;
     raises with the log's tail on failure."""
@@ -97,7 +104,9 @@ def main():
     ap.add_argument("--preset", default="small", choices=("tiny", "small", "wide"))
     ap.add_argument("--rounds", type=int, default=4, help="rounds of (peer f32, peer bf16, s3r)")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per configuration per round")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per configuration per process")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed steps per configuration per process (default 3: the peer's second and third "
+                         "steps are still slow, see bench/peer/README.md)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--configs", default="bf16,rtne,sr,s3r,s3r+dx,f32", help="s3r bench step configurations")
     ap.add_argument("--s3r", default=os.path.join(HERE, "..", "..", "build", "release", "tools", "s3r"))
@@ -112,6 +121,10 @@ def main():
     args = ap.parse_args()
     if min(args.rounds, args.repeats, args.threads) < 1 or min(args.warmup, args.retries) < 0:
         ap.error("--rounds, --repeats and --threads must be >= 1, --warmup and --retries >= 0")
+    if args.warmup < PEER_WARMUP:
+        print(f"side_by_side: warning: --warmup {args.warmup} < {PEER_WARMUP}: the peer's first timed steps include "
+              "its slow early steps (its 2nd and 3rd steps take up to 2x its steady time), so the ratios favour s3r",
+              file=sys.stderr)
     flags = peer_env.cpu_flags()
     cap_env = CAPS[args.cap][0] if args.cap else {}
     if args.peer_modes == "auto" and args.cap:
