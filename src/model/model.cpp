@@ -201,6 +201,9 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
   }
   using B = StepBreakdown;
   nn::PhaseClock clock(breakdown_);
+  // The attention projections' forward split into operand preparation and GEMMs, as the
+  // backward's and the FFN's are (inside the `projections` phase, which `clock` still times).
+  nn::PhaseTimes* const projection_phases = breakdown_ != nullptr ? &breakdown_->projection_phases : nullptr;
   inputs_.assign(inputs.begin(), inputs.end());
   targets_.assign(targets.begin(), targets.end());
   embedding_forward(blocks_.empty() ? x_final_ : blocks_[0].x_in, inputs,
@@ -211,22 +214,28 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
     const std::string p = "blocks." + std::to_string(l) + ".";
     rmsnorm_forward(b.xn1, b.rstd1, b.x_in, {param(b.attn_norm), size_t(C)}, C, cfg_.norm_eps);
     clock.lap(&B::norms);
+    nn::PhaseClock qkv_clock(projection_phases);
     nn::prepare_input(b.qkv_in, b.xn1, T, C, mode_, p + "attn.X");
     nn::prepare_weight(b.wq_w, {param(b.wq), size_t(C * C)}, C, C, mode_, p + "attn.q.W");
     nn::prepare_weight(b.wk_w, {param(b.wk), size_t(C * C)}, C, C, mode_, p + "attn.k.W");
     nn::prepare_weight(b.wv_w, {param(b.wv), size_t(C * C)}, C, C, mode_, p + "attn.v.W");
     nn::prepare_weight(b.wo_w, {param(b.wo), size_t(C * C)}, C, C, mode_, p + "attn.o.W");
+    qkv_clock.lap(&nn::PhaseTimes::prepare);
     nn::linear_forward(b.q, b.qkv_in, b.wq_w);
     nn::linear_forward(b.k, b.qkv_in, b.wk_w);
     nn::linear_forward(b.v, b.qkv_in, b.wv_w);
+    qkv_clock.lap(&nn::PhaseTimes::gemm);
     clock.lap(&B::projections);
     rope_forward(b.q, S, NH, HD, cfg_.rope_theta);
     rope_forward(b.k, S, NH, HD, cfg_.rope_theta);
     clock.lap(&B::rope);
     flash_attention_forward(b.att, b.lse, b.q, b.k, b.v, S, NH, HD);
     clock.lap(&B::attention);
+    nn::PhaseClock o_clock(projection_phases);
     nn::prepare_input(b.o_in, b.att, T, C, mode_, p + "attn.o.X");
+    o_clock.lap(&nn::PhaseTimes::prepare);
     nn::linear_forward(b.x_mid, b.o_in, b.wo_w);
+    o_clock.lap(&nn::PhaseTimes::gemm);
     clock.lap(&B::projections);
     dist::add_into(b.x_mid, b.x_in);  // threaded, one addition per element
     clock.lap(&B::residual);
