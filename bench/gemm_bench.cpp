@@ -268,38 +268,31 @@ __attribute__((target("avx512f,avx512bf16"))) void zmm_bf16_loop(int64_t iterati
   S3R_ZMM_LOOP("vdpbf16ps")
 }
 
-// which: 0 f32 FMA, 1 VNNI int8, 2 BF16 dot. Skipped (with the reason) where the CPU, or
-// S3R_MAX_ISA, lacks the instruction.
-void bm_peak_avx512(benchmark::State& state, int which) {
-  if (!enter(state, Isa::kAvx512, 1)) return;
-  const CpuFeatures& f = cpu_features();
-  if ((which == 1 && !f.avx512_vnni) || (which == 2 && !f.avx512_bf16)) {
-    state.SkipWithError(which == 1 ? "this CPU (or S3R_MAX_ISA) lacks AVX-512 VNNI"
-                                   : "this CPU (or S3R_MAX_ISA) lacks AVX-512 BF16");
-    return;
-  }
-  const int64_t macs_per_iteration = 12 * (which == 0 ? 16 : which == 1 ? 64 : 32);
-  for (auto _ : state) {
-    switch (which) {
-      case 0: zmm_fma_loop(kPeakIterations); break;
-      case 1: zmm_vnni_loop(kPeakIterations); break;
-      default: zmm_bf16_loop(kPeakIterations);
-    }
-  }
+// One register-only limit: `loop` of kPeakIterations iterations, each `macs_per_iteration`
+// multiply-adds.
+using PeakLoop = void (*)(int64_t);
+void time_peak(benchmark::State& state, PeakLoop loop, int64_t macs_per_iteration) {
+  for (auto _ : state) loop(kPeakIterations);
   state.SetItemsProcessed(state.iterations() * kPeakIterations * macs_per_iteration);
 }
 
-void bm_peak(benchmark::State& state, int which) {
+// The AVX2 limits: 12 chains of 8 (FMA) or 16 (vpmaddwd) multiply-adds, 8 chains of 32 (sign trick).
+void bm_peak(benchmark::State& state, PeakLoop loop, int64_t macs_per_iteration) {
   if (!enter(state, Isa::kAvx2, 1)) return;
-  const int64_t macs_per_iteration = which == 0 ? 12 * 8 : which == 1 ? 12 * 16 : 8 * 32;
-  for (auto _ : state) {
-    switch (which) {
-      case 0: fma_loop(kPeakIterations); break;
-      case 1: madd_loop(kPeakIterations); break;
-      default: maddubs_loop(kPeakIterations);
-    }
+  time_peak(state, loop, macs_per_iteration);
+}
+
+// The AVX-512 limits, 12 chains each; skipped (with the reason) where the CPU, or S3R_MAX_ISA,
+// lacks the instruction (`needs`: "VNNI", "BF16" or "").
+void bm_peak_avx512(benchmark::State& state, PeakLoop loop, int64_t macs_per_iteration,
+                    const std::string& needs) {
+  if (!enter(state, Isa::kAvx512, 1)) return;
+  const CpuFeatures& f = cpu_features();
+  if ((needs == "VNNI" && !f.avx512_vnni) || (needs == "BF16" && !f.avx512_bf16)) {
+    state.SkipWithError(("this CPU (or S3R_MAX_ISA) lacks AVX-512 " + needs).c_str());
+    return;
   }
-  state.SetItemsProcessed(state.iterations() * kPeakIterations * macs_per_iteration);
+  time_peak(state, loop, macs_per_iteration);
 }
 
 // The loop nest of one block of s8_gemm.cpp (for each B micro-panel, every A micro-panel), on
@@ -349,13 +342,15 @@ const bool registered = [] {
       }
     }
   }
-  benchmark::RegisterBenchmark("peak/avx2_fma_f32", bm_peak, 0)->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx2_madd_s16", bm_peak, 1)->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx2_maddubs_sign", bm_peak, 2)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx2_fma_f32", bm_peak, fma_loop, 12 * 8)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx2_madd_s16", bm_peak, madd_loop, 12 * 16)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx2_maddubs_sign", bm_peak, maddubs_loop, 8 * 32)->UseRealTime();
   benchmark::RegisterBenchmark("peak/avx2_s8_tile_l2", bm_s8_tile)->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx512_fma_f32", bm_peak_avx512, 0)->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx512_vnni_s8", bm_peak_avx512, 1)->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx512_bf16_dot", bm_peak_avx512, 2)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx512_fma_f32", bm_peak_avx512, zmm_fma_loop, 12 * 16, "")->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx512_vnni_s8", bm_peak_avx512, zmm_vnni_loop, 12 * 64, "VNNI")
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx512_bf16_dot", bm_peak_avx512, zmm_bf16_loop, 12 * 32, "BF16")
+      ->UseRealTime();
   return true;
 }();
 
