@@ -101,11 +101,12 @@ void score_tile(float* st, const float* a, int64_t lda, const float* bt, int64_t
 
 // XT rows x (16 NV) columns of c: c = +0 (init), or c = c * alpha[x] (when alpha is set), then
 // for y in [y0, y1) in order c[x, :] = fma(coef[x * cx + y * cy], r[y, :], c[x, :]). The last
-// vector is masked by `last`.
-template <int XT, int NV>
+// vector is masked by `last`: an AllLanes16 (a whole vector, plain loads and stores; see
+// for_each_vector16) or a __mmask16.
+template <int XT, int NV, class LastMask>
 void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy, const float* r,
                 int64_t ldr, int64_t y0, int64_t y1, bool init, const float* alpha,
-                __mmask16 last) {
+                LastMask last) {
   __m512 acc[XT][NV];
 #pragma GCC unroll 16
   for (int x = 0; x < XT; ++x) {
@@ -147,12 +148,18 @@ void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy
 // Tiles of one kAttnGroup (4 rows) x 4 vectors: 16 accumulators, 4 row loads and 4 broadcasts
 // per step; a tile is one group, so the diagonal pair's ranges are per tile.
 constexpr int kXt = static_cast<int>(kAttnGroup);
+template <class LastMask>
 using AccumFn = void (*)(float*, int64_t, const float*, int64_t, int64_t, const float*, int64_t,
-                         int64_t, int64_t, bool, const float*, __mmask16);
-#define S3R_ACCUM_ROW(X) \
-  { accum_tile<X, 1>, accum_tile<X, 2>, accum_tile<X, 3>, accum_tile<X, 4> }
-constexpr AccumFn kAccum[kXt][4] = {S3R_ACCUM_ROW(1), S3R_ACCUM_ROW(2), S3R_ACCUM_ROW(3),
-                                    S3R_ACCUM_ROW(4)};
+                         int64_t, int64_t, bool, const float*, LastMask);
+#define S3R_ACCUM_ROW(X, M) \
+  { accum_tile<X, 1, M>, accum_tile<X, 2, M>, accum_tile<X, 3, M>, accum_tile<X, 4, M> }
+// Tiles whose last vector is whole (head widths that are multiples of 16), and the others.
+constexpr AccumFn<AllLanes16> kAccumWhole[kXt][4] = {
+    S3R_ACCUM_ROW(1, AllLanes16), S3R_ACCUM_ROW(2, AllLanes16), S3R_ACCUM_ROW(3, AllLanes16),
+    S3R_ACCUM_ROW(4, AllLanes16)};
+constexpr AccumFn<__mmask16> kAccumPartial[kXt][4] = {
+    S3R_ACCUM_ROW(1, __mmask16), S3R_ACCUM_ROW(2, __mmask16), S3R_ACCUM_ROW(3, __mmask16),
+    S3R_ACCUM_ROW(4, __mmask16)};
 #undef S3R_ACCUM_ROW
 
 // Which y a row x accumulates over (kernels/attention_kernels.hpp): all of [0, ny); in the
@@ -173,8 +180,14 @@ void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx
       const int64_t xt = std::min<int64_t>(kXt, nx - x);
       const int64_t y0 = range == Range::kRowsFromGroup ? x : 0;
       const int64_t y1 = range == Range::kKeysUpToGroup ? std::min(ny, x + kXt) : ny;
-      kAccum[xt - 1][nv - 1](c + x * ldc + d0, ldc, coef + x * cx, cx, cy, r + d0, ldr, y0, y1,
-                             init, alpha != nullptr ? alpha + x : nullptr, last);
+      const float* ax = alpha != nullptr ? alpha + x : nullptr;
+      if (w == 16 * nv) {
+        kAccumWhole[xt - 1][nv - 1](c + x * ldc + d0, ldc, coef + x * cx, cx, cy, r + d0, ldr, y0,
+                                    y1, init, ax, AllLanes16{});
+      } else {
+        kAccumPartial[xt - 1][nv - 1](c + x * ldc + d0, ldc, coef + x * cx, cx, cy, r + d0, ldr,
+                                      y0, y1, init, ax, last);
+      }
     }
   }
 }
@@ -223,12 +236,11 @@ void transpose_block(float* dst, int64_t ldd, const float* src, int64_t lds, int
 void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t ld, int64_t hd) {
   for (int64_t i = 0; i < rows; ++i) {
     __m512d acc = _mm512_setzero_pd();
-    for (int64_t c = 0; c < hd; c += 8) {
-      const __mmask8 m = static_cast<__mmask8>(first_lanes(hd - c));
+    for_each_vector8(0, hd, [&](int64_t c, auto m) {
       const __m512d x = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, a + i * ld + c));
       const __m512d y = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, b + i * ld + c));
       acc = _mm512_mask_add_pd(acc, m, acc, _mm512_mul_pd(x, y));
-    }
+    });
     const __m256d t = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
     const __m128d u = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
     dd[i] = static_cast<float>(_mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u))));
@@ -291,11 +303,10 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   }
   for (int64_t r = 0; r < ni; ++r) {
     const __m512 lv = _mm512_set1_ps(ls[r]);
-    for (int64_t d = 0; d < HD; d += 16) {
-      const __mmask16 m = first_lanes(HD - d);
+    for_each_vector16(0, HD, [&](int64_t d, auto m) {
       _mm512_mask_storeu_ps(out + (i0 + r) * ld + d, m,
                             _mm512_div_ps(_mm512_maskz_loadu_ps(m, acc + r * HD + d), lv));
-    }
+    });
     lse[i0 + r] = ref::attention_lse(ms[r], ls[r]);
   }
 }

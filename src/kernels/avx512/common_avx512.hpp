@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "s3r/core/bf16.hpp"
 #include "s3r/rng/threefry.hpp"
@@ -18,6 +19,30 @@ inline __m512i lane_iota() {
 // Mask of the first `n` lanes (n in [0, 16]).
 inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// Every lane, as a type: a loop body that takes its mask as `auto` and is called with one of these
+// is compiled with that mask known, so its masked loads and stores become plain ones.
+using AllLanes16 = std::integral_constant<__mmask16, 0xFFFF>;
+using AllLanes8 = std::integral_constant<__mmask8, 0xFF>;
+
+// body(i, mask) for the vectors of [begin, end), 16 lanes each (for_each_vector8: 8): every whole
+// vector with an AllLanes mask, then the partial last one (if any) with its first lanes. The same
+// operations on the same lanes as one loop masked by first_lanes throughout, hence the same
+// results to the bit; but masked loads and stores cost about twice as much as plain ones in a
+// streaming loop on AMD Zen 5 (grad_absmax over a 12 MB gradient, two threads: 13 GB/s with
+// masked loads, 29 GB/s with plain ones), so the row and range loops of this folder use these.
+template <class Body>
+inline void for_each_vector16(int64_t begin, int64_t end, Body&& body) {
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) body(i, AllLanes16{});
+  if (i < end) body(i, first_lanes(end - i));
+}
+template <class Body>
+inline void for_each_vector8(int64_t begin, int64_t end, Body&& body) {
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) body(i, AllLanes8{});
+  if (i < end) body(i, static_cast<__mmask8>(first_lanes(end - i)));
 }
 
 // The 64-bit flat indices base + lane as (hi32, lo32) counter halves, carry included.

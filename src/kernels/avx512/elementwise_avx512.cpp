@@ -17,19 +17,17 @@ inline __m512 sigmoid16(__m512 z) {
 }  // namespace
 
 void swiglu_forward_ew(float* hidden, const float* h1, const float* h3, int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; i += 16) {
-    const __mmask16 m = first_lanes(i1 - i);
+  for_each_vector16(i0, i1, [&](int64_t i, auto m) {
     const __m512 a = _mm512_maskz_loadu_ps(m, h1 + i);
     const __m512 v = _mm512_mul_ps(_mm512_mul_ps(a, sigmoid16(a)), _mm512_maskz_loadu_ps(m, h3 + i));
     _mm512_mask_storeu_ps(hidden + i, m, v);
-  }
+  });
 }
 
 void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1, const float* h3,
                         int64_t i0, int64_t i1) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  for (int64_t i = i0; i < i1; i += 16) {
-    const __mmask16 m = first_lanes(i1 - i);
+  for_each_vector16(i0, i1, [&](int64_t i, auto m) {
     const __m512 a = _mm512_maskz_loadu_ps(m, h1 + i);
     const __m512 g = _mm512_maskz_loadu_ps(m, dh + i);
     const __m512 s = sigmoid16(a);
@@ -37,7 +35,7 @@ void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1
     const __m512 dsilu = _mm512_mul_ps(s, _mm512_add_ps(one, _mm512_mul_ps(a, _mm512_sub_ps(one, s))));
     _mm512_mask_storeu_ps(dh1 + i, m,
                           _mm512_mul_ps(_mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, h3 + i)), dsilu));
-  }
+  });
 }
 
 bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r0, int64_t r1,
@@ -48,24 +46,22 @@ bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r
     const int32_t y = targets[r];
     __m512 vmax = _mm512_set1_ps(row[0]);
     __mmask16 finite = 0xFFFF;
-    for (int64_t i = 0; i < vocab; i += 16) {
-      const __mmask16 m = first_lanes(vocab - i);
+    for_each_vector16(0, vocab, [&](int64_t i, auto m) {
       const __m512 v = _mm512_mask_loadu_ps(vmax, m, row + i);  // tail lanes: a value already in
       finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_EQ_OQ);  // x - x == 0 iff finite
       vmax = _mm512_max_ps(vmax, v);
-    }
+    });
     if (finite != 0xFFFF) return false;
     const float mx = _mm512_reduce_max_ps(vmax);  // max is exact in any order
     const float zy = row[y];
     const __m512 vm = _mm512_set1_ps(mx);
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();  // partials 0..7, 8..15
-    for (int64_t i = 0; i < vocab; i += 16) {
-      const __mmask16 m = first_lanes(vocab - i);
+    for_each_vector16(0, vocab, [&](int64_t i, auto m) {
       const __m512 e = _mm512_maskz_mov_ps(m, exp_poly16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + i), vm)));
       _mm512_mask_storeu_ps(row + i, m, e);
       lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
       hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
-    }
+    });
     alignas(64) double partial[16];
     _mm512_store_pd(partial, lo);
     _mm512_store_pd(partial + 8, hi);
@@ -75,11 +71,10 @@ bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r
     const float inv = static_cast<float>(1.0 / sum);
     const float ey = row[y];
     const __m512 vinv = _mm512_set1_ps(inv), vscale = _mm512_set1_ps(grad_scale);
-    for (int64_t i = 0; i < vocab; i += 16) {
-      const __mmask16 m = first_lanes(vocab - i);
+    for_each_vector16(0, vocab, [&](int64_t i, auto m) {
       const __m512 e = _mm512_maskz_loadu_ps(m, row + i);
       _mm512_mask_storeu_ps(row + i, m, _mm512_mul_ps(_mm512_mul_ps(e, vinv), vscale));
-    }
+    });
     row[y] = (ey * inv - 1.0f) * grad_scale;  // the one-hot term (e * inv - 0 = e * inv elsewhere)
   }
   return true;
@@ -110,21 +105,20 @@ void rmsnorm_rows(float* out, float* rstd, const float* x, const float* weight, 
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * width;
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-    for (int64_t c = 0; c < width; c += 16) {
-      const __m512 v = _mm512_maskz_loadu_ps(first_lanes(width - c), xr + c);  // tail lanes add 0
+    for_each_vector16(0, width, [&](int64_t c, auto m) {
+      const __m512 v = _mm512_maskz_loadu_ps(m, xr + c);  // tail lanes add 0
       const __m512d a = low_pd(v), b = high_pd(v);
       lo = _mm512_add_pd(lo, _mm512_mul_pd(a, a));
       hi = _mm512_add_pd(hi, _mm512_mul_pd(b, b));
-    }
+    });
     const double ss = sum_partials(lo, hi);
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(width) + static_cast<double>(eps)));
     rstd[r] = rs;
     const __m512 vr = _mm512_set1_ps(rs);
-    for (int64_t c = 0; c < width; c += 16) {
-      const __mmask16 m = first_lanes(width - c);
+    for_each_vector16(0, width, [&](int64_t c, auto m) {
       const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + c), vr), _mm512_maskz_loadu_ps(m, weight + c));
       _mm512_mask_storeu_ps(out + r * width + c, m, v);
-    }
+    });
   }
 }
 
@@ -134,26 +128,24 @@ void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const flo
     const float* xr = x + r * width;
     const float* g = dy + r * width;
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-    for (int64_t c = 0; c < width; c += 16) {
-      const __mmask16 m = first_lanes(width - c);
+    for_each_vector16(0, width, [&](int64_t c, auto m) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, xr + c), wv = _mm512_maskz_loadu_ps(m, weight + c);
       const __m512 gv = _mm512_maskz_loadu_ps(m, g + c);
       lo = _mm512_add_pd(lo, _mm512_mul_pd(_mm512_mul_pd(low_pd(xv), low_pd(wv)), low_pd(gv)));
       hi = _mm512_add_pd(hi, _mm512_mul_pd(_mm512_mul_pd(high_pd(xv), high_pd(wv)), high_pd(gv)));
-    }
+    });
     const double dot = sum_partials(lo, hi);
     const double rr = rstd[r];
     const double k = rr * rr * rr * dot / static_cast<double>(width);
     const __m512d vr = _mm512_set1_pd(rr), vk = _mm512_set1_pd(k);
-    for (int64_t c = 0; c < width; c += 8) {
-      const __mmask8 m = static_cast<__mmask8>(first_lanes(width - c) & 0xFF);
+    for_each_vector8(0, width, [&](int64_t c, auto m) {
       const __m512d w = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, weight + c));
       const __m512d gv = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, g + c));
       const __m512d xv = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, xr + c));
       const __m512d v = _mm512_sub_pd(_mm512_mul_pd(_mm512_mul_pd(vr, w), gv), _mm512_mul_pd(vk, xv));
       float* d = dx + r * width + c;
       _mm256_mask_storeu_ps(d, m, _mm256_add_ps(_mm256_maskz_loadu_ps(m, d), _mm512_cvtpd_ps(v)));
-    }
+    });
   }
 }
 

@@ -18,13 +18,12 @@ float absmax_rows(const G* g, const GradProblem& p, int64_t r0, int64_t r1, bool
   for (int64_t t = r0; t < r1; ++t) {
     const __m512 vsx = _mm512_set1_ps(p.sx[t]);
     const G* row = g + t * N;
-    for (int64_t n = 0; n < N; n += 16) {
-      const __mmask16 m = first_lanes(N - n);
+    for_each_vector16(0, N, [&](int64_t n, auto m) {
       const __m512 v = load16(row + n, m);
       bad |= nonfinite_lanes(v);
       const __m512 gp = _mm512_mul_ps(_mm512_mul_ps(vsx, v), _mm512_maskz_loadu_ps(m, p.sw + n));
       vmax = _mm512_max_ps(vmax, _mm512_abs_ps(gp));
-    }
+    });
   }
   if (bad) *nonfinite = true;
   return _mm512_reduce_max_ps(vmax);
@@ -55,8 +54,7 @@ void quantize_rows(const G* g, const GradProblem& p, float step, int64_t r0, int
       int8_t* codes = out.codes[q] + t * N;
       float* col_sums = kStats ? out.col_sums[q] : nullptr;
       __m512 row_acc = _mm512_setzero_ps();
-      for (int64_t n = 0; n < N; n += 16) {
-        const __mmask16 m = first_lanes(N - n);
+      for_each_vector16(0, N, [&](int64_t n, auto m) {
         const __m512 gp = _mm512_mul_ps(_mm512_mul_ps(vsx, load16(g + t * N + n, m)),
                                         _mm512_maskz_loadu_ps(m, p.sw + n));
         const __m512 x = _mm512_div_ps(gp, vstep);  // inactive lanes: 0
@@ -79,7 +77,7 @@ void quantize_rows(const G* g, const GradProblem& p, float step, int64_t r0, int
           _mm512_mask_storeu_ps(col_sums + n, m,
                                 _mm512_add_ps(_mm512_maskz_loadu_ps(m, col_sums + n), e));
         }
-      }
+      });
       if constexpr (kStats) out.row_sums[q][t] = _mm512_reduce_add_ps(row_acc);
     }
   }

@@ -20,13 +20,12 @@ void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t
       const int64_t nb = B - b0 < kGroup ? B - b0 : kGroup;
       __m512 acc[kGroup];
       for (int64_t j = 0; j < kGroup; ++j) acc[j] = _mm512_setzero_ps();
-      for (int64_t n = 0; n < N; n += 16) {
-        const __mmask16 m = first_lanes(N - n);
+      for_each_vector16(0, N, [&](int64_t n, auto m) {
         const __m512 wv = load_s8_as_f32(row + n, m);
         for (int64_t j = 0; j < nb; ++j) {
           acc[j] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, a + (b0 + j) * N + n), acc[j]);
         }
-      }
+      });
       for (int64_t j = 0; j < nb; ++j) out[(b0 + j) * K + k] = _mm512_reduce_add_ps(acc[j]);
     }
   }
@@ -41,8 +40,7 @@ void dx_epilogue(float* dx, const int32_t* acc, int64_t t0, int64_t t1, int64_t 
     const __m512 scale = _mm512_set1_ps(D * inv_s);
     const float* wa_b = wa ? wa + (t / S) * K : nullptr;
     const __m512 dt = _mm512_set1_ps(wa ? delta[t] : 0.0f);
-    for (int64_t k = 0; k < K; k += 16) {
-      const __mmask16 m = first_lanes(K - k);
+    for_each_vector16(0, K, [&](int64_t k, auto m) {
       __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, acc + t * K + k)), scale);
       if (wa_b) {
         const __m512 corr = _mm512_add_ps(_mm512_maskz_loadu_ps(m, wa_b + k),
@@ -51,7 +49,7 @@ void dx_epilogue(float* dx, const int32_t* acc, int64_t t0, int64_t t1, int64_t 
       }
       if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + t * K + k), v);
       _mm512_mask_storeu_ps(dx + t * K + k, m, v);
-    }
+    });
   }
 }
 
