@@ -48,12 +48,11 @@ bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r
     const int32_t y = targets[r];
     __m256 vmax = _mm256_set1_ps(row[0]);
     __m256 finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    for (int64_t i = 0; i < vocab; i += 8) {
-      const __m256i m = first_lanes(vocab - i);
-      const __m256 v = _mm256_blendv_ps(vmax, _mm256_maskload_ps(row + i, m), _mm256_castsi256_ps(m));
+    for_each_vector8(0, vocab, [&](int64_t i, auto m) {
+      const __m256 v = _mm256_blendv_ps(vmax, maskload8(row + i, m), _mm256_castsi256_ps(m));
       finite = _mm256_and_ps(finite, _mm256_cmp_ps(_mm256_sub_ps(v, v), zero, _CMP_EQ_OQ));  // x - x == 0 iff finite
       vmax = _mm256_max_ps(vmax, v);
-    }
+    });
     if (_mm256_movemask_ps(finite) != 0xFF) return false;
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, vmax);
@@ -63,17 +62,16 @@ bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r
     const __m256 vm = _mm256_set1_ps(mx);
     // Partials 0..15 of the reference: i = 16 c + j adds to partial j.
     __m256d p0 = _mm256_setzero_pd(), p1 = _mm256_setzero_pd(), p2 = _mm256_setzero_pd(), p3 = _mm256_setzero_pd();
-    for (int64_t i = 0; i < vocab; i += 16) {
-      const __m256i m0 = first_lanes(vocab - i), m1 = first_lanes(vocab - i - 8);
-      const __m256 e0 = _mm256_and_ps(exp_poly8(_mm256_sub_ps(_mm256_maskload_ps(row + i, m0), vm)), _mm256_castsi256_ps(m0));
-      const __m256 e1 = _mm256_and_ps(exp_poly8(_mm256_sub_ps(_mm256_maskload_ps(row + i + 8, m1), vm)), _mm256_castsi256_ps(m1));
-      _mm256_maskstore_ps(row + i, m0, e0);
-      _mm256_maskstore_ps(row + i + 8, m1, e1);
+    for_each_vector8_pair(0, vocab, [&](int64_t i, auto m0, auto m1) {
+      const __m256 e0 = _mm256_and_ps(exp_poly8(_mm256_sub_ps(maskload8(row + i, m0), vm)), _mm256_castsi256_ps(m0));
+      const __m256 e1 = _mm256_and_ps(exp_poly8(_mm256_sub_ps(maskload8(row + i + 8, m1), vm)), _mm256_castsi256_ps(m1));
+      maskstore8(row + i, m0, e0);
+      maskstore8(row + i + 8, m1, e1);
       p0 = _mm256_add_pd(p0, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
       p1 = _mm256_add_pd(p1, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
       p2 = _mm256_add_pd(p2, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
       p3 = _mm256_add_pd(p3, _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
-    }
+    });
     alignas(32) double partial[16];
     _mm256_store_pd(partial, p0);
     _mm256_store_pd(partial + 4, p1);
@@ -85,11 +83,10 @@ bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r
     const float inv = static_cast<float>(1.0 / sum);
     const float ey = row[y];
     const __m256 vinv = _mm256_set1_ps(inv), vscale = _mm256_set1_ps(grad_scale);
-    for (int64_t i = 0; i < vocab; i += 8) {
-      const __m256i m = first_lanes(vocab - i);
-      const __m256 e = _mm256_maskload_ps(row + i, m);
-      _mm256_maskstore_ps(row + i, m, _mm256_mul_ps(_mm256_mul_ps(e, vinv), vscale));
-    }
+    for_each_vector8(0, vocab, [&](int64_t i, auto m) {
+      const __m256 e = maskload8(row + i, m);
+      maskstore8(row + i, m, _mm256_mul_ps(_mm256_mul_ps(e, vinv), vscale));
+    });
     row[y] = (ey * inv - 1.0f) * grad_scale;  // the one-hot term (e * inv - 0 = e * inv elsewhere)
   }
   return true;
@@ -123,23 +120,22 @@ void rmsnorm_rows(float* out, float* rstd, const float* x, const float* weight, 
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * width;
     Partials16 acc;
-    for (int64_t c = 0; c < width; c += 16) {
-      const __m256 v0 = _mm256_maskload_ps(xr + c, first_lanes(width - c));  // tail lanes add 0
-      const __m256 v1 = _mm256_maskload_ps(xr + c + 8, first_lanes(width - c - 8));
+    for_each_vector8_pair(0, width, [&](int64_t c, auto m0, auto m1) {
+      const __m256 v0 = maskload8(xr + c, m0);  // tail lanes add 0
+      const __m256 v1 = maskload8(xr + c + 8, m1);
       for (int q = 0; q < 4; ++q) {
         const __m256d d = quarter_pd(v0, v1, q);
         acc.add_pd(q, _mm256_mul_pd(d, d));
       }
-    }
+    });
     const double ss = acc.sum();
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(width) + static_cast<double>(eps)));
     rstd[r] = rs;
     const __m256 vr = _mm256_set1_ps(rs);
-    for (int64_t c = 0; c < width; c += 8) {
-      const __m256i m = first_lanes(width - c);
-      const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(xr + c, m), vr), _mm256_maskload_ps(weight + c, m));
-      _mm256_maskstore_ps(out + r * width + c, m, v);
-    }
+    for_each_vector8(0, width, [&](int64_t c, auto m) {
+      const __m256 v = _mm256_mul_ps(_mm256_mul_ps(maskload8(xr + c, m), vr), maskload8(weight + c, m));
+      maskstore8(out + r * width + c, m, v);
+    });
   }
 }
 
@@ -149,15 +145,14 @@ void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const flo
     const float* xr = x + r * width;
     const float* g = dy + r * width;
     Partials16 acc;
-    for (int64_t c = 0; c < width; c += 16) {
-      const __m256i m0 = first_lanes(width - c), m1 = first_lanes(width - c - 8);
-      const __m256 x0 = _mm256_maskload_ps(xr + c, m0), x1 = _mm256_maskload_ps(xr + c + 8, m1);
-      const __m256 w0 = _mm256_maskload_ps(weight + c, m0), w1 = _mm256_maskload_ps(weight + c + 8, m1);
-      const __m256 g0 = _mm256_maskload_ps(g + c, m0), g1 = _mm256_maskload_ps(g + c + 8, m1);
+    for_each_vector8_pair(0, width, [&](int64_t c, auto m0, auto m1) {
+      const __m256 x0 = maskload8(xr + c, m0), x1 = maskload8(xr + c + 8, m1);
+      const __m256 w0 = maskload8(weight + c, m0), w1 = maskload8(weight + c + 8, m1);
+      const __m256 g0 = maskload8(g + c, m0), g1 = maskload8(g + c + 8, m1);
       for (int q = 0; q < 4; ++q) {
         acc.add_pd(q, _mm256_mul_pd(_mm256_mul_pd(quarter_pd(x0, x1, q), quarter_pd(w0, w1, q)), quarter_pd(g0, g1, q)));
       }
-    }
+    });
     const double dot = acc.sum();
     const double rr = rstd[r];
     const double k = rr * rr * rr * dot / static_cast<double>(width);
