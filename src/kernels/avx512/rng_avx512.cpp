@@ -18,10 +18,10 @@ void threefry_bits(Key key, uint64_t first, uint32_t* out, int64_t n) {
     _mm512_storeu_si512(out + j + 32, w2);
     _mm512_storeu_si512(out + j + 48, w3);
   }
-  for (; j < n; j += 16) {
-    const __m512i w = random_bits16(key, first + static_cast<uint64_t>(j));
-    _mm512_mask_storeu_epi32(out + j, first_lanes(n - j), w);
-  }
+  for_each_vector16(j, n, [&](int64_t i, auto m) {  // the last 0..63 words
+    const __m512i w = random_bits16(key, first + static_cast<uint64_t>(i));
+    _mm512_mask_storeu_epi32(out + i, m, w);
+  });
 }
 
 namespace {
