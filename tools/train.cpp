@@ -92,6 +92,34 @@ std::string placement(int threads) {
          ", CPUs " + (cpus.empty() ? "?" : cpus);
 }
 
+// What one rank did, for rank 0 to print: its peak resident set and its share of the work
+// (train::TrainResult), as five numbers.
+std::string rank_report(const train::TrainResult& r) {
+  return std::to_string(peak_resident_bytes()) + " " + std::to_string(r.tokens_trained) + " " +
+         std::to_string(r.tokens_evaluated) + " " + std::to_string(r.moment_elements) + " " +
+         std::to_string(r.bytes_sent);
+}
+
+// Every rank's share of the work (under mpirun: each rank's tokens are 1/R of the batch, and
+// with --shard-optimizer its moments about 1/R of the parameters), then the peak memory line.
+void print_rank_reports(const std::vector<std::string>& reports, int64_t parameters) {
+  std::vector<double> peaks;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    double peak = 0.0;
+    long long trained = 0, evaluated = 0, moments = 0, sent = 0;
+    std::sscanf(reports[i].c_str(), "%lf %lld %lld %lld %lld", &peak, &trained, &evaluated, &moments, &sent);
+    peaks.push_back(peak);
+    if (reports.size() > 1) {
+      std::printf("work of rank %zu: %lld training tokens, %lld validation tokens, AdamW moments of %lld of %lld "
+                  "parameters (%.2f MB), %lld bytes sent\n",
+                  i, trained, evaluated, moments, static_cast<long long>(parameters), 8.0 * moments / 1e6, sent);
+    }
+  }
+  std::printf("peak memory:");
+  for (size_t i = 0; i < peaks.size(); ++i) std::printf("%s rank %zu %.0f MB", i ? "," : "", i, peaks[i] / 1e6);
+  std::printf(" (resident set)\n");
+}
+
 void run(const TrainCli& c, dist::Communicator& world) {
   const bool rank0 = world.rank() == 0;
   train::TrainOptions o;
@@ -126,8 +154,7 @@ void run(const TrainCli& c, dist::Communicator& world) {
   // Every rank says where it runs; rank 0 prints the lines (and everything else).
   const std::vector<std::string> where = world.gather_strings(placement(omp_get_max_threads()));
   if (!rank0) {
-    train::train(o, train_shard, val_shard, c.resume, std::cout);
-    world.gather_strings(std::to_string(peak_resident_bytes()));
+    world.gather_strings(rank_report(train::train(o, train_shard, val_shard, c.resume, std::cout)));
     return;
   }
   std::printf("s3r train\n");
@@ -165,12 +192,7 @@ void run(const TrainCli& c, dist::Communicator& world) {
     std::printf("communication: rank 0 sent %.2f MB per step to the other ranks\n",
                 static_cast<double>(r.steps.back().sent_bytes) / 1e6);
   }
-  const std::vector<std::string> peaks = world.gather_strings(std::to_string(peak_resident_bytes()));
-  std::printf("peak memory:");
-  for (size_t i = 0; i < peaks.size(); ++i) {
-    std::printf("%s rank %zu %.0f MB", i ? "," : "", i, std::stod(peaks[i]) / 1e6);
-  }
-  std::printf(" (resident set)\n");
+  print_rank_reports(world.gather_strings(rank_report(r)), model::Model::parameter_count(m));
   plot(c.out);
 }
 

@@ -179,6 +179,7 @@ double Model::group_loss() {
 }
 
 double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> targets) {
+  tokens_forwarded_ += static_cast<int64_t>(inputs.size());
   try {
     forward_local(inputs, targets);
   } catch (const NonFiniteError&) {

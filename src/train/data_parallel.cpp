@@ -113,6 +113,14 @@ StepResult StepRunner::run(std::span<const int32_t> in, std::span<const int32_t>
   }
   StepResult result;
   const int64_t per = plan_.model_batch() * S;  // tokens per forward
+  // The model counts the tokens its forward passes see; the step's are training or validation.
+  const int64_t seen_before = model_.tokens_forwarded();
+  struct Tally {
+    int64_t& into;
+    const model::Model& model;
+    int64_t before;
+    ~Tally() { into += model.tokens_forwarded() - before; }
+  } tally{step_key != nullptr ? tokens_trained_ : tokens_evaluated_, model_, seen_before};
   if (plan_.whole_batch()) {
     model_.set_data_parallel({&world_, plan_.first_example(), T, plan_.leaves_per_forward()});
     const size_t first = static_cast<size_t>(plan_.first_example() * S);

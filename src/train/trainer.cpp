@@ -299,6 +299,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     save_checkpoint(o.out_dir, info, model, moments.m, moments.v);
   };
 
+  const int64_t sent_at_start = runner.bytes_sent();  // after the resume's broadcasts
   const Key seed_key = key_from_seed(o.seed);
   std::vector<int32_t> in(o.model.tokens()), tg(o.model.tokens());
   const auto run_start = std::chrono::steady_clock::now();
@@ -386,6 +387,10 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     io::sync_path(metrics_path.string());
   }
   if (!o.quiet) log << "step " << o.steps << ": validation loss " << val << "\n";
+  result.tokens_trained = runner.tokens_trained();
+  result.tokens_evaluated = runner.tokens_evaluated();
+  result.moment_elements = opt.kept();
+  result.bytes_sent = runner.bytes_sent() - sent_at_start;
   return result;
 }
 

@@ -2,8 +2,11 @@
 # Data-parallel training is bit-identical for any number of ranks (issue 12, SPEC section 6):
 # every logged number (losses, gradient norms, validation losses) of `mpirun -np 2` and
 # `mpirun -np 4` equals one process's without mpirun, in the default mode, two-way correction,
-# sr and bf16; and with --micro-batch, R = 1, 2, 4 agree with each other. Also: an error on one
-# rank ends every rank with a message naming it.
+# sr and bf16; and with --micro-batch, R = 1, 2, 4 agree with each other. Matching bits alone do
+# not show that the ranks split the work, so mpi_work_split.py also checks each rank's tokens, its
+# AdamW moments (whole, or a 1/R share with --shard-optimizer) and the bytes sent per step
+# against docs/DISTRIBUTED.md's formula. Also: an error on one rank ends every rank with a
+# message naming it.
 # Usage: mpi_bit_identity.sh S3R_BINARY DATA_DIR WORK_DIR MPIRUN
 set -uo pipefail
 s3r=$1; data=$2; work=$3; mpirun=$4
@@ -30,6 +33,12 @@ run() {  # run NAME RANKS ARGS...: RANKS 0 = no mpirun; 3 steps unless STEPS say
   fi || fail "$name failed:"$'\n'"$(tail -5 "$work/$name.log")"
   numbers "$work/$name/metrics.jsonl" > "$work/$name.txt"
 }
+work_split() {  # work_split NAME RANKS [--sharded]: the 3-step runs above (2 validations of 1 batch)
+  local out
+  out=$(python3 "$(dirname "$0")/mpi_work_split.py" "$work/$1.log" "$work/$1" "$2" 3 2 1 "${@:3}") \
+    || fail "$1: the ranks did not split the work: $out"
+  echo "$1: $out"
+}
 same() {  # the same logged numbers, and the same checkpoint bytes (weights, moments, meta.json)
   diff "$work/$1.txt" "$work/$2.txt" > /dev/null || fail "$2 logs other numbers than $1:"$'\n'"$(diff "$work/$1.txt" "$work/$2.txt" | head -4)"
   local f
@@ -42,6 +51,7 @@ for mode in "s3r --correction dx" "s3r --correction two-way" "sr --correction dx
   # shellcheck disable=SC2086
   { run "$m-1" 0 --mode $mode; run "$m-2" 2 --mode $mode; run "$m-4" 4 --mode $mode; }
   same "$m-1" "$m-2"; same "$m-1" "$m-4"
+  case $m in *two-way*) ;; *) work_split "$m-2" 2; work_split "$m-4" 4 ;; esac  # two-way adds EC factors
 done
 # Resume with another R: 2 steps of the 3-step schedule in one process and the last under
 # mpirun -np 2, or 2 steps under -np 4 and the last in one process: the straight run's numbers.
@@ -57,12 +67,14 @@ resume resume-4to1 4 0; same s3r_--correction_dx-1 resume-4to1
 # resumes under another R, sharded or not.
 run shard-2 2 --shard-optimizer; same s3r_--correction_dx-1 shard-2
 run shard-4 4 --shard-optimizer; same s3r_--correction_dx-1 shard-4
+work_split shard-2 2 --sharded; work_split shard-4 4 --sharded
 grep -q "AdamW moments sharded over the ranks" "$work/shard-4.log" || fail "the run does not say it shards"
 resume resume-shard-4to2 4 2 --shard-optimizer; same s3r_--correction_dx-1 resume-shard-4to2
 resume resume-shard-2to1 2 0 --shard-optimizer; same s3r_--correction_dx-1 resume-shard-2to1
 grep -q "rank 1 .*thread" "$work/s3r_--correction_dx-2.log" || fail "the run does not print where rank 1 runs"
 run micro-1 0 --micro-batch 2; run micro-2 2 --micro-batch 2; run micro-4 4 --micro-batch 2
 same micro-1 micro-2; same micro-1 micro-4
+work_split micro-2 2; work_split micro-4 4
 resume resume-micro-2to1 2 0 --micro-batch 2; same micro-1 resume-micro-2to1
 # The test can fail: a different micro-batch changes D, so the numbers must differ.
 run micro4-1 0 --micro-batch 4

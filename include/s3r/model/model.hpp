@@ -98,6 +98,8 @@ class Model {
   double forward(std::span<const int32_t> inputs, std::span<const int32_t> targets);
   // The last forward's loss sums per reduction leaf of this batch (in token order, double).
   std::span<const double> leaf_losses() const { return leaf_loss_; }
+  // Tokens all forward passes of this object have seen (a data-parallel rank's share of the work).
+  int64_t tokens_forwarded() const { return tokens_forwarded_; }
   // Gradients of the last forward's loss into grads() (overwritten). step_key =
   // fold_in(key(seed), step). Throws NonFiniteGradient when a gradient is NaN/Inf.
   // With a group, the int8 projections' gradients come out reduced over it (reduced_over_group);
@@ -135,6 +137,7 @@ class Model {
   std::vector<ParamInfo> table_;
   std::vector<float> params_, grads_;
   int64_t tok_emb_ = 0, final_norm_ = 0, lm_head_ = 0;
+  int64_t tokens_forwarded_ = 0;
   std::vector<Block> blocks_;
 
   // Activations and scratch (allocated once).

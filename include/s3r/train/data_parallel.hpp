@@ -64,6 +64,10 @@ class StepRunner {
   StepResult run(std::span<const int32_t> in, std::span<const int32_t> tg, const Key* step_key);
   // Bytes this rank sent to others so far (benchmarks).
   int64_t bytes_sent() const { return world_.bytes_sent(); }
+  // Tokens this rank's forward passes saw so far, in training steps (step_key given) and in
+  // validations: its share of each global batch, B*S/R per step (the tests check the split).
+  int64_t tokens_trained() const { return tokens_trained_; }
+  int64_t tokens_evaluated() const { return tokens_evaluated_; }
 
  private:
   void complete_gradient();  // the float partials of the whole-batch way, over the ranks
@@ -77,6 +81,7 @@ class StepRunner {
   std::vector<float> carry_;
   // The whole-batch way: runs of consecutive parameters whose gradient is a float partial.
   std::vector<std::pair<int64_t, int64_t>> partial_runs_;
+  int64_t tokens_trained_ = 0, tokens_evaluated_ = 0;
 };
 
 }  // namespace s3r::train

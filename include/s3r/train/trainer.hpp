@@ -72,6 +72,13 @@ struct TrainResult {
   std::vector<StepRecord> steps;                          // this invocation's steps
   std::vector<std::pair<int64_t, double>> validation;     // (step, loss)
   double unigram_entropy = 0.0;  // nats: the loss of the best token-frequency model
+  // This rank's share of the work in this invocation (the whole of it in one process): tokens
+  // its forward passes saw in training steps and in validations, the AdamW moment elements it
+  // keeps (each of m and v: every parameter, or its share with shard_optimizer), and the bytes
+  // it sent to other ranks.
+  int64_t tokens_trained = 0, tokens_evaluated = 0;
+  int64_t moment_elements = 0;
+  int64_t bytes_sent = 0;
 };
 
 // Mean -sum p log p of the token frequencies of `shard`, in nats.
