@@ -50,7 +50,8 @@ void register_export(CLI::App& app) {
                   "SentencePiece tokenizer.model (default: the checkpoint's own; the data folder's for "
                   "checkpoints that hold none)");
   cmd->add_option("--name", o->name, "the model's name (general.name; default: --out's name)");
-  cmd->add_option("--inject", o->inject, "for tests: a deliberate bug (permute-qk | transpose-o)")->group("");
+  cmd->add_option("--inject", o->inject, "for tests only: write a deliberately broken model (permute-qk | transpose-o | f16-overflow | "
+                  "nan-weight), to show that a comparison catches it")->group("");
   cmd->callback([o] { run(*o); });
 }
 

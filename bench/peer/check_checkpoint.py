@@ -69,7 +69,10 @@ def main():
     bugs = dict(s3r_forward.BUGS)
     bugs.update({"perturb-weight": "one weight changed: lm_head[0, the most frequent target token] += 0.01",
                  "transpose-attn": "the square attention matrices read as (out, in) instead of (in, out)",
-                 "window-order": "validation windows in file order instead of the loader's shuffled order"})
+                 "window-order": "validation windows in file order instead of the loader's shuffled order",
+                 "peer-norm-eps": "the plain-PyTorch peer model alone (not the s3r-numerics forward) built with "
+                                  "RMSNorm eps 1e-6 instead of the checkpoint's: only the peer's comparison "
+                                  "can catch it (f32 checkpoints, without --no-peer)"})
     ap.add_argument("--inject", choices=sorted(bugs), metavar="BUG",
                     help="compute with a deliberate bug (the check must then fail, except for the changes "
                          "below its resolution: silu-exact, round-half-away): " +
@@ -78,6 +81,8 @@ def main():
     args = ap.parse_args()
     if args.eval_batches < 1 or args.threads < 1:
         ap.error("--eval-batches and --threads must be >= 1")
+    if args.inject == "peer-norm-eps" and args.no_peer:
+        ap.error("--inject peer-norm-eps changes the peer model only: leave out --no-peer")
     import torch
 
     import s3r_files
@@ -104,6 +109,10 @@ def main():
     mode = cfg["mode"]
     if mode not in ("f32", "bf16") + s3r_forward.INT8_MODES:
         print(f"check_checkpoint: unknown mode '{mode}' in meta.json", file=sys.stderr)
+        return 2
+    if args.inject == "peer-norm-eps" and mode != "f32":
+        print(f"check_checkpoint: --inject peer-norm-eps needs an f32 checkpoint (the peer is compared on f32 only), "
+              f"not {mode}", file=sys.stderr)
         return 2
     B, S = cfg["batch"], cfg["seq_len"]
     if args.inject == "window-order":
@@ -170,19 +179,25 @@ def main():
     if not args.no_peer:
         import llama_peer
 
-        model = llama_peer.build_model_classes()(dict(cfg, rope_theta=theta,
-                                                      norm_eps=float(torch.tensor(cfg.get("norm_eps", 1e-5),
-                                                                                  dtype=torch.float32))))
+        norm_eps = 1e-6 if args.inject == "peer-norm-eps" else float(torch.tensor(cfg.get("norm_eps", 1e-5),
+                                                                                 dtype=torch.float32))
+        model = llama_peer.build_model_classes()(dict(cfg, rope_theta=theta, norm_eps=norm_eps))
         model.load_s3r(flat)
         with torch.no_grad():
             peer = sum(float(model(*batch_tensors(s))) for s in batches) / len(batches)
-        if mode == "f32" and args.inject in (None, "perturb-weight", "window-order"):
+        # The bugs that the peer sees too: its inputs (weights, windows) or the peer itself.
+        peer_sees = (None, "perturb-weight", "window-order", "peer-norm-eps")
+        if mode == "f32" and args.inject in peer_sees:
             compare("PyTorch peer model (plain f32 ops)", peer, 1e-5)
         else:
-            rel = abs(peer - logged) / abs(logged)
-            without = args.inject not in (None, "perturb-weight", "window-order")
+            rel = abs(peer - logged) / abs(logged) if logged != 0 else abs(peer)
+            without = args.inject not in peer_sees
+            # Information only, except that a non-finite loss is never an answer.
+            good = math.isfinite(peer)
+            ok &= good
             print(f"  {'PyTorch peer model (plain f32 ops)':<38} {peer:.10f}  rel diff {rel:.3e}  "
-                  f"(information only: the peer runs f32{' without the injected bug' if without else ''})")
+                  f"(information only: the peer runs f32{' without the injected bug' if without else ''})"
+                  f"{'' if good else '  MISMATCH: not finite'}")
     print("check_checkpoint: " + ("ok" if ok else "MISMATCH: PyTorch and s3r disagree on the validation loss"))
     return 0 if ok else 1
 

@@ -12,6 +12,9 @@ lm_head. Its next-token log-probabilities after every prompt token are compared 
 Tolerance: s3r's forward in f32 against this one in float64; measured 2e-6 on a tiny model. An
 export without the q/k permutation (half-split RoPE applied to adjacent-pair weights) or with
 a matrix left untransposed is off by 1e-2 or more (tests/peer/hf_export_check.sh).
+A non-finite number on either side (NaN or infinity here; NaN, infinity or null, JSON's stand-in
+for NaN, in s3r's dump) is a mismatch: a NaN difference compares false with the tolerance and
+would otherwise pass.
 Exit status: 0 within the tolerance, 1 on a mismatch (MISMATCH), 2 on unusable inputs.
 """
 import argparse
@@ -79,18 +82,32 @@ def main():
         gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
         x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
     logp = (rmsnorm(x, w["model.norm.weight"]) @ w["lm_head.weight"].T).log_softmax(-1)
-    s3r = torch.tensor(dump["logprobs"], dtype=torch.float64)
+    try:  # s3r writes a NaN as null
+        s3r = torch.tensor([[math.nan if v is None else v for v in row] for row in dump["logprobs"]],
+                           dtype=torch.float64)
+    except (TypeError, ValueError) as e:
+        print(f"check_hf_export: {args.logprobs} holds no (positions, tokens) log-probabilities: {e}", file=sys.stderr)
+        return 2
     if s3r.shape != logp.shape:
         print(f"MISMATCH: shapes {tuple(s3r.shape)} (s3r) and {tuple(logp.shape)} (Hugging Face)")
         return 1
+    finite = True
+    for side, t in (("Hugging Face", logp), ("s3r", s3r)):
+        bad = ~torch.isfinite(t)
+        if bad.any():
+            pos, tok = divmod(int(bad.reshape(-1).nonzero()[0]), t.shape[1])
+            print(f"check_hf_export: {int(bad.sum())} of {t.numel()} {side} log-probabilities are not finite "
+                  f"(first at position {pos}, token {tok}: {float(t[pos, tok])})")
+            finite = False
     diff = (logp - s3r).abs()
+    # NaN counts as the largest difference (torch's max and argmax propagate it).
     worst = float(diff.max())
     pos, tok = divmod(int(diff.argmax()), logp.shape[1])
     print(f"check_hf_export: {S} positions x {logp.shape[1]} tokens, max |log-prob difference| {worst:.3e} "
           f"(tolerance {args.tolerance:g}) at position {pos}, token {tok}: "
           f"Hugging Face {float(logp[pos, tok]):.6f}, s3r {float(s3r[pos, tok]):.6f}")
-    if worst > args.tolerance:
-        print("MISMATCH")
+    if not finite or not math.isfinite(worst) or not worst <= args.tolerance:
+        print("MISMATCH" + ("" if finite else ": non-finite log-probabilities"))
         return 1
     print("check_hf_export: ok")
     return 0

@@ -73,7 +73,8 @@ def read_meta(run_dir):
         if arch.get("rope", {}).get("layout") != "adjacent-pairs" or arch.get("matrix_orientation") != "in_out":
             raise FormatError(f"{path}: architecture {arch.get('rope')}, {arch.get('matrix_orientation')}: "
                               "expected adjacent-pairs RoPE and (in, out) matrices")
-        if abs(arch["norm"]["eps"] - meta["config"].get("norm_eps", 1e-5)) > 1e-12 or \
+        # `not <=`: a NaN eps (JSON readers accept NaN) must not pass as equal
+        if not abs(arch["norm"]["eps"] - meta["config"].get("norm_eps", 1e-5)) <= 1e-12 or \
                 arch["rope"]["theta"] != meta["config"].get("rope_theta", 10000.0):
             raise FormatError(f"{path}: architecture and config disagree on norm eps or RoPE theta")
     return meta

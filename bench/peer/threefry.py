@@ -2,8 +2,10 @@
 validation windows that s3r's DataLoader serves (its Fisher-Yates order on Threefry words).
 
 Run as a script it checks the known answers of tests/known_answers/ (Random123's published
-Threefry-2x32 vectors, JAX's bits and uniforms), the same files the C++ tests read."""
+Threefry-2x32 vectors, JAX's bits and uniforms), the same files the C++ tests read, and the
+window orders that s3r's DataLoader served (below)."""
 
+import hashlib
 import os
 import struct
 
@@ -79,6 +81,31 @@ def loader_batches(tokens, seq_len, seed, batch, count):
     return out
 
 
+# Known answers of s3r's DataLoader (src/data/dataloader.cpp), printed by a small C++ program
+# linked with libs3r: a shard whose tokens count 0, 1, 2, ..., so that each window served is its
+# first input token / S. (windows, S, seed, B, batches, window indices in the order served):
+_LOADER_KNOWN_ANSWERS = [
+    # two epochs of 25 windows
+    (25, 8, 42, 5, 10, [
+        9, 13, 4, 2, 10, 15, 22, 1, 23, 21, 11, 6, 17, 19, 7, 18, 8, 12, 3, 16, 0, 24, 5, 20,
+        14, 15, 13, 14, 5, 22, 1, 21, 0, 10, 17, 19, 4, 24, 20, 9, 18, 2, 12, 6, 3, 8, 23, 7,
+        16, 11]),
+    # cli.train_smoke's val.bin as check_checkpoint.py reads it (95 windows of S = 32, seed 0x5eed,
+    # 30 batches of 4 windows: into the second epoch)
+    (95, 32, 0x5EED, 4, 30, [
+        31, 89, 14, 76, 75, 17, 18, 72, 35, 85, 13, 78, 62, 8, 29, 59, 67, 86, 48, 33, 91, 83,
+        10, 71, 40, 15, 55, 60, 6, 16, 36, 56, 42, 34, 66, 32, 57, 63, 82, 49, 25, 24, 19, 3,
+        20, 94, 61, 43, 23, 73, 77, 64, 65, 50, 44, 47, 4, 5, 52, 37, 0, 12, 58, 2, 93, 39, 7,
+        80, 84, 1, 90, 9, 26, 68, 88, 21, 70, 51, 69, 30, 11, 74, 81, 41, 38, 87, 28, 22, 53,
+        92, 79, 46, 45, 27, 54, 10, 54, 74, 37, 52, 19, 5, 28, 27, 62, 50, 18, 17, 31, 36, 43,
+        47, 77, 32, 51, 22, 39, 55, 49, 42]),
+]
+# The same loader's epoch 7 of 1000 windows with seed 0x5eed (set_position({7, 0})): its first
+# and last 12 windows, and the SHA-256 of all 1000 written as "143,847,...".
+_ORDER_1000_EPOCH_7 = ([143, 847, 288, 437, 626, 137, 870, 574, 823, 269, 805, 602],
+                       [682, 761, 825, 791, 438, 616, 418, 614, 175, 181, 646, 388],
+                       "5355fce0f9069bafa282875452defde073ae9f9f846de9e170c93876af5eb6df")
+
 _KNOWN_ANSWERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                               "known_answers")
 
@@ -111,9 +138,21 @@ def _self_test():
             assert (bits >> 9) * 2.0 ** -23 == f32, f"uniform seed {seed} index {index}"
         jax += 1
     assert jax == 20, f"expected 20 vectors in jax_threefry.txt, found {jax}"
-    order = window_order(1000, 0x5EED, 0)
-    assert sorted(order) == list(range(1000))
-    print(f"threefry: known answers ok ({threefry} Random123, {jax} JAX)")
+    # The loader's window order: the exact windows s3r serves, not just some permutation.
+    for windows, seq_len, seed, batch, count, expected in _LOADER_KNOWN_ANSWERS:
+        starts = loader_batches(list(range(windows * seq_len + 1)), seq_len, seed, batch, count)
+        got = [start // seq_len for b in starts for start in b]
+        if got != expected:
+            i = next(i for i, (g, e) in enumerate(zip(got, expected)) if g != e)
+            raise AssertionError(f"loader order, {windows} windows of S = {seq_len}, seed {seed:#x}: windows "
+                                 f"{i}.. served {got[i:i + 8]}, s3r serves {expected[i:i + 8]}")
+    head, tail, digest = _ORDER_1000_EPOCH_7
+    order = window_order(1000, 0x5EED, 7)
+    assert order[:12] == head and order[-12:] == tail and \
+        hashlib.sha256(",".join(map(str, order)).encode()).hexdigest() == digest, \
+        f"window order of 1000 windows, epoch 7: {order[:12]}...{order[-12:]}, s3r {head}...{tail}"
+    print(f"threefry: known answers ok ({threefry} Random123, {jax} JAX, "
+          f"{len(_LOADER_KNOWN_ANSWERS) + 1} loader orders of s3r)")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <vector>
@@ -153,12 +154,29 @@ std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, 
   }
   vec(hf_names ? "model.norm.weight" : "output_norm.weight", "final_norm");
   mat(hf_names ? "lm_head.weight" : "output.weight", "lm_head", false);
+  // Bugs that a reader's comparison must catch although they make its numbers non-finite rather
+  // than merely different. Each changes the first element of every token's embedding row, so that
+  // any prompt meets it, and RMSNorm spreads a non-finite element over the whole activation:
+  // "f16-overflow": the element becomes +-1e7, finite in f32 but beyond f16's largest finite
+  //   value (65504: inf in an f16 export) and beyond what q8_0's f16 block scale absmax / 127 can
+  //   hold (65504 * 127 = 8.3e6: an inf scale, so NaN and inf values, in a q8_0 export);
+  // "nan-weight": the element becomes NaN (meant for f32, f16 and hf exports: q8_0's block absmax
+  //   skips a NaN, and its code is whatever lround makes of NaN).
+  if (inject == "f16-overflow" || inject == "nan-weight") {
+    OutTensor& emb = out.front();  // (V, C), a row per token
+    for (int64_t t = 0; t < emb.rows; ++t) {
+      float& w = emb.data[t * emb.cols];
+      w = inject == "nan-weight" ? std::numeric_limits<float>::quiet_NaN() : std::copysign(1e7f, w);
+    }
+  }
   return out;
 }
 
 void check_inject(const std::string& inject) {
-  if (!inject.empty() && inject != "permute-qk" && inject != "transpose-o") {
-    throw Error("export: unknown --inject '" + inject + "'; expected permute-qk or transpose-o");
+  if (!inject.empty() && inject != "permute-qk" && inject != "transpose-o" && inject != "f16-overflow" &&
+      inject != "nan-weight") {
+    throw Error("export: unknown --inject '" + inject +
+                "'; expected permute-qk, transpose-o, f16-overflow or nan-weight");
   }
 }
 

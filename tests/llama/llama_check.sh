@@ -5,10 +5,15 @@
 # - f32 weights: next-token log-probabilities after every prompt token within 1e-4 of s3r's own
 #   forward in f32 (`s3r generate --precision f32 --dump-logprobs`; measured 1.5e-6), and greedy
 #   generation gives the same tokens as `s3r generate --temperature 0`;
-# - f16 within 5e-3 and q8_0 within 5e-2 (weight rounding; measured 7e-4 and 1.8e-2);
+# - f16 within 5e-3 and q8_0 within 5e-2 (weight rounding; measured 6.4e-4 and 1.5e-2), with the
+#   same greedy tokens as s3r too;
 # - the same f32 export with a deliberate bug fails the 1e-4 comparison: the Hugging Face q/k
-#   permutation applied (half-split RoPE; measured 5e-2) and the attention output matrix not
-#   transposed (1.2).
+#   permutation applied (half-split RoPE; measured 4e-2) and the attention output matrix not
+#   transposed (1.2);
+# - f16 and q8_0 exports broken by a weight beyond f16's range (`--inject f16-overflow`: inf in
+#   f16, an inf block scale in q8_0) give NaN logits in llama.cpp, and must fail for that reason,
+#   with other greedy tokens; a NaN must never pass as a small difference;
+# - a NaN on s3r's side (a null in the log-probabilities it dumped) fails the f32 comparison.
 # Usage: llama_check.sh S3R_BINARY RUN_DIR DATA_DIR WORK_DIR REPO_ROOT
 set -uo pipefail
 s3r=$1; run=$2; data=$3; work=$4; root=$5
@@ -25,12 +30,26 @@ export_gguf f16 --type f16
 export_gguf q8_0 --type q8_0
 export_gguf bug-permute-qk --inject permute-qk
 export_gguf bug-transpose-o --inject transpose-o
+export_gguf bug-f16-overflow-f16 --type f16 --inject f16-overflow
+export_gguf bug-f16-overflow-q8_0 --type q8_0 --inject f16-overflow
 # The prompt plus the generated tokens stay within the trained context (S = 32).
 "$s3r" generate --checkpoint "$run" "${tok[@]}" --prompt "The gradient, 'rounds'" --precision f32 --temperature 0 \
   --max-tokens 12 --ignore-eos --print-ids --dump-logprobs "$work/logprobs.json" > "$work/generate.out" 2> "$work/generate.err" \
   || fail "generate: $(cat "$work/generate.err")"
 ids=$(grep '^ids:' "$work/generate.err" | sed 's/.*| *//' | tr ' ' ',')
 [ -n "$ids" ] || fail "no generated ids in $(cat "$work/generate.err")"
-cd "$root/tests/llama" && node check_gguf.mjs "$work/logprobs.json" "$ids" \
-  "$work/f32.gguf:1e-4:match:greedy" "$work/f16.gguf:5e-3:match" "$work/q8_0.gguf:5e-2:match" \
-  "$work/bug-permute-qk.gguf:1e-4:mismatch" "$work/bug-transpose-o.gguf:1e-4:mismatch"
+cd "$root/tests/llama" || fail "no $root/tests/llama"
+node check_gguf.mjs "$work/logprobs.json" "$ids" \
+  "$work/f32.gguf:1e-4:match:greedy" "$work/f16.gguf:5e-3:match:greedy" "$work/q8_0.gguf:5e-2:match:greedy" \
+  "$work/bug-permute-qk.gguf:1e-4:mismatch" "$work/bug-transpose-o.gguf:1e-4:mismatch" \
+  "$work/bug-f16-overflow-f16.gguf:5e-3:nonfinite:greedy" "$work/bug-f16-overflow-q8_0.gguf:5e-2:nonfinite:greedy" \
+  || fail "llama.cpp check (above)"
+# s3r's side: one log-probability null (what s3r writes for a NaN) must fail the comparison.
+/usr/bin/python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); d["logprobs"][3][7] = None; json.dump(d, open(sys.argv[2], "w"))' \
+  "$work/logprobs.json" "$work/logprobs-null.json" || fail "cannot write logprobs-null.json"
+out=$(node check_gguf.mjs "$work/logprobs-null.json" "$ids" "$work/f32.gguf:1e-4:match" 2>&1); rc=$?
+echo "$out" | sed 's/^/  [s3r NaN] /'
+[ $rc = 1 ] && grep -q "non-finite: 1 of .* s3r log-probabilities" <<<"$out" \
+  || fail "a null s3r log-probability was not reported as non-finite (exit status $rc)"
+echo "llama.cpp checks: ok"

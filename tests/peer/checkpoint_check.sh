@@ -3,6 +3,8 @@
 # tiny models trained in f32, s3r + dx, bf16 and rtne with an int8 LM head must match s3r's logged val_loss (f32 to 1e-6
 # relative, the others to 1e-5), and the same check with a deliberate bug must fail (exit 1,
 # MISMATCH): so the tolerances are tight enough to catch these bugs, and the check can fail.
+# Most bugs run with --no-peer (the s3r-numerics comparison alone); the plain-PyTorch peer's own
+# comparison is shown to fail too: on a bug that both see, and on one in the peer alone.
 # Usage: checkpoint_check.sh S3R_BINARY DATA_DIR WORK_DIR REPO_ROOT
 set -uo pipefail
 s3r=$1; data=$2; work=$3; root=$4
@@ -43,6 +45,18 @@ expect_mismatch() {  # RUN EVAL_BATCHES BUG (or '-' for none) [EXTRA...]
   echo "caught on $run: $bug $* ($(grep 's3r numerics' <<<"$out" | sed 's/.*rel diff/rel diff/'))"
 }
 
+# With the plain-PyTorch peer (no --no-peer): its comparison line must say MISMATCH, and the
+# s3r-numerics line S3R_LINE (ok for a bug in the peer alone, MISMATCH for one both see).
+expect_peer_mismatch() {  # RUN EVAL_BATCHES BUG S3R_LINE
+  local run=$1 batches=$2 bug=$3 s3r_line=$4 out rc
+  out=$("${check[@]}" --run "$work/$run" --data "$data" --eval-batches "$batches" --inject "$bug" 2>&1)
+  rc=$?
+  [ $rc = 1 ] || fail "$run with bug '$bug' and the peer: exit status $rc, expected 1 (a mismatch):"$'\n'"$out"
+  grep -q "PyTorch peer model .*MISMATCH" <<<"$out" || fail "$run with bug '$bug': the peer's line is no MISMATCH"$'\n'"$out"
+  grep -q "s3r numerics .*  $s3r_line\$" <<<"$out" || fail "$run with bug '$bug': the s3r-numerics line is not $s3r_line"$'\n'"$out"
+  echo "caught on $run by the peer: $bug ($(grep 'PyTorch peer model' <<<"$out" | sed 's/.*rel diff/rel diff/'); s3r numerics $s3r_line)"
+}
+
 expect_match f32 8
 expect_match s3r-dx 30
 expect_match bf16 8
@@ -56,6 +70,8 @@ expect_mismatch f32 8 norm-eps
 expect_mismatch f32 8 perturb-weight
 expect_mismatch f32 8 transpose-attn
 expect_mismatch f32 8 window-order
+expect_peer_mismatch f32 8 perturb-weight MISMATCH  # the peer loads the same perturbed weights
+expect_peer_mismatch f32 8 peer-norm-eps ok          # a bug in the peer model alone
 expect_mismatch s3r-dx 30 rope-half-split
 expect_mismatch s3r-dx 30 norm-eps
 expect_mismatch s3r-dx 30 transpose-attn

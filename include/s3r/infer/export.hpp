@@ -30,7 +30,9 @@ struct ExportOptions {
   std::string name;                // general.name / the model's name (default: the folder's)
   // For tests: a deliberate bug, so that a comparison can show it catches it:
   // "permute-qk" (GGUF: apply the Hugging Face permutation; HF: leave it out), "transpose-o"
-  // (the attention output matrix not transposed).
+  // (the attention output matrix not transposed), "f16-overflow" (the first element of every
+  // token's embedding set to +-1e7: inf in f16, an inf block scale in q8_0), "nan-weight" (those
+  // elements NaN).
   std::string inject;
 };
 
