@@ -154,6 +154,24 @@ TEST(DataLoader, EveryWindowOncePerEpochWithShiftedTargets) {
   EXPECT_EQ(loader.position(), (LoaderPosition{1, 1}));
 }
 
+// The order itself, pinned: the windows served for 25 windows of S = 8, seed 42, 10 batches of 5
+// (two epochs). bench/peer/threefry.py computes the same order independently from SPEC section 3
+// (Fisher-Yates over Threefry words, the epoch folded in) and checks these values too, so a
+// change of the loader's order fails here and in the peer's known answers.
+TEST(DataLoader, ServesTheKnownOrder) {
+  const TokenShard shard = counting_shard(8 * 25 + 1);
+  DataLoader loader(shard, 8, 42);
+  const std::vector<int32_t> expect = {9,  13, 4,  2,  10, 15, 22, 1,  23, 21, 11, 6,  17, 19, 7,  18, 8,
+                                       12, 3,  16, 0,  24, 5,  20, 14, 15, 13, 14, 5,  22, 1,  21, 0,  10,
+                                       17, 19, 4,  24, 20, 9,  18, 2,  12, 6,  3,  8,  23, 7,  16, 11};
+  std::vector<int32_t> in(8 * 5), tg(8 * 5), got;
+  for (int batch = 0; batch < 10; ++batch) {
+    loader.next_batch(in, tg, 5);
+    for (int b = 0; b < 5; ++b) got.push_back(in[b * 8] / 8);
+  }
+  EXPECT_EQ(got, expect);
+}
+
 TEST(DataLoader, OrderDependsOnSeedAndResumesFromAPosition) {
   const TokenShard shard = counting_shard(16 * 40 + 1);
   DataLoader a(shard, 16, 1), b(shard, 16, 2);
