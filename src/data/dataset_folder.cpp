@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "s3r/core/error.hpp"
+#include "s3r/core/test_pause.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/io/atomic_file.hpp"
 
@@ -165,11 +166,14 @@ void swap_in(const fs::path& tmp, const fs::path& out, const Progress& say) {
     io::sync_parent(out.string());
     return;
   }
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
+  // (A test that pauses between the two renames takes that path on any file system.)
+  const bool exchange = !test_pause_armed("prepare-swap-renames");
+  if (exchange && ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
     io::sync_parent(out.string());  // the old dataset is now under `tmp`, removed by the caller
+    test_pause("prepare-swapped");
     return;
   }
-  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != EOPNOTSUPP) {
+  if (exchange && errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != EOPNOTSUPP) {
     throw Error("data prepare: cannot swap " + quoted(tmp) + " in as " + quoted(out) + ": " + std::strerror(errno));
   }
   // No atomic exchange on this file system: two renames. A kill between them leaves the old
@@ -178,12 +182,14 @@ void swap_in(const fs::path& tmp, const fs::path& out, const Progress& say) {
   if (::rename(out.c_str(), old.c_str()) != 0) {
     throw Error("data prepare: cannot rename " + quoted(out) + " to " + quoted(old) + ": " + std::strerror(errno));
   }
+  test_pause("prepare-swap-renames");
   if (::rename(tmp.c_str(), out.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     ::rename(old.c_str(), out.c_str());
     throw Error("data prepare: cannot rename " + quoted(tmp) + " to " + quoted(out) + ": " + why);
   }
   io::sync_parent(out.string());
+  test_pause("prepare-swapped");
   std::error_code ec;
   fs::remove_all(old, ec);
   if (ec) say("warning: cannot remove the old dataset " + quoted(old) + ": " + ec.message());

@@ -15,6 +15,7 @@
 
 #include "data/dataset_folder.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/test_pause.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/io/atomic_file.hpp"
 
@@ -239,6 +240,7 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
     }
     write_shard((tmp / "train.bin").string(), train, vocab);
     write_shard((tmp / "val.bin").string(), val, vocab);
+    test_pause("prepare-write");  // info.json not yet written
     result.train_tokens = static_cast<int64_t>(train.size());
     result.val_tokens = static_cast<int64_t>(val.size());
     written.train_tokens = result.train_tokens;
@@ -253,6 +255,7 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
   written.info = info;
   verify_and_sync(tmp, written);  // what is on disk, before it replaces anything
   if (o.before_swap) o.before_swap(tmp.string());
+  test_pause("prepare-before-swap");
 
   check_replaceable(out, o.out_dir);  // again: it may have changed while this ran
   swap_in(tmp, out, say);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "s3r/core/error.hpp"
+#include "s3r/core/test_pause.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/io/safetensors.hpp"
 
@@ -351,6 +352,24 @@ void check_finite(std::span<const float> values, const model::Model& model, cons
 
 void sync_renamed(const fs::path& run) { io::sync_path(run.string()); }
 
+// checkpoint.tmp/ (complete) replaces checkpoint/, which is checkpoint.old/ meanwhile. After each
+// rename the run folder is synced, so the order holds on disk too; a crash at any moment leaves a
+// complete checkpoint that tidy_checkpoints finds.
+void swap_in_checkpoint(const fs::path& run) {
+  const fs::path dir = run / "checkpoint", tmp = run / "checkpoint.tmp", old = run / "checkpoint.old";
+  fs::remove_all(old);
+  if (fs::exists(dir)) {
+    fs::rename(dir, old);
+    sync_renamed(run);
+  }
+  test_pause("checkpoint-swap-renames");
+  fs::rename(tmp, dir);
+  sync_renamed(run);
+  test_pause("checkpoint-swapped");
+  fs::remove_all(old);
+  sync_renamed(run);
+}
+
 }  // namespace
 
 std::string checkpoint_folder(const std::string& dir) {
@@ -392,7 +411,7 @@ void save_checkpoint(const std::string& run_dir, const CheckpointInfo& info, mod
   check_finite(params, model, "weight");
   check_finite(m, model, "first moment");
   check_finite(v, model, "second moment");
-  const fs::path run(run_dir), dir = run / "checkpoint", tmp = run / "checkpoint.tmp", old = run / "checkpoint.old";
+  const fs::path run(run_dir), tmp = run / "checkpoint.tmp";
   try {
     fs::remove_all(tmp);
     fs::create_directories(tmp);
@@ -406,6 +425,7 @@ void save_checkpoint(const std::string& run_dir, const CheckpointInfo& info, mod
     const std::map<std::string, std::string> st_meta = {{"format", "s3r-checkpoint"},
                                                         {"matrix_orientation", "in_out"}};
     io::write_safetensors((tmp / kFiles[0]).string(), weights, st_meta);
+    test_pause("checkpoint-write");
     io::write_safetensors((tmp / kFiles[1]).string(), moments, st_meta);
     std::vector<std::string> names(std::begin(kFiles), std::end(kFiles));
     nlohmann::json tokenizer = nullptr;
@@ -443,16 +463,8 @@ void save_checkpoint(const std::string& run_dir, const CheckpointInfo& info, mod
     fs::remove_all(tmp, ec);  // a failed write leaves no partial checkpoint behind
     throw;
   }
-  // The swap. After each rename the run folder is synced, so the order holds on disk too.
-  fs::remove_all(old);
-  if (fs::exists(dir)) {
-    fs::rename(dir, old);
-    sync_renamed(run);
-  }
-  fs::rename(tmp, dir);
-  sync_renamed(run);
-  fs::remove_all(old);
-  sync_renamed(run);
+  test_pause("checkpoint-before-swap");
+  swap_in_checkpoint(run);
 }
 
 bool has_checkpoint(const std::string& run_dir) {

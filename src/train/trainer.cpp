@@ -15,6 +15,7 @@
 
 #include "s3r/core/error.hpp"
 #include "s3r/core/machine.hpp"
+#include "s3r/core/test_pause.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/io/folder_lock.hpp"
 #include "s3r/model/model.hpp"
@@ -161,6 +162,7 @@ double evaluate(StepRunner& runner, const data::TokenShard& val, const TrainOpti
   for (int64_t i = 0; i < o.eval_batches; ++i) {
     loader.next_batch(in, tg, o.model.batch);
     total += runner.run(in, tg, nullptr).loss;
+    test_pause("eval-batch");
   }
   return total / static_cast<double>(o.eval_batches);
 }
@@ -310,6 +312,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     const Key step_key = fold_in(seed_key, static_cast<uint32_t>(step));
     const int64_t sent_before = runner.bytes_sent();
     const StepResult r = runner.run(in, tg, &step_key);  // every rank agrees on r.ok
+    test_pause("train-step");  // forward and backward done, the update not yet
     rec.loss = r.loss;
     if (!r.ok) {  // a NaN/Inf activation, loss or gradient
       rec.skipped = true;

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# `s3r data prepare` faults through the tool (issue 10). Usage: data_prepare_faults.sh S3R_BINARY WORK_DIR
-#  - kill -9 at several moments of a prepare into an existing dataset leaves either the old
-#    dataset or the complete new one (byte-identical), never a mix, and the next prepare cleans
-#    up what the killed one left beside it;
+# `s3r data prepare` faults through the tool. Usage: data_prepare_faults.sh S3R_BINARY WORK_DIR
+#  - kill -9 at each named moment of a prepare into an existing dataset (while it writes, before
+#    the swap, between the renames, after the swap) leaves either the old dataset or the
+#    complete new one (byte-identical), never a mix, and the next prepare cleans up what the
+#    killed one left beside it;
 #  - unknown files in an input folder are skipped with a warning on stderr;
 #  - a truncated .gz, a binary file under a text name and a vocabulary too large for the text
 #    are one-line errors naming the file or option, with no SentencePiece internals.
 set -euo pipefail
 s3r=$1; work=$2
+fail() { echo "FAIL: $*"; exit 1; }
+unset S3R_TEST_PAUSE_AT S3R_TEST_PAUSE_FILE  # only kill_at arms the pause hook
+# shellcheck source-path=SCRIPTDIR source=kill_at.sh
+source "$(dirname "$0")/kill_at.sh"
 rm -rf "$work"; mkdir -p "$work/in"
 cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
 awk 'BEGIN { srand(1); n = split("the quantized gradient rounds up down stochastic shared threshold token error mean layer model training loss correction example channel width", w, " ");
              for (d = 0; d < 3000; d++) { line = ""; for (i = 0; i < 40; i++) line = line w[int(rand() * n) + 1] " "; print line; print "" } }' > in/corpus.txt
 printf '\x89PNG\r\n\x1a\n\0\0\0' > in/photo.png
@@ -20,36 +24,55 @@ printf '\x89PNG\r\n\x1a\n\0\0\0' > in/photo.png
 grep -q "^s3r: warning: skipping 'in/photo.png'" prepare.err || fail "no warning for in/photo.png: $(cat prepare.err)"
 [ "$(grep -cv '^s3r: warning' prepare.err || true)" = 0 ] || fail "unexpected stderr: $(cat prepare.err)"
 cp -a data old
-start=$(date +%s.%N)
 "$s3r" data prepare in --out ref --vocab 400 > /dev/null 2>&1
-full=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
 diff -rq old ref > /dev/null && fail "the two vocabularies give the same dataset"
-seen_old=0; seen_new=0
-for frac in 0.1 0.3 0.5 0.7 0.85 0.95 1.1; do
-  "$s3r" data prepare in --out data --vocab 400 > /dev/null 2>&1 &
-  pid=$!
-  sleep "$(awk -v a="$full" -v f="$frac" 'BEGIN { printf "%.3f", a * f }')"
-  kill -9 "$pid" 2> /dev/null || true
-  wait "$pid" 2> /dev/null || true
-  if diff -r data old > /dev/null 2>&1; then
-    seen_old=$((seen_old + 1))
-  elif diff -r data ref > /dev/null 2>&1; then
-    seen_new=$((seen_new + 1))
-    rm -rf data; cp -a old data
-  else
-    ls -la data || true
-    fail "after kill -9 at $frac of a run, 'data' is neither the old nor the new dataset"
-  fi
-  for left in data.*; do
-    [ -e "$left" ] || continue
-    [ "$left" = "data.tmp-$pid" ] || fail "unexpected leftover $left (the killed process was $pid)"
-  done
-done
-echo "kills: $seen_old left the old dataset, $seen_new the new one (a full run takes $full s)"
-[ "$seen_old" -ge 1 ] || fail "no kill landed before the swap"
+
+# kill -9 at each named moment of a prepare of the new dataset into 'data' (kill_at proves it
+# landed there), then checks of what it left: 'data' is the old or the new dataset, never a mix,
+# or (between the two renames of the fallback swap) absent with the old one under data.old-<pid>;
+# the next prepare puts back or removes every leftover of a killed one.
+same() { diff -r "$1" "$2" > /dev/null 2>&1; }
+leftovers() { local l; for l in data.*; do [ -e "$l" ] && echo "$l"; done; true; }
+prepare_new=("$s3r" data prepare in --out data --vocab 400)
+# Shards written, info.json not: the old dataset in place, the partial new one beside it.
+kill_at prepare-write kill1.log -- "${prepare_new[@]}"
+same data old || fail "prepare-write: 'data' is not the old dataset"
+[ "$(leftovers)" = "data.tmp-$killed_pid" ] || fail "prepare-write: leftovers $(leftovers)"
+if [ ! -f "data.tmp-$killed_pid/train.bin" ] || [ -e "data.tmp-$killed_pid/info.json" ]; then
+  fail "prepare-write: data.tmp-$killed_pid is not the partial new dataset"
+fi
+pid1=$killed_pid
+# Between the two renames (arming this point makes prepare take the two-rename path): 'data' is
+# missing, the old dataset is data.old-<pid>. The next prepare cleans the earlier leftovers.
+kill_at prepare-swap-renames kill2.log -- "${prepare_new[@]}"
+grep -q "removed '.*/data.tmp-$pid1', left by a killed prepare" kill2.log \
+  || fail "prepare-swap-renames: data.tmp-$pid1 was not removed: $(cat kill2.log)"
+[ ! -e data ] || fail "prepare-swap-renames: 'data' still exists"
+if ! same "data.old-$killed_pid" old || ! same "data.tmp-$killed_pid" ref; then
+  fail "prepare-swap-renames: data.old-$killed_pid / data.tmp-$killed_pid are not the old / new dataset"
+fi
+[ "$(leftovers | wc -l)" = 2 ] || fail "prepare-swap-renames: leftovers $(leftovers)"
+pid2=$killed_pid
+# The new dataset complete and verified, nothing replaced yet: the old dataset, put back first.
+kill_at prepare-before-swap kill3.log -- "${prepare_new[@]}"
+grep -q "restored '.*/data' from '.*/data.old-$pid2', left by a killed prepare" kill3.log \
+  || fail "prepare-before-swap: the old dataset was not restored: $(cat kill3.log)"
+same data old || fail "prepare-before-swap: 'data' is not the old dataset"
+same "data.tmp-$killed_pid" ref || fail "prepare-before-swap: data.tmp-$killed_pid is not the new dataset"
+[ "$(leftovers)" = "data.tmp-$killed_pid" ] || fail "prepare-before-swap: leftovers $(leftovers)"
+# Swapped, the old dataset not yet removed (under data.tmp-<pid> after an exchange, or
+# data.old-<pid> after two renames): the new dataset in place.
+kill_at prepare-swapped kill4.log -- "${prepare_new[@]}"
+same data ref || fail "prepare-swapped: 'data' is not the new dataset"
+if [ "$(leftovers | wc -l)" != 1 ] || ! same "$(leftovers)" old; then
+  fail "prepare-swapped: the leftovers $(leftovers) are not the old dataset alone"
+fi
+echo "kills at prepare-write, -swap-renames, -before-swap, -swapped: each left the old or the new dataset"
+# Back to the old dataset; a complete prepare removes the last leftover and swaps the new one in.
+rm -rf data; cp -a old data
 "$s3r" data prepare in --out data --vocab 400 > final.log 2>&1
 diff -r data ref > /dev/null || fail "the run after the kills did not write the new dataset"
-for left in data.*; do [ -e "$left" ] && fail "leftover $left after a complete run"; done
+[ -z "$(leftovers)" ] || fail "leftovers $(leftovers) after a complete run"
 
 # One-line errors naming what is wrong.
 expect_error() {  # REGEX COMMAND...

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Faults a user or a machine inflicts on `s3r train`, end to end (issue 10). Each case checks that
+# Faults a user or a machine inflicts on `s3r train`, end to end. Each case checks that
 # the error is one clear line with exit status 1 and that every earlier run and checkpoint is
 # intact, or that the run continues bit for bit.
 # Usage: train_faults.sh S3R_BINARY DATA_DIR WORK_DIR CASE
@@ -9,6 +9,9 @@ s3r=$1; data=$2; work=$3; case=$4
 rm -rf "$work"; mkdir -p "$work"
 common=(--preset tiny --vocab 300 --data "$data" --warmup 2)
 fail() { echo "FAIL ($case): $*"; exit 1; }
+unset S3R_TEST_PAUSE_AT S3R_TEST_PAUSE_FILE  # only kill_at arms the pause hook
+# shellcheck source-path=SCRIPTDIR source=kill_at.sh
+source "$(dirname "$0")/kill_at.sh"
 
 # The logged numbers of a run (steps and validations), without the timings.
 numbers() {
@@ -29,47 +32,69 @@ expect() {
   grep -Eq -- "$regex" <<<"$out" || fail "output does not match /$regex/: $*"$'\n'"$out"
 }
 
+# The checkpoints in run folder $1: NAME(STEP) for a complete one (its meta.json written, STEP
+# 0-based), NAME(partial) for one without meta.json; in the order checkpoint, .tmp, .old.
+checkpoints() {
+  local name list=()
+  for name in checkpoint checkpoint.tmp checkpoint.old; do
+    [ -e "$1/$name" ] || continue
+    if [ -f "$1/$name/meta.json" ]; then
+      list+=("$name($(sed -n 's/^  "step": \([0-9]*\),$/\1/p' "$1/$name/meta.json"))")
+    else
+      list+=("$name(partial)")
+    fi
+  done
+  echo "${list[*]}"
+}
+
 tree_sum() { (cd "$1" && find . -type f ! -name .lock -print0 | sort -z | xargs -0 md5sum); }
 
 case $case in
 kill_resume)
-  # kill -9 at random moments of a run that checkpoints every 2 steps (inside steps, inside
-  # checkpoint writes, inside evaluations), resume each time; the logged numbers equal those of
-  # an uninterrupted run, bit for bit. Kill points are chosen by progress (lines in
-  # metrics.jsonl) plus a random delay, so the test is bounded on slow and fast machines alike.
+  # kill -9 at named moments of a run that checkpoints every 2 steps and validates every 5:
+  # inside a step, inside each stage of a checkpoint write, inside evaluations (the final one
+  # too), resuming each time. Each kill is proven to land where it says (kill_at), and the
+  # checkpoints it leaves and the step the next run resumes at are checked. In the end the
+  # logged numbers and the weights equal those of an uninterrupted run, bit for bit.
   steps=40
-  args=("${common[@]}" --steps $steps --eval-every 5 --checkpoint-every 2)
+  args=("${common[@]}" --steps "$steps" --eval-every 5 --checkpoint-every 2)
   "$s3r" train "${args[@]}" --out "$work/straight" > /dev/null || fail "straight run failed"
-  RANDOM=10  # a fixed sequence of kill points
   run="$work/killed"
-  for kill in 1 2 3 4 5 6 7 8; do
-    target=$(( (kill * steps) / 10 + RANDOM % 4 ))
-    extra=""
-    if [ -e "$run/checkpoint" ] || [ -e "$run/checkpoint.tmp" ] || [ -e "$run/checkpoint.old" ]; then
-      extra="--resume $run"
-    elif [ -e "$run" ]; then
-      extra="--overwrite"
+  # POINT:N (the Nth arrival in that process), the step the run resumes at (- for a fresh run),
+  # steps done when killed (its last progress line), the checkpoints left: NAME(last step, 0-based).
+  kills=(
+    "train-step:3              -  2  checkpoint(1)"
+    "checkpoint-write:2        2  6  checkpoint(3) checkpoint.tmp(partial)"
+    "eval-batch:3              4  5  checkpoint(3)"
+    "checkpoint-before-swap:1  4  6  checkpoint(3) checkpoint.tmp(5)"
+    "checkpoint-swap-renames:2 6  10 checkpoint.tmp(9) checkpoint.old(7)"
+    "checkpoint-swapped:1      10 12 checkpoint(11) checkpoint.old(9)"
+    "train-step:5              12 16 checkpoint(15)"
+    "eval-batch:36             16 40 checkpoint(39)"  # the final evaluation (4 * 8 batches before it)
+  )
+  k=0
+  for row in "${kills[@]}"; do
+    k=$((k + 1))
+    read -r at resumed after want <<<"$row"
+    extra=(); [ "$resumed" = - ] || extra=(--resume "$run")
+    kill_at "$at" "$work/kill$k.log" -- "$s3r" train "${args[@]}" --out "$run" "${extra[@]}"
+    log=$(cat "$work/kill$k.log")
+    if [ "$resumed" != - ]; then
+      grep -q "^resumed from .* at step $resumed\$" <<<"$log" \
+        || fail "kill $k: expected a resume at step $resumed: $(grep -E '^(run folder|resumed|s3r: error)' <<<"$log")"
     fi
-    # shellcheck disable=SC2086
-    "$s3r" train "${args[@]}" --out "$run" $extra > "$work/kill$kill.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 3000); do  # at most 30 s
-      lines=$( (wc -l < "$run/metrics.jsonl") 2>/dev/null || echo 0)
-      [ "$lines" -ge "$target" ] && break
-      kill -0 $pid 2>/dev/null || break
-      sleep 0.01
-    done
-    sleep "0.0$(( RANDOM % 10 ))"
-    kill -9 $pid 2>/dev/null
-    wait $pid 2>/dev/null
-    echo "kill $kill: at about metrics line $target; left: $(ls "$run" | tr '\n' ' ')"
+    got=$(grep -oE '^step +[0-9]+/' <<<"$log" | tail -1 | tr -dc 0-9)
+    [ "$got" = "$after" ] || fail "kill $k at $at: killed after ${got:-no} steps, expected $after"
+    [ "$(checkpoints "$run")" = "$want" ] || fail "kill $k at $at: left '$(checkpoints "$run")', expected '$want'"
+    echo "kill $k at $at (after $after steps): left $want"
   done
-  out=$("$s3r" train "${args[@]}" --out "$run" --resume "$run" 2>&1); rc=$?
-  if [ $rc != 0 ]; then grep -q "already finished" <<<"$out" || fail "final resume failed: $out"; fi
+  out=$("$s3r" train "${args[@]}" --out "$run" --resume "$run" 2>&1) || fail "final resume failed: $out"
+  grep -q "^resumed from .* at step $steps\$" <<<"$out" || fail "the final resume did not start at step $steps: $out"
   diff <(numbers "$work/straight/metrics.jsonl") <(numbers "$run/metrics.jsonl") \
     || fail "the killed and resumed run logged other numbers than the straight one"
   cmp "$work/straight/checkpoint/model.safetensors" "$run/checkpoint/model.safetensors" \
     || fail "final weights differ"
+  [ "$(checkpoints "$run")" = "checkpoint(39)" ] || fail "leftovers after the final resume: $(checkpoints "$run")"
   ;;
 busy_folder)
   # A second trainer on a folder in use is refused; the first finishes undisturbed.
