@@ -148,8 +148,13 @@ threads)
     for t in 1 2 3; do
       # shellcheck disable=SC2086
       OMP_NUM_THREADS=$t "$s3r" train "${common[@]}" --layers 1 --width 256 --heads 4 --ffn 768 --seq-len 128 \
-        --batch 8 --steps 3 --eval-every 2 --eval-batches 1 --mode $mode --out "$work/${mode%% *}-$t" > /dev/null \
-        || fail "$mode with $t threads failed"
+        --batch 8 --steps 3 --eval-every 2 --eval-batches 1 --mode $mode --out "$work/${mode%% *}-$t" \
+        > "$work/${mode%% *}-$t.log" 2>&1 || fail "$mode with $t threads failed: $(tail -3 "$work/${mode%% *}-$t.log")"
+      # Capped (S3R_MAX_ISA, the AVX2 rerun): the run must say it used that tier's kernels.
+      if [ -n "${S3R_MAX_ISA:-}" ]; then
+        grep -q "kernels $S3R_MAX_ISA;" "$work/${mode%% *}-$t.log" \
+          || fail "S3R_MAX_ISA=$S3R_MAX_ISA but the run's machine line says: $(grep machine "$work/${mode%% *}-$t.log")"
+      fi
       numbers "$work/${mode%% *}-$t/metrics.jsonl" > "$work/${mode%% *}-$t.txt"
     done
     for t in 2 3; do
