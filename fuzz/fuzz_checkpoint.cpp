@@ -2,10 +2,11 @@
 // configuration) a Model of it and train::load_checkpoint_weights / load_checkpoint
 // (include/s3r/train/checkpoint.hpp).
 //
-// Input: meta.json, model.safetensors and optimizer.safetensors joined by kSeparator; a file
-// whose part is absent is not written (the "missing file" paths). Version 1 metas carry no
-// checksums, so mutated tensor files reach the safetensors reader; version 2 seeds exercise the
-// checksum checks.
+// Input: meta.json, model.safetensors, optimizer.safetensors and tokenizer.model joined by
+// kSeparator; a file whose part is absent is not written (the "missing file" paths). Version 1
+// metas carry no checksums, so mutated tensor files reach the safetensors reader; version 2 and 3
+// seeds exercise the checksum checks, version 3 also the "architecture" and "tokenizer" records
+// and the tensors' shapes (fuzz/make_seeds.cpp).
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -35,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   std::filesystem::create_directories(dir);
-  for (const char* name : {"meta.json", "model.safetensors", "optimizer.safetensors"}) {
+  for (const char* name : {"meta.json", "model.safetensors", "optimizer.safetensors", "tokenizer.model"}) {
     const size_t cut = rest.find(kSeparator);
     s3r::fuzz::write_file(dir / name, rest.substr(0, cut));
     if (cut == std::string_view::npos) break;

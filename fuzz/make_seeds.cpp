@@ -10,7 +10,9 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -89,8 +91,13 @@ int main(int argc, char** argv) {
     put(out / "fuzz_text_reader" / "array.json", std::string(1, '\2') + "[\"one\", \"two \\\"quoted\\\"\", \"three\"]\n");
     put(out / "fuzz_text_reader" / "lines.json.gz", std::string(1, '\3') + gzip(jsonl, scratch));
 
-    // Checkpoints of a tiny model (a few KB): version 2 as save_checkpoint writes it (with
-    // checksums), and the same as version 1 (no checksums: mutations reach the tensor reader).
+    // Checkpoints of a tiny model (a few KB each) in every version the reader accepts
+    // (docs/FORMATS.md): version 3 as save_checkpoint writes it (tensors with their shapes,
+    // "architecture", tokenizer null, checksums); the same with a tokenizer record and a fourth
+    // part, tokenizer.model (the reader checksums its bytes, never parses them); version 2 (flat
+    // tensors, no "architecture" or "tokenizer", checksums of the flat files); version 1 (no
+    // checksums, so mutated tensor files reach the safetensors reader; no rope_theta, norm_eps or
+    // lm_head), also without its optimizer file.
     s3r::train::CheckpointInfo info;
     info.model = s3r::model::ModelConfig{1, 8, 2, 16, 16, 4, 1};
     info.mode = s3r::nn::LinearMode::kS3r;
@@ -103,13 +110,48 @@ int main(int argc, char** argv) {
     s3r::train::save_checkpoint((scratch / "run").string(), info, model, m, v);
     const fs::path dir = scratch / "run" / "checkpoint";
     const std::string weights = slurp(dir / "model.safetensors"), moments = slurp(dir / "optimizer.safetensors");
-    const std::string meta2 = slurp(dir / "meta.json");
-    put(out / "fuzz_checkpoint" / "v2", meta2 + kSeparator + weights + kSeparator + moments);
-    nlohmann::json meta1 = nlohmann::json::parse(meta2);
+    const std::string meta3 = slurp(dir / "meta.json");
+    const nlohmann::json parsed3 = nlohmann::json::parse(meta3);
+    if (parsed3.at("version") != 3) throw s3r::Error("save_checkpoint wrote version " + parsed3.at("version").dump() + ", not 3: update fuzz/make_seeds.cpp");
+    put(out / "fuzz_checkpoint" / "v3", meta3 + kSeparator + weights + kSeparator + moments);
+
+    const auto sum = [](const std::string& bytes) {
+      const auto crc = crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
+      return nlohmann::json{{"bytes", bytes.size()}, {"crc32", static_cast<uint32_t>(crc)}};
+    };
+    const std::string tokenizer = "s3r fuzz seed: tokenizer.model bytes (checksummed, not parsed)\n";
+    nlohmann::json with_tokenizer = parsed3;
+    with_tokenizer["tokenizer"] = {{"type", "sentencepiece"}, {"file", "tokenizer.model"},
+                                   {"vocab", info.model.vocab}, {"eos_id", 1}, {"bos_id", -1},
+                                   {"unk_id", 0}, {"pad_id", -1}};
+    with_tokenizer["tokenizer"].update(sum(tokenizer));
+    with_tokenizer["files"]["tokenizer.model"] = sum(tokenizer);
+    put(out / "fuzz_checkpoint" / "v3_tokenizer",
+        with_tokenizer.dump(2) + kSeparator + weights + kSeparator + moments + kSeparator + tokenizer);
+
+    std::vector<s3r::io::TensorView> flat_weights, flat_moments;
+    const std::span<const float> params = model.params();
+    for (const s3r::model::ParamInfo& p : model.param_table()) {
+      flat_weights.push_back({p.name, {p.size}, params.subspan(p.offset, p.size)});
+      flat_moments.push_back({p.name + ".m", {p.size}, std::span<const float>(m).subspan(p.offset, p.size)});
+      flat_moments.push_back({p.name + ".v", {p.size}, std::span<const float>(v).subspan(p.offset, p.size)});
+    }
+    s3r::io::write_safetensors((scratch / "model2.safetensors").string(), flat_weights, {});
+    s3r::io::write_safetensors((scratch / "optimizer2.safetensors").string(), flat_moments, {});
+    const std::string weights2 = slurp(scratch / "model2.safetensors"), moments2 = slurp(scratch / "optimizer2.safetensors");
+    nlohmann::json meta2 = parsed3;
+    meta2["version"] = 2;
+    meta2.erase("architecture");
+    meta2.erase("tokenizer");
+    meta2["files"] = {{"model.safetensors", sum(weights2)}, {"optimizer.safetensors", sum(moments2)}};
+    put(out / "fuzz_checkpoint" / "v2", meta2.dump(2) + kSeparator + weights2 + kSeparator + moments2);
+
+    nlohmann::json meta1 = meta2;
     meta1["version"] = 1;
     meta1.erase("files");
-    put(out / "fuzz_checkpoint" / "v1", meta1.dump() + kSeparator + weights + kSeparator + moments);
-    put(out / "fuzz_checkpoint" / "v1_weights_only", meta1.dump() + kSeparator + weights + kSeparator);
+    for (const char* key : {"rope_theta", "norm_eps", "lm_head"}) meta1["config"].erase(key);
+    put(out / "fuzz_checkpoint" / "v1", meta1.dump() + kSeparator + weights2 + kSeparator + moments2);
+    put(out / "fuzz_checkpoint" / "v1_weights_only", meta1.dump() + kSeparator + weights2 + kSeparator);
     fs::remove_all(scratch);
   } catch (const std::exception& e) {
     std::cerr << "fuzz_make_seeds: " << e.what() << "\n";

@@ -20,14 +20,17 @@
 
 #include "s3r/core/error.hpp"
 #include "s3r/data/token_shard.hpp"
+#include "temp_dir.hpp"
 
 namespace s3r::data {
 namespace {
 
 namespace fs = std::filesystem;
 
+// A fresh folder `name` inside this process's own scratch folder: the same test run twice at once
+// (ctest -j, a capped rerun beside the plain one) must not share datasets.
 fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "s3r_prepare_test" / name;
+  const fs::path dir = testing::process_temp_dir("s3r_prepare_test") / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -465,6 +467,65 @@ TEST(Matmul, Bf16OperandsMayHoldOnlyTheirWidenedValues) {
     FAIL() << "the native backend accepted an operand without bf16 values";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("only its f32-widened values"), std::string::npos) << e.what();
+  }
+}
+
+// Bit-for-bit equality (+0 and -0 told apart); "" when equal, else the first difference.
+std::string first_difference(const std::vector<float>& want, const std::vector<float>& got, int64_t N) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::bit_cast<uint32_t>(want[i]) != std::bit_cast<uint32_t>(got[i])) {
+      return "[" + std::to_string(i / N) + ", " + std::to_string(i % N) + "]: " + std::to_string(got[i]) +
+             " instead of " + std::to_string(want[i]) + " (1 thread)";
+    }
+  }
+  return "";
+}
+
+// f32 and bf16 products (thread invariance on, the default) give the same bits for 1, 2 and 3
+// threads, in every backend. oneDNN's own GEMMs split their work, K included, by the thread
+// count and add the partial sums in an order that depends on it (gemm/matmul.cpp). Shapes: the
+// dW and dX products of a layer at C = 256, F = 768, T = 1024 (f32 under oneDNN's AVX2 kernels
+// differs at 3 threads), products with a small output and a long K, where oneDNN splits K at 2
+// threads (f32 on AVX2; bf16 on AVX-512 without BF16, which oneDNN emulates), and an odd shape
+// over 3 x 3 of the fixed 128 x 256 tiles, both operands transposed, K odd. Which kernels split
+// depends on the CPU: with the fixed tiles turned off, the avx2 and avx512 capped reruns of this
+// test fail on an AVX-512 BF16 machine whose uncapped run passes. 3 threads on 2 cores only
+// oversubscribes.
+TEST(Matmul, FloatProductsGiveTheSameBitsForAnyThreadCount) {
+  const Case products[] = {{256, 768, 1024, true, false},   // dW = X^T G (C x F, K = T)
+                           {1024, 256, 768, false, true},   // dX = G W^T (T x C, K = F)
+                           {48, 32, 16384, false, true},    // small output, long K
+                           {16, 16, 65536, true, false},
+                           {300, 530, 1031, true, true}};
+  const std::vector<Bf16Backend> bf16s = bf16_backends();
+  for (const Case& c : products) {
+    const Bf16Operands o = random_bf16_operands(c.M, c.N, c.K, 21);
+    const std::vector<float> init = random_f32(c.M * c.N, 23);
+    // Each type and backend: "f32", then "bf16 <backend>".
+    for (size_t variant = 0; variant <= bf16s.size(); ++variant) {
+      const bool f32 = variant == 0;
+      const std::string name = f32 ? "f32" : "bf16 " + std::string(to_string(bf16s[variant - 1]));
+      std::optional<ScopedBf16Backend> scoped;
+      if (!f32) scoped.emplace(bf16s[variant - 1]);
+      for (bool accumulate : {false, true}) {
+        if (accumulate && c.M == 300) continue;
+        auto product = [&](int threads) {
+          testing::ScopedThreads st(threads);
+          std::vector<float> out = init;
+          if (f32) {
+            matmul_f32(out.data(), o.aw.data(), o.bw.data(), shape_of(c), accumulate);
+          } else {
+            matmul_bf16(out.data(), o.a.data(), o.b.data(), shape_of(c), accumulate);
+          }
+          return out;
+        };
+        const std::vector<float> one = product(1);
+        for (int threads : {2, 3}) {
+          EXPECT_EQ(first_difference(one, product(threads), c.N), "")
+              << name << " " << describe(c) << " accumulate " << accumulate << ", " << threads << " threads";
+        }
+      }
+    }
   }
 }
 

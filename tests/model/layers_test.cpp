@@ -97,6 +97,21 @@ TEST(Layers, RopeIsARotationAndItsBackwardItsTranspose) {
     return L;
   };
   check("rope dx", to_double(x), loss, g);
+  // The forward itself, element by element: y starts as a copy of x (RoPE works in place), so
+  // only a comparison with the rotation computed here catches positions it failed to rotate.
+  // cos and sin are rounded to float (u each), then two products and a sum round (u each): an
+  // error below 5u (|a| + |b|), u = 2^-24; we allow 8u. A skipped rotation is off by O(|a| + |b|).
+  for (int64_t t = 0; t < B * S; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < HD / 2; ++i) {
+        const double ang = static_cast<double>(t % S) * std::pow(10000.0, -2.0 * i / HD);
+        const int64_t o = t * C + h * HD + 2 * i;
+        const double a = x[o], b = x[o + 1], tol = 8.0 * 0x1p-24 * (std::fabs(a) + std::fabs(b));
+        ASSERT_NEAR(y[o], a * std::cos(ang) - b * std::sin(ang), tol) << "rope y[" << o << "]";
+        ASSERT_NEAR(y[o + 1], a * std::sin(ang) + b * std::cos(ang), tol) << "rope y[" << o + 1 << "]";
+      }
+    }
+  }
   // Position 0 is the identity; norms are preserved.
   for (int64_t c = 0; c < C; ++c) EXPECT_EQ(y[c], x[c]);
   double nx = 0, ny = 0;

@@ -1,9 +1,13 @@
 // Elementwise and row kernels (SwiGLU, softmax cross-entropy, RMSNorm): the polynomial exp
-// against std::exp, and reference vs every vectorized tier bit for bit.
+// against std::exp, and reference vs every vectorized tier bit for bit, over whole ranges and over
+// pieces of them that start mid-range.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/dispatch.hpp"
@@ -41,6 +45,23 @@ std::vector<float> test_values(size_t n, uint32_t seed) {
   return v;
 }
 
+constexpr float kGuard = -7.0f;
+
+// got[i] for i < want.size(): the bits of want[i] inside the piece [i0, i1), kGuard outside it
+// (and past the end); "" when so, else the first index that is not and both values.
+std::string piece_mismatch(const std::vector<float>& got, const std::vector<float>& want,
+                           int64_t i0, int64_t i1) {
+  for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
+    const bool inside = i >= i0 && i < i1;
+    const float expected = inside ? want[i] : kGuard;
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(expected)) {
+      return "at " + std::to_string(i) + (inside ? "" : " (outside the piece)") + ": " +
+             std::to_string(got[i]) + " instead of " + std::to_string(expected);
+    }
+  }
+  return "";
+}
+
 TEST(Elementwise, SwigluKernelsAreBitExact) {
   const auto tiers = testing::vector_isas();
   S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
@@ -63,6 +84,33 @@ TEST(Elementwise, SwigluKernelsAreBitExact) {
       ASSERT_EQ(b[n], -7.0f) << isa_name(isa) << ": forward wrote past the end, n=" << n;
       ASSERT_EQ(b1[n], -7.0f) << isa_name(isa) << ": dh1 written past the end, n=" << n;
       ASSERT_EQ(b3[n], -7.0f) << isa_name(isa) << ": dh3 written past the end, n=" << n;
+    }
+  }
+}
+
+// Production runs these kernels on blocks [i0, i1) of a buffer (parallel_blocks): a piece that
+// starts mid-range, off the 8- and 16-lane grid, and ends before the buffer does gives the
+// reference's whole-range values at its positions and writes nothing outside it (every tier,
+// the reference included).
+TEST(Elementwise, SwigluKernelsOnPiecesStartingMidRange) {
+  const int64_t n = 100;
+  const auto h1 = test_values(n, 1), h3 = test_values(n, 2), dh = test_values(n, 3);
+  std::vector<float> a(n), a1(n), a3(n);
+  ref::swiglu_forward_ew(a.data(), h1.data(), h3.data(), 0, n);
+  ref::swiglu_backward_ew(a1.data(), a3.data(), dh.data(), h1.data(), h3.data(), 0, n);
+  for (Isa isa : testing::runnable_isas()) {
+    const KernelTable& k = kernels_for(isa);
+    for (int64_t i0 : {1, 3, 5, 9, 13, 17, 33}) {
+      for (int64_t i1 : {i0 + 1, i0 + 7, i0 + 8, i0 + 9, i0 + 23, n - 1, n}) {
+        std::vector<float> b(n + 1, kGuard), b1(n + 1, kGuard), b3(n + 1, kGuard);
+        k.swiglu_forward_ew(b.data(), h1.data(), h3.data(), i0, i1);
+        k.swiglu_backward_ew(b1.data(), b3.data(), dh.data(), h1.data(), h3.data(), i0, i1);
+        const std::string ctx = std::string(isa_name(isa)) + " piece [" + std::to_string(i0) + ", " +
+                                std::to_string(i1) + ")";
+        ASSERT_EQ(piece_mismatch(b, a, i0, i1), "") << ctx << " forward";
+        ASSERT_EQ(piece_mismatch(b1, a1, i0, i1), "") << ctx << " dh1";
+        ASSERT_EQ(piece_mismatch(b3, a3, i0, i1), "") << ctx << " dh3";
+      }
     }
   }
 }
@@ -104,8 +152,45 @@ TEST(Elementwise, SoftmaxCrossEntropyKernelIsBitExact) {
   }
 }
 
+// Rows [r0, r1) of a larger batch, as the blocks of the model's loss: the rows of the piece get
+// the whole-batch call's logits gradient and loss, every other row (and loss) stays as it was.
+// V odd: the rows start off the vector grid.
+TEST(Elementwise, SoftmaxCrossEntropyOnRowsStartingMidBatch) {
+  const int64_t rows = 6;
+  for (int64_t V : {7, 17, 33}) {
+    const auto z = test_values(rows * V, 5);
+    std::vector<int32_t> y(rows);
+    for (int64_t r = 0; r < rows; ++r) y[r] = static_cast<int32_t>((r * 5) % V);
+    std::vector<float> a = z;
+    std::vector<double> la(rows);
+    ASSERT_TRUE(ref::softmax_xent_rows(a.data(), la.data(), y.data(), 0, rows, V, 0.25f));
+    for (Isa isa : testing::runnable_isas()) {
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{1, rows}, {1, 2}, {2, 5}, {3, 4}}) {
+        std::vector<float> b = z;
+        b.push_back(kGuard);
+        std::vector<double> lb(rows + 1, -7.0);
+        ASSERT_TRUE(kernels_for(isa).softmax_xent_rows(b.data(), lb.data(), y.data(), r0, r1, V, 0.25f));
+        const std::string ctx = std::string(isa_name(isa)) + " V=" + std::to_string(V) + " rows [" +
+                                std::to_string(r0) + ", " + std::to_string(r1) + ")";
+        for (int64_t r = 0; r <= rows; ++r) {
+          const bool inside = r >= r0 && r < r1;
+          ASSERT_EQ(lb[r], inside ? la[r] : -7.0) << ctx << " loss of row " << r;
+        }
+        for (int64_t i = 0; i < rows * V; ++i) {
+          const bool inside = i >= r0 * V && i < r1 * V;
+          ASSERT_EQ(std::bit_cast<uint32_t>(b[i]), std::bit_cast<uint32_t>(inside ? a[i] : z[i]))
+              << ctx << " at [" << i / V << ", " << i % V << "]" << (inside ? "" : " (outside the rows)");
+        }
+        ASSERT_EQ(b[rows * V], kGuard) << ctx << ": wrote past the end";
+      }
+    }
+  }
+}
+
 // RMSNorm's row kernels: rstd, outputs and input gradients bit for bit between the reference and
-// every vector tier, at widths around the vector sizes (dx accumulates: it starts non-zero).
+// every vector tier, at widths around the vector sizes (dx accumulates: it starts non-zero). The
+// whole batch, and rows [1, rows - 1) of it as a block of the production loop: rows outside the
+// block (first and last) and a guard past each buffer's end keep their values.
 TEST(Elementwise, RmsnormKernelsAreBitExact) {
   const auto tiers = testing::vector_isas();
   S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
@@ -114,23 +199,31 @@ TEST(Elementwise, RmsnormKernelsAreBitExact) {
     const auto x = test_values(rows * C, 7), w = test_values(C, 8), dy = test_values(rows * C, 9);
     const auto dx0 = test_values(rows * C, 10);
     std::vector<float> out(rows * C), rstd(rows), dx = dx0;
-    ref::rmsnorm_rows(out.data(), rstd.data(), x.data(), w.data(), 1, rows, C, 1e-5f);
-    ref::rmsnorm_backward_rows(dx.data(), dy.data(), x.data(), w.data(), rstd.data(), 1, rows, C);
+    ref::rmsnorm_rows(out.data(), rstd.data(), x.data(), w.data(), 0, rows, C, 1e-5f);
+    ref::rmsnorm_backward_rows(dx.data(), dy.data(), x.data(), w.data(), rstd.data(), 0, rows, C);
     for (Isa isa : tiers) {
-      std::vector<float> out2(rows * C + 1, 0.0f), rstd2(rows + 1, 0.0f), dx2 = dx0;
-      out2[rows * C] = rstd2[rows] = -7.0f;
-      dx2.push_back(-7.0f);
-      const KernelTable& k = kernels_for(isa);
-      k.rmsnorm_rows(out2.data(), rstd2.data(), x.data(), w.data(), 1, rows, C, 1e-5f);
-      k.rmsnorm_backward_rows(dx2.data(), dy.data(), x.data(), w.data(), rstd.data(), 1, rows, C);
-      for (int64_t r = 1; r < rows; ++r) ASSERT_EQ(rstd[r], rstd2[r]) << isa_name(isa) << " C=" << C << " r=" << r;
-      for (int64_t i = 0; i < rows * C; ++i) {
-        ASSERT_EQ(out[i], out2[i]) << isa_name(isa) << " out C=" << C << " i=" << i;
-        ASSERT_EQ(dx[i], dx2[i]) << isa_name(isa) << " dx C=" << C << " i=" << i;
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {1, rows - 1}}) {
+        std::vector<float> out2(rows * C + 1, kGuard), rstd2(rows + 1, kGuard), dx2 = dx0;
+        dx2.push_back(kGuard);
+        const KernelTable& k = kernels_for(isa);
+        k.rmsnorm_rows(out2.data(), rstd2.data(), x.data(), w.data(), r0, r1, C, 1e-5f);
+        k.rmsnorm_backward_rows(dx2.data(), dy.data(), x.data(), w.data(), rstd.data(), r0, r1, C);
+        const std::string ctx = std::string(isa_name(isa)) + " C=" + std::to_string(C) + " rows [" +
+                                std::to_string(r0) + ", " + std::to_string(r1) + ")";
+        for (int64_t r = 0; r <= rows; ++r) {
+          const bool inside = r >= r0 && r < r1;
+          ASSERT_EQ(rstd2[r], inside ? rstd[r] : kGuard) << ctx << " rstd of row " << r
+                                                         << (inside ? "" : " (outside the rows)");
+        }
+        for (int64_t i = 0; i <= rows * C; ++i) {
+          const bool inside = i >= r0 * C && i < r1 * C;
+          const std::string at = " at [" + std::to_string(i / C) + ", " + std::to_string(i % C) + "]" +
+                                 (inside ? "" : " (outside the rows)");
+          ASSERT_EQ(out2[i], inside ? out[i] : kGuard) << ctx << " out" << at;
+          const float dx_outside = i < rows * C ? dx0[i] : kGuard;
+          ASSERT_EQ(dx2[i], inside ? dx[i] : dx_outside) << ctx << " dx" << at;
+        }
       }
-      ASSERT_EQ(out2[rows * C], -7.0f) << isa_name(isa) << ": wrote past the end, C=" << C;
-      ASSERT_EQ(dx2[rows * C], -7.0f) << isa_name(isa) << ": dx written past the end, C=" << C;
-      ASSERT_EQ(rstd2[0], 0.0f) << isa_name(isa) << ": row 0 is outside [r0, r1)";
     }
   }
 }

@@ -1,9 +1,11 @@
-// The linear layer's correction kernels: reference vs every vectorized tier over a sweep of shapes.
+// The linear layer's correction kernels: reference vs every vectorized tier over a sweep of shapes,
+// and on blocks of rows that start mid-range.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/dispatch.hpp"
@@ -88,6 +90,72 @@ TEST(LinearKernels, GemvMatchesReference) {
                   << " N=" << N << " B=" << B << " at [" << b << ", " << k << "]";
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// The layer calls both kernels on blocks of rows: dx_epilogue on [t0, t1) of the tokens,
+// gemv_s8_f32 on [k0, k1) of the features. A block that starts mid-range (rows off any vector
+// or example boundary, so the elements start off the lane grid) gives the whole-range call's
+// values at its rows (the example of row t is t / S, whatever the block) and leaves every other
+// row as it was. Every tier, the reference included.
+TEST(LinearKernels, BlocksStartingMidRangeGiveTheWholeRangesRows) {
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> acc_dist(-2000000, 2000000);
+  std::uniform_int_distribution<int> code(-127, 127);
+  constexpr float kGuard = -7.0f;
+  const int64_t T = 21, S = 7, B = T / S;
+  for (int64_t K : {1, 9, 17, 33}) {
+    std::vector<int32_t> acc(T * K);
+    for (auto& v : acc) v = acc_dist(gen);
+    std::vector<float> sx(T), wa(B * K), delta(T), rowsum(K), init(T * K);
+    for (auto& v : sx) v = 0.01f * std::exp(normal(gen));
+    for (auto& v : wa) v = 1e-3f * normal(gen);
+    for (auto& v : delta) v = 1e-4f * normal(gen);
+    for (auto& v : rowsum) v = std::round(300.0f * normal(gen));
+    for (auto& v : init) v = normal(gen);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> whole = init;
+      ref::dx_epilogue(whole.data(), acc.data(), 0, T, K, 3e-5f, sx.data(), wa.data(), delta.data(),
+                       rowsum.data(), S, accumulate);
+      for (Isa isa : testing::runnable_isas()) {
+        for (auto [t0, t1] : {std::pair<int64_t, int64_t>{1, T}, {3, 4}, {5, 16}, {8, 13}}) {
+          std::vector<float> got = init;
+          got.push_back(kGuard);
+          kernels_for(isa).dx_epilogue(got.data(), acc.data(), t0, t1, K, 3e-5f, sx.data(), wa.data(),
+                                       delta.data(), rowsum.data(), S, accumulate);
+          for (int64_t i = 0; i <= T * K; ++i) {
+            const bool inside = i >= t0 * K && i < t1 * K;
+            const float want = inside ? whole[i] : (i < T * K ? init[i] : kGuard);
+            ASSERT_EQ(got[i], want) << isa_name(isa) << " dx_epilogue K=" << K << " accumulate="
+                                    << accumulate << " rows [" << t0 << ", " << t1 << ") at ["
+                                    << i / K << ", " << i % K << "]" << (inside ? "" : " (outside the rows)");
+          }
+        }
+      }
+    }
+  }
+  for (int64_t N : {9, 40}) {
+    const int64_t K = 29, Bv = 3;
+    std::vector<int8_t> w(K * N);
+    for (auto& v : w) v = static_cast<int8_t>(code(gen));
+    std::vector<float> a(Bv * N);
+    for (auto& v : a) v = normal(gen);
+    for (Isa isa : testing::runnable_isas()) {
+      // Against the same tier's whole-range call: bit for bit (each output is one row's sum).
+      std::vector<float> whole(Bv * K);
+      kernels_for(isa).gemv_s8_f32(whole.data(), w.data(), a.data(), Bv, K, N, 0, K);
+      for (auto [k0, k1] : {std::pair<int64_t, int64_t>{1, K}, {3, 4}, {5, 22}, {17, 28}}) {
+        std::vector<float> got(Bv * K + 1, kGuard);
+        kernels_for(isa).gemv_s8_f32(got.data(), w.data(), a.data(), Bv, K, N, k0, k1);
+        for (int64_t i = 0; i <= Bv * K; ++i) {
+          const bool inside = i < Bv * K && i % K >= k0 && i % K < k1;
+          ASSERT_EQ(got[i], inside ? whole[i] : kGuard)
+              << isa_name(isa) << " gemv N=" << N << " rows [" << k0 << ", " << k1 << ") at ["
+              << i / K << ", " << i % K << "]" << (inside ? "" : " (outside the rows)");
         }
       }
     }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <string>
@@ -164,6 +166,20 @@ TEST(Swiglu, EveryModeTracksTheF32Block) {
   }
 }
 
+// "" when got and want hold the same bits, else the first index where they differ and both values.
+std::string first_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    return "size " + std::to_string(got.size()) + " instead of " + std::to_string(want.size());
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i])) {
+      return "[" + std::to_string(i) + "] = " + std::to_string(got[i]) + " instead of " +
+             std::to_string(want[i]);
+    }
+  }
+  return "";
+}
+
 // The model runs every block's SwiGLU on one SwigluScratch: forward of block 0, then block 1, then
 // the backward of block 1, then block 0. Nothing a block's backward reads may live in the
 // scratch, so each block's results must be bit for bit those of a block with a scratch of its
@@ -174,7 +190,14 @@ TEST(Swiglu, OneScratchServesEveryBlockBitForBit) {
   for (LinearMode mode : {LinearMode::kF32, LinearMode::kBf16, LinearMode::kSr, LinearMode::kS3r}) {
     const Correction corr = is_int8(mode) ? Correction::kTwoWay : Correction::kNone;
     const Result alone0 = run_block(b0, mode, corr, 16), alone1 = run_block(b1, mode, corr, 16);
-    Result r0 = alone0, r1 = alone1;  // sized like them; every value is overwritten below
+    // Sized like them and filled with garbage, not copied from them: an output the shared-scratch
+    // run fails to write must not pass for the alone run's value.
+    Result r0 = alone0, r1 = alone1;
+    for (Result* r : {&r0, &r1}) {
+      for (std::vector<float>* v : {&r->y, &r->dx, &r->dw1, &r->dw3, &r->dw2}) {
+        std::fill(v->begin(), v->end(), std::nanf(""));
+      }
+    }
     SwigluState st0, st1;
     SwigluScratch shared;
     swiglu_forward(r0.y, b0.x, {b0.w1, b0.w3, b0.w2}, 32, 16, 40, mode, st0, shared);
@@ -182,13 +205,15 @@ TEST(Swiglu, OneScratchServesEveryBlockBitForBit) {
     const Key key = fold_in(key_from_seed(5), 0);
     swiglu_backward(r1.dx, {r1.dw1, r1.dw3, r1.dw2}, b1.r, corr, 16, key, 0, st1, shared);
     swiglu_backward(r0.dx, {r0.dw1, r0.dw3, r0.dw2}, b0.r, corr, 16, key, 0, st0, shared);
-    for (const auto& [got, want] : {std::pair{&r0, &alone0}, std::pair{&r1, &alone1}}) {
-      const std::string ctx(to_string(mode));
-      EXPECT_EQ(got->y, want->y) << ctx;
-      EXPECT_EQ(got->dx, want->dx) << ctx;
-      EXPECT_EQ(got->dw1, want->dw1) << ctx;
-      EXPECT_EQ(got->dw3, want->dw3) << ctx;
-      EXPECT_EQ(got->dw2, want->dw2) << ctx;
+    for (int block = 0; block < 2; ++block) {
+      const Result& got = block == 0 ? r0 : r1;
+      const Result& want = block == 0 ? alone0 : alone1;
+      const std::string ctx = std::string(to_string(mode)) + " block " + std::to_string(block);
+      EXPECT_EQ(first_difference(got.y, want.y), "") << ctx << " Y";
+      EXPECT_EQ(first_difference(got.dx, want.dx), "") << ctx << " dX";
+      EXPECT_EQ(first_difference(got.dw1, want.dw1), "") << ctx << " dW1";
+      EXPECT_EQ(first_difference(got.dw3, want.dw3), "") << ctx << " dW3";
+      EXPECT_EQ(first_difference(got.dw2, want.dw2), "") << ctx << " dW2";
     }
   }
 }

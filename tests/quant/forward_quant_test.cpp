@@ -1,4 +1,5 @@
-// Forward RTNE quantizers: SPEC section 1, reference vs AVX-512, edge cases and bad input.
+// Forward RTNE quantizers: SPEC section 1, reference vs every tier (whole ranges and blocks that
+// start mid-range), edge cases and bad input.
 #include "s3r/quant/forward_quant.hpp"
 
 #include <gtest/gtest.h>
@@ -8,8 +9,12 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/dispatch.hpp"
+#include "kernels/ref/numerics.hpp"
 #include "s3r/core/error.hpp"
 #include "test_util.hpp"
 
@@ -93,6 +98,60 @@ TEST(ForwardQuant, ReferenceAndAvx512AgreeBitExactly) {
           testing::ScopedThreads st(threads);
           expect_same(rows_rtne(x, rows, cols), ref_rows, "rows", rows, cols);
           expect_same(cols_rtne(x, rows, cols), ref_cols, "cols", rows, cols);
+        }
+      }
+    }
+  }
+}
+
+// The drivers call the kernels on blocks: rows [r0, r1) of quantize_rows_rtne and
+// quantize_cols_rtne, columns [c0, c1) (over rows [r0, r1)) of absmax_cols, the blocks of other
+// threads beside them. A block that starts mid-range (rows of an odd width start off the lane
+// grid; columns off the 8- and 16-lane grid) gives the reference's whole-range values at its
+// positions and writes nothing outside it. Every tier, the reference included.
+TEST(ForwardQuant, KernelBlocksStartingMidRangeGiveTheWholeRangesValues) {
+  const int64_t rows = 13, cols = 37;
+  const auto x = random_matrix(rows, cols, 11);
+  std::vector<int8_t> row_codes(rows * cols), col_codes(rows * cols);
+  std::vector<float> row_scales(rows), col_scales(cols);
+  ASSERT_TRUE(kernels::ref::quantize_rows_rtne(row_codes.data(), row_scales.data(), x.data(), 0, rows, cols));
+  ASSERT_TRUE(kernels::ref::absmax_cols(col_scales.data(), x.data(), 0, rows, cols, 0, cols));
+  for (float& s : col_scales) s = kernels::ref::absmax_to_scale(s);
+  kernels::ref::quantize_cols_rtne(col_codes.data(), x.data(), col_scales.data(), 0, rows, cols);
+  const std::pair<int64_t, int64_t> row_blocks[] = {{1, rows}, {3, 4}, {5, 12}};
+  for (Isa isa : testing::runnable_isas()) {
+    const kernels::KernelTable& k = kernels::kernels_for(isa);
+    for (auto [r0, r1] : row_blocks) {
+      const std::string ctx = std::string(isa_name(isa)) + " rows [" + std::to_string(r0) + ", " +
+                              std::to_string(r1) + ")";
+      std::vector<int8_t> codes(rows * cols + 1, kGuardCode), ccodes(rows * cols + 1, kGuardCode);
+      std::vector<float> scales(rows + 1, kGuardScale);
+      ASSERT_TRUE(k.quantize_rows_rtne(codes.data(), scales.data(), x.data(), r0, r1, cols)) << ctx;
+      k.quantize_cols_rtne(ccodes.data(), x.data(), col_scales.data(), r0, r1, cols);
+      for (int64_t r = 0; r <= rows; ++r) {
+        const bool inside = r >= r0 && r < r1;
+        ASSERT_EQ(scales[r], inside ? row_scales[r] : kGuardScale) << ctx << " row scale " << r;
+      }
+      for (int64_t i = 0; i <= rows * cols; ++i) {
+        const bool inside = i >= r0 * cols && i < r1 * cols;
+        const std::string at = " at [" + std::to_string(i / cols) + ", " + std::to_string(i % cols) +
+                               "]" + (inside ? "" : " (outside the rows)");
+        ASSERT_EQ(codes[i], inside ? row_codes[i] : kGuardCode) << ctx << " row codes" << at;
+        ASSERT_EQ(ccodes[i], inside ? col_codes[i] : kGuardCode) << ctx << " column codes" << at;
+      }
+    }
+    for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {2, 11}}) {
+      // The column maxima of these rows, from the reference over every column.
+      std::vector<float> want(cols);
+      ASSERT_TRUE(kernels::ref::absmax_cols(want.data(), x.data(), r0, r1, cols, 0, cols));
+      for (auto [c0, c1] : {std::pair<int64_t, int64_t>{1, cols}, {3, 4}, {5, 22}, {9, 33}, {17, 36}}) {
+        std::vector<float> colmax(cols + 1, kGuardScale);
+        ASSERT_TRUE(k.absmax_cols(colmax.data(), x.data(), r0, r1, cols, c0, c1));
+        for (int64_t c = 0; c <= cols; ++c) {
+          const bool inside = c >= c0 && c < c1;
+          ASSERT_EQ(colmax[c], inside ? want[c] : kGuardScale)
+              << isa_name(isa) << " absmax_cols rows [" << r0 << ", " << r1 << ") columns [" << c0
+              << ", " << c1 << ") at column " << c << (inside ? "" : " (outside the columns)");
         }
       }
     }

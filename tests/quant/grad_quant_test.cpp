@@ -1,5 +1,6 @@
-// The fused backward quantizer: reference vs AVX-512 over a sweep of shapes, thread-count
-// invariance, the spec's formulas, statistics against a direct computation, and bad input.
+// The fused backward quantizer: reference vs every tier over a sweep of shapes and on kernel
+// blocks that start mid-example, thread-count invariance, the spec's formulas, statistics against
+// a direct computation, and bad input.
 #include "s3r/quant/grad_quant.hpp"
 
 #include <gtest/gtest.h>
@@ -10,8 +11,10 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/dispatch.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/dist/communicator.hpp"
 #include "s3r/quant/thresholds.hpp"
@@ -179,6 +182,88 @@ TEST(GradQuant, Bf16InputMatchesReferenceAndItsF32Widening) {
         expect_codes_equal(got, ref, where(p, mode) + " bf16");
         expect_stats_close(got, ref, where(p, mode) + " bf16", isa == Isa::kReference);
         expect_codes_equal(run(widened, mode, true), ref, where(p, mode) + " bf16 vs widened f32");
+      }
+    }
+  }
+}
+
+// The kernels directly, on blocks that start mid-example: rows [r0, r1) inside one example of a
+// batch that sits at first_token = 30 of the global batch (a rank's or micro-batch's share; not a
+// multiple of 4, so a Threefry word's four 7-bit thresholds straddle the batch's rows
+// differently than the row index suggests), N odd so that rows start off the lane grid. The driver's blocks start at example boundaries and every 32 tokens
+// after; the kernels' contract is any block inside one example. Each block must give, at its
+// rows, the codes of the reference's call over the whole example (the random bits of a position
+// do not depend on where its block starts) and that tier's own row sums of the whole call, the
+// reference's column sums of the same block, and write no other row.
+TEST(GradQuant, KernelBlocksStartingMidExampleGiveTheWholeExamplesCodes) {
+  static constexpr int64_t S = 10, T = 20, N = 37;
+  const Problem prob = make_problem(T, N, S, 77);
+  static constexpr int8_t kGuardCode = 0x5A;
+  static constexpr float kGuard = -7.0f;
+  for (GradRounding mode : kModes) {
+    kernels::GradProblem p;
+    p.g_f32 = prob.g.data();
+    p.sx = prob.sx.data();
+    p.sw = prob.sw.data();
+    p.tokens = T;
+    p.channels = N;
+    p.tokens_per_example = S;
+    p.first_token = 30;
+    p.mode = mode;
+    p.count = quantization_count(mode);
+    for (int q = 0; q < p.count; ++q) p.keys[q] = fold_in(fold_in(key_from_seed(9), 4), static_cast<uint32_t>(q));
+    bool nonfinite = false;
+    const float step = kernels::ref::grad_absmax(p, 0, T, &nonfinite) / 127.0f;
+    ASSERT_FALSE(nonfinite);
+    // A call's outputs, guard-filled: codes (T, N) and row sums (T) with one element past the end
+    // each, column sums (N) of the block.
+    struct Out {
+      std::vector<int8_t> codes[2];
+      std::vector<float> rows[2], cols[2];
+      Out() {
+        for (int q = 0; q < 2; ++q) {
+          codes[q].assign(T * N + 1, kGuardCode);
+          rows[q].assign(T + 1, kGuard);
+          cols[q].assign(N + 1, kGuard);
+        }
+      }
+      kernels::GradBlockOut block() {
+        kernels::GradBlockOut o;
+        for (int q = 0; q < 2; ++q) o.codes[q] = codes[q].data(), o.row_sums[q] = rows[q].data(), o.col_sums[q] = cols[q].data();
+        return o;
+      }
+    };
+    const auto whole = [&](const kernels::KernelTable& k) {
+      Out o;
+      for (int64_t e = 0; e < T; e += S) k.grad_quantize(p, step, e, e + S, o.block());
+      return o;
+    };
+    const Out ref_whole = whole(kernels::kernels_for(Isa::kReference));
+    for (Isa isa : testing::runnable_isas()) {
+      const kernels::KernelTable& k = kernels::kernels_for(isa);
+      const Out own_whole = whole(k);
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{1, 10}, {3, 4}, {5, 9}, {11, 20}, {14, 19}}) {
+        Out got, ref_block;
+        k.grad_quantize(p, step, r0, r1, got.block());
+        kernels::ref::grad_quantize(p, step, r0, r1, ref_block.block());
+        const std::string ctx = std::string(isa_name(isa)) + " " + std::string(to_string(mode)) +
+                                " rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ")";
+        for (int q = 0; q < p.count; ++q) {
+          for (int64_t i = 0; i <= T * N; ++i) {
+            const bool inside = i >= r0 * N && i < r1 * N;
+            ASSERT_EQ(got.codes[q][i], inside ? ref_whole.codes[q][i] : kGuardCode)
+                << ctx << " q=" << q << " code [" << i / N << ", " << i % N << "]"
+                << (inside ? "" : " (outside the rows)");
+          }
+          for (int64_t t = 0; t <= T; ++t) {
+            const bool inside = t >= r0 && t < r1;
+            ASSERT_EQ(got.rows[q][t], inside ? own_whole.rows[q][t] : kGuard)
+                << ctx << " q=" << q << " row sum " << t << (inside ? "" : " (outside the rows)");
+          }
+          for (int64_t n = 0; n <= N; ++n) {
+            ASSERT_EQ(got.cols[q][n], ref_block.cols[q][n]) << ctx << " q=" << q << " column sum " << n;
+          }
+        }
       }
     }
   }

@@ -15,6 +15,7 @@
 
 #include "s3r/core/error.hpp"
 #include "s3r/io/folder_lock.hpp"
+#include "temp_dir.hpp"
 
 namespace s3r::train {
 namespace {
@@ -47,8 +48,10 @@ TrainOptions tiny_options(int64_t steps, const std::string& out) {
   return o;
 }
 
+// A fresh folder `name` inside this process's own scratch folder: the same test run twice at once
+// (ctest -j, a capped rerun beside the plain one) must not share run folders.
 std::string temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "s3r_train_test" / name;
+  const fs::path dir = testing::process_temp_dir("s3r_train_test") / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
