@@ -11,6 +11,7 @@
 #include "s3r/core/cpu_features.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/core/machine.hpp"
+#include "s3r/gemm/machine_line.hpp"
 
 #ifndef S3R_BUILD_TYPE
 #define S3R_BUILD_TYPE "unknown"

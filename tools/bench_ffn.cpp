@@ -17,7 +17,7 @@
 #include "option_checks.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/matmul.hpp"
-#include "s3r/core/machine.hpp"
+#include "s3r/gemm/machine_line.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/nn/swiglu.hpp"
 #include "s3r/rng/threefry.hpp"

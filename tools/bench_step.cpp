@@ -22,6 +22,7 @@
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/core/machine.hpp"
+#include "s3r/gemm/machine_line.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/optim/adamw.hpp"

@@ -17,7 +17,7 @@
 #include "memory_check.hpp"
 #include "option_checks.hpp"
 #include "s3r/core/error.hpp"
-#include "s3r/core/machine.hpp"
+#include "s3r/gemm/machine_line.hpp"
 #include "s3r/data/dataloader.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/io/atomic_file.hpp"

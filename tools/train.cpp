@@ -15,6 +15,7 @@
 #include "option_checks.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/machine.hpp"
+#include "s3r/gemm/machine_line.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/train/data_parallel.hpp"

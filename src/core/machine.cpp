@@ -1,14 +1,6 @@
 #include "s3r/core/machine.hpp"
 
-#include <omp.h>
-
 #include <fstream>
-#include <sstream>
-
-#include "s3r/core/cpu_features.hpp"
-#include "s3r/core/isa.hpp"
-#include "s3r/gemm/backend.hpp"
-#include "s3r/gemm/matmul.hpp"
 
 namespace s3r {
 
@@ -44,15 +36,6 @@ int64_t peak_resident_bytes() {
     if (line.rfind(field, 0) == 0) return std::stoll(line.substr(field.size())) * 1024;
   }
   return -1;
-}
-
-std::string machine_line() {
-  std::ostringstream s;
-  s << cpu_model_name() << ", " << omp_get_num_procs() << " logical cores ("
-    << describe(cpu_features()) << "); kernels " << isa_name(active_isa()) << "; "
-    << gemm::backends_line() << "; " << omp_get_max_threads() << " OpenMP threads, oneDNN "
-    << gemm::onednn_version();
-  return s.str();
 }
 
 }  // namespace s3r

@@ -10,7 +10,7 @@
 
 #include "s3r/core/error.hpp"
 #include "s3r/core/isa.hpp"
-#include "s3r/core/machine.hpp"
+#include "s3r/gemm/machine_line.hpp"
 #include "test_util.hpp"
 
 namespace s3r {

@@ -1,5 +1,6 @@
 #pragma once
-// Facts about the machine that benchmarks print beside their numbers.
+// Facts about the machine that benchmarks print beside their numbers (the whole line, with what
+// s3r chose on it: s3r/gemm/machine_line.hpp).
 #include <cstdint>
 #include <string>
 
@@ -13,9 +14,5 @@ int64_t available_memory_bytes();
 
 // This process's peak resident set (VmHWM of /proc/self/status) in bytes, or -1.
 int64_t peak_resident_bytes();
-
-// One line: CPU model, logical cores and features, the kernel tier, the GEMM backend of each
-// type (int8, bf16 native or emulated, f32), OpenMP threads, oneDNN version.
-std::string machine_line();
 
 }  // namespace s3r
