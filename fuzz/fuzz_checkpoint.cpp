@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const s3r::train::CheckpointInfo info = s3r::train::read_checkpoint_info(dir.string());
     if (!tiny(info.model)) return 0;
-    s3r::model::Model model(info.model, info.mode, info.correction);
+    s3r::model::Model model(info.model, info.recipe);
     s3r::train::load_checkpoint_weights(dir.string(), model);
     std::vector<float> m(model.params().size()), v(model.params().size());
     (void)s3r::train::load_checkpoint(dir.string(), model, m, v);

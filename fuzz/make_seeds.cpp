@@ -100,11 +100,10 @@ int main(int argc, char** argv) {
     // lm_head), also without its optimizer file.
     s3r::train::CheckpointInfo info;
     info.model = s3r::model::ModelConfig{1, 8, 2, 16, 16, 4, 1};
-    info.mode = s3r::nn::LinearMode::kS3r;
-    info.correction = s3r::nn::Correction::kDx;
+    info.recipe = s3r::nn::Recipe::make(s3r::nn::LinearMode::kS3r, s3r::nn::Correction::kDx);
     info.seed = 3;
     info.step = 7;
-    s3r::model::Model model(info.model, info.mode, info.correction);
+    s3r::model::Model model(info.model, info.recipe);
     model.init_weights(info.seed);
     const std::vector<float> m(model.params().size(), 0.01f), v(model.params().size(), 0.0001f);
     s3r::train::save_checkpoint((scratch / "run").string(), info, model, m, v);

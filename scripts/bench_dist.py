@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Data-parallel step time and communication (issue 12, docs/DISTRIBUTED.md).
+"""Data-parallel step time and communication (docs/DISTRIBUTED.md).
 
 On this one machine, in interleaved rounds: `s3r train` of one preset as 1 rank x 1 thread,
 2 ranks x 1 thread (mpirun), the same with --shard-optimizer, and 1 rank x all threads; the

@@ -4,7 +4,7 @@
 # decoder (L=6, C=256, F=768, S=256, B=16) with s3r + dx for 600 steps: about 10 minutes on
 # 2 cores. Prints a config table, a line per step, validation losses and a summary; writes
 # data/runs/small-s3r-dx/{metrics.jsonl, checkpoint/, loss.png}.
-# Extra arguments go to `s3r train` (e.g. --mode sr --correction none --out data/runs/sr). Run
+# Extra arguments go to `s3r train` (e.g. --recipe sr --out data/runs/sr). Run
 # again, it refuses to replace the finished run: add --overwrite to train it anew.
 # `--ranks R` (first argument) trains the same job as R MPI ranks on this machine (mpirun -np R
 # in front of `s3r train`, cores / R threads each): the same losses, bit for bit
@@ -24,15 +24,14 @@ if [ "${1:-}" = --ranks ]; then
 fi
 scripts/setup.sh
 scripts/fetch_data.sh
-# The job's settings, each unless the extra arguments give it (s3r train takes an option once);
-# another --mode drops the default --correction too (bf16 and f32 take none).
+# The job's settings, each unless the extra arguments give it (s3r train takes an option once).
+# The recipe is s3r train's default, s3r+dx, unless --recipe or --mode/--correction/--head say
+# otherwise (a mode alone takes its own correction: dx in int8 modes, none in bf16 and f32).
 given() { local a; for a in "${@:2}"; do [[ $a == "$1" || $a == "$1="* ]] && return 0; done; return 1; }
 args=()
-for pair in "--preset small" "--mode s3r" "--correction dx" "--steps 600" "--data data/nlp-corpus" \
-            "--out data/runs/small-s3r-dx"; do
+for pair in "--preset small" "--steps 600" "--data data/nlp-corpus" "--out data/runs/small-s3r-dx"; do
   key=${pair%% *}
   given "$key" "$@" && continue
-  [ "$key" = --correction ] && given --mode "$@" && continue
   args+=($pair)
 done
 "${launch[@]}" build/release/tools/s3r train "${args[@]}" "$@"

@@ -19,15 +19,13 @@
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/gemm/machine_line.hpp"
 #include "s3r/io/atomic_file.hpp"
+#include "s3r/nn/recipe.hpp"
 #include "s3r/nn/swiglu.hpp"
 #include "s3r/rng/threefry.hpp"
 
 namespace s3r::tools {
 
 namespace {
-
-using nn::Correction;
-using nn::LinearMode;
 
 struct FfnShape {
   const char* name;
@@ -39,25 +37,27 @@ constexpr FfnShape kShapes[] = {{"W1", 512, 2048},    {"W2", 1024, 4096},   {"W3
                                 {"W4", 3072, 12288},  {"W5", 3840, 15360},  {"W6", 4096, 12288},
                                 {"W7", 4096, 14336},  {"W8", 5120, 17920},  {"W9", 8192, 28672}};
 
-struct Config {
-  const char* name;
-  LinearMode mode;
-  Correction correction;
-};
+// The configurations, in the order each repeat runs them: the benchmarked named recipes, bf16
+// (the baseline) first and f32 last, shown for reference only: on oneDNN 2.6 its f32 kernel
+// outruns its bf16 one on some CPUs, and a reader should see that beside the ratios.
+const std::vector<nn::Recipe>& configs() {
+  static const std::vector<nn::Recipe> c = [] {
+    std::vector<nn::Recipe> v;
+    for (const nn::NamedRecipe& r : nn::named_recipes()) {
+      if (r.benchmarked) v.push_back(r.recipe);
+    }
+    return v;
+  }();
+  return c;
+}
 
-// kConfigs[0] is the baseline; f32 (last) is shown for reference only: on oneDNN 2.6 its f32
-// kernel outruns its bf16 one on some CPUs, and a reader should see that beside the ratios.
-constexpr Config kConfigs[] = {
-    {"bf16", LinearMode::kBf16, Correction::kNone},
-    {"rtne", LinearMode::kRtne, Correction::kNone},
-    {"sr", LinearMode::kSr, Correction::kNone},
-    {"s3r", LinearMode::kS3r, Correction::kNone},
-    {"s3r+two-way", LinearMode::kS3r, Correction::kTwoWay},
-    {"s3r+dx", LinearMode::kS3r, Correction::kDx},
-    {"s3r-bcast", LinearMode::kS3rBcast, Correction::kNone},
-    {"f32", LinearMode::kF32, Correction::kNone},
-};
-constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
+// The index of the configuration named `name` in configs().
+size_t config_index(std::string_view name) {
+  for (size_t c = 0; c < configs().size(); ++c) {
+    if (configs()[c].name() == name) return c;
+  }
+  throw Error("bench ffn: no configuration named '" + std::string(name) + "'");
+}
 
 // Bounds of the options (checked as they are parsed; see register_bench_ffn).
 constexpr int64_t kMaxTokens = int64_t{1} << 32;  // far beyond memory: the estimate refuses first
@@ -128,8 +128,8 @@ void fill_uniform(std::vector<float>& v, size_t n, float scale, uint32_t stream)
 
 struct ShapeResult {
   FfnShape shape;
-  std::vector<double> ms[kNumConfigs];  // timed repeats
-  nn::PhaseTimes phases[kNumConfigs];   // summed over timed repeats
+  std::vector<std::vector<double>> ms;  // [configuration][timed repeat]
+  std::vector<nn::PhaseTimes> phases;   // [configuration], summed over timed repeats
 };
 
 double median(std::vector<double> v) {
@@ -150,17 +150,18 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
   std::vector<float> y(T * C), dx(T * C), dw1(C * F), dw3(C * F), dw2(F * C);
   nn::SwigluState state;
   nn::SwigluScratch scratch;
-  ShapeResult result{s, {}, {}};
+  const size_t n = configs().size();
+  ShapeResult result{s, std::vector<std::vector<double>>(n), std::vector<nn::PhaseTimes>(n)};
   const int total = o.warmup + o.repeats;
   for (int rep = 0; rep < total; ++rep) {
     const bool timed = rep >= o.warmup;
-    for (int c = 0; c < kNumConfigs; ++c) {
-      const Config& cfg = kConfigs[c];
+    for (size_t c = 0; c < n; ++c) {
+      const nn::Recipe& cfg = configs()[c];
       nn::PhaseTimes phases;
       state.times = &phases;
       const auto start = std::chrono::steady_clock::now();
-      nn::swiglu_forward(y, x, {w1, w3, w2}, T, C, F, cfg.mode, state, scratch);
-      nn::swiglu_backward(dx, {dw1, dw3, dw2}, dy, cfg.correction, S,
+      nn::swiglu_forward(y, x, {w1, w3, w2}, T, C, F, cfg.projections(), state, scratch);
+      nn::swiglu_backward(dx, {dw1, dw3, dw2}, dy, cfg.correction(), S,
                           fold_in(key_from_seed(7), static_cast<uint32_t>(rep)), 0, state, scratch);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -178,7 +179,7 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
                    timed ? ("repeat " + std::to_string(rep - o.warmup + 1) + "/" +
                             std::to_string(o.repeats)).c_str()
                          : "warm-up   ",
-                   cfg.name, ms);
+                   cfg.name().c_str(), ms);
       std::fflush(stderr);
     }
   }
@@ -190,15 +191,14 @@ void print_table(const std::vector<ShapeResult>& results, const Options& o) {
   std::printf("\n%-22s %10s %8s %8s %8s %10s %8s %10s %8s\n", "shape (H, D)", "bf16 ms", "rtne",
               "sr", "s3r", "+two-way", "+dx", "s3r-bcast", "f32");
   for (const ShapeResult& r : results) {
-    double med[kNumConfigs];
-    for (int c = 0; c < kNumConfigs; ++c) med[c] = median(r.ms[c]);
+    const auto med = [&](std::string_view name) { return median(r.ms[config_index(name)]); };
+    const double bf16 = med("bf16"), s3r = med("s3r");
     char label[64];
     std::snprintf(label, sizeof label, "%s (%lld, %lld)", r.shape.name,
                   static_cast<long long>(r.shape.H), static_cast<long long>(r.shape.D));
-    std::printf("%-22s %10.1f %7.2fx %7.2fx %7.2fx %+9.1f%% %+7.1f%% %9.2fx %7.2fx\n", label,
-                med[0], med[0] / med[1], med[0] / med[2], med[0] / med[3],
-                100.0 * (med[4] / med[3] - 1.0), 100.0 * (med[5] / med[3] - 1.0), med[0] / med[6],
-                med[0] / med[7]);
+    std::printf("%-22s %10.1f %7.2fx %7.2fx %7.2fx %+9.1f%% %+7.1f%% %9.2fx %7.2fx\n", label, bf16,
+                bf16 / med("rtne"), bf16 / med("sr"), bf16 / s3r, 100.0 * (med("s3r+two-way") / s3r - 1.0),
+                100.0 * (med("s3r+dx") / s3r - 1.0), bf16 / med("s3r-bcast"), bf16 / med("f32"));
   }
   std::printf("speed = bf16 median / configuration median (higher is faster); +two-way and +dx:\n"
               "time added to s3r by each correction. Medians of %d interleaved repeats.\n",
@@ -208,14 +208,14 @@ void print_table(const std::vector<ShapeResult>& results, const Options& o) {
   std::printf("%-6s %-12s %9s %9s %9s %9s %9s %9s %9s\n", "shape", "config", "total", "gemm",
               "prepare", "quant-g", "correct", "elementw", "other");
   for (const ShapeResult& r : results) {
-    for (int c = 0; c < kNumConfigs; ++c) {
+    for (size_t c = 0; c < configs().size(); ++c) {
       const double n = static_cast<double>(r.ms[c].size());
       const nn::PhaseTimes& p = r.phases[c];
       double total = 0.0;
       for (double v : r.ms[c]) total += v;
       const double other = total - p.gemm - p.prepare - p.quantize_grad - p.correction - p.elementwise;
       std::printf("%-6s %-12s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", r.shape.name,
-                  kConfigs[c].name, total / n, p.gemm / n, p.prepare / n, p.quantize_grad / n,
+                  configs()[c].name().c_str(), total / n, p.gemm / n, p.prepare / n, p.quantize_grad / n,
                   p.correction / n, p.elementwise / n, other / n);
     }
   }
@@ -235,16 +235,17 @@ void write_json(const std::vector<ShapeResult>& results, const Options& o) {
     s["name"] = r.shape.name;
     s["H"] = r.shape.H;
     s["D"] = r.shape.D;
-    for (int c = 0; c < kNumConfigs; ++c) {
-      s["median_ms"][kConfigs[c].name] = median(r.ms[c]);
-      s["runs_ms"][kConfigs[c].name] = r.ms[c];
+    for (size_t c = 0; c < configs().size(); ++c) {
+      const std::string name = configs()[c].name();
+      s["median_ms"][name] = median(r.ms[c]);
+      s["runs_ms"][name] = r.ms[c];
       const double n = static_cast<double>(r.ms[c].size());
       const nn::PhaseTimes& p = r.phases[c];
-      s["phase_mean_ms"][kConfigs[c].name] = {{"gemm", p.gemm / n},
-                                              {"prepare", p.prepare / n},
-                                              {"quantize_grad", p.quantize_grad / n},
-                                              {"correction", p.correction / n},
-                                              {"elementwise", p.elementwise / n}};
+      s["phase_mean_ms"][name] = {{"gemm", p.gemm / n},
+                                 {"prepare", p.prepare / n},
+                                 {"quantize_grad", p.quantize_grad / n},
+                                 {"correction", p.correction / n},
+                                 {"elementwise", p.elementwise / n}};
     }
     j["shapes"].push_back(s);
   }

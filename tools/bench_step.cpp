@@ -34,20 +34,10 @@ namespace s3r::tools {
 
 namespace {
 
-using nn::Correction;
-using nn::LinearMode;
-
+// A configuration of the table: a recipe as --configs names it (the row's name), with --head.
 struct StepConfig {
-  const char* name;
-  LinearMode mode;
-  Correction correction;
-};
-
-constexpr StepConfig kStepConfigs[] = {
-    {"bf16", LinearMode::kBf16, Correction::kNone},     {"rtne", LinearMode::kRtne, Correction::kNone},
-    {"sr", LinearMode::kSr, Correction::kNone},         {"s3r", LinearMode::kS3r, Correction::kNone},
-    {"s3r+two-way", LinearMode::kS3r, Correction::kTwoWay}, {"s3r+dx", LinearMode::kS3r, Correction::kDx},
-    {"s3r-bcast", LinearMode::kS3rBcast, Correction::kNone}, {"f32", LinearMode::kF32, Correction::kNone},
+  std::string name;
+  nn::Recipe recipe;
 };
 
 constexpr int kMaxRepeats = 1000000;
@@ -62,18 +52,21 @@ struct Options {
   std::string memory_of;  // internal: measure this configuration's peak memory and exit
 };
 
-std::vector<StepConfig> select(const std::string& list_text) {
+// The recipes a comma-separated list names (nn::Recipe::parse), each with --head: an int8 LM
+// head applies to the int8 recipes, bf16 and f32 keep their own. Throws s3r::Error at the first
+// name that is no recipe.
+std::vector<StepConfig> select(const std::string& list_text, nn::HeadChoice head) {
   std::vector<StepConfig> out;
   std::stringstream list(list_text);
   std::string name;
   while (std::getline(list, name, ',')) {
-    const auto it = std::find_if(std::begin(kStepConfigs), std::end(kStepConfigs),
-                                 [&](const StepConfig& c) { return name == c.name; });
-    if (it == std::end(kStepConfigs)) {
-      throw Error("bench step: --configs: unknown configuration '" + name +
-                  "'; expected some of bf16, rtne, sr, s3r, s3r+two-way, s3r+dx, s3r-bcast, f32");
+    try {
+      const nn::Recipe recipe = nn::Recipe::parse(name);
+      out.push_back({name, nn::is_int8(recipe.projections()) && head == nn::HeadChoice::kInt8
+                               ? recipe.with_head(head) : recipe});
+    } catch (const Error& e) {
+      throw Error("bench step: --configs: unknown configuration '" + name + "' (" + e.what() + ")");
     }
-    out.push_back(*it);
   }
   if (out.empty()) throw Error("bench step: --configs is empty");
   return out;
@@ -91,7 +84,7 @@ struct StepRunner {
   double optimizer_ms = 0.0, timed_steps = 0.0, minor_faults = 0.0;
 
   StepRunner(const model::ModelConfig& cfg, const StepConfig& c)
-      : model(cfg, c.mode, c.correction), opt(model, dist::single_process(), false), in(cfg.tokens()), tg(cfg.tokens()) {
+      : model(cfg, c.recipe), opt(model, dist::single_process(), false), in(cfg.tokens()), tg(cfg.tokens()) {
     model.init_weights(0);
     std::vector<uint32_t> bits(cfg.tokens() + 1);
     random_bits32(key_from_seed(7), 0, bits);  // uniform tokens: the step's cost ignores the text
@@ -175,7 +168,7 @@ nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
       {"  ffn element-wise", [](const StepRunner& r) { return r.phases.projection_phases.elementwise; }},
   };
   std::printf("\nbreakdown: mean ms per step (share of the step), over the timed repeats\n%-27s", "phase");
-  for (const StepConfig& c : configs) std::printf(" %16s", c.name);
+  for (const StepConfig& c : configs) std::printf(" %16s", c.name.c_str());
   std::printf("\n");
   nlohmann::json out = nlohmann::json::array();
   std::vector<double> step_ms(configs.size());
@@ -220,21 +213,23 @@ void run(const Options& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const model::ModelConfig cfg = o.model.config();
   if (!o.memory_of.empty()) {
-    StepRunner r(cfg, select(o.memory_of).at(0));
+    StepRunner r(cfg, select(o.memory_of, o.model.head_choice()).at(0));
     for (int i = 0; i < std::max(1, o.warmup); ++i) r.step();
     std::printf("peak_rss_bytes %lld\n", static_cast<long long>(peak_resident_bytes()));
     return;
   }
-  const std::vector<StepConfig> configs = select(o.configs);
+  const std::vector<StepConfig> configs = select(o.configs, o.model.head_choice());
   if (!o.json_path.empty()) check_output_file("bench step", "--json", o.json_path);
   // Every configuration's model and optimizer are alive together during the timed steps.
   double need = 0.0;
-  for (const StepConfig& c : configs) need += estimate_model_bytes(cfg, c.mode, true);
+  for (const StepConfig& c : configs) need += estimate_model_bytes(cfg, c.recipe, true);
   check_memory(need, "bench step: one model per configuration (" + std::to_string(configs.size()) + " of " +
                          cfg.describe() + ")",
                "pass fewer --configs or a smaller model", 1.0);
   std::printf("s3r bench step: one training step (forward, backward, AdamW) of preset %s\n", o.model.preset.c_str());
-  std::printf("model: %s (%lld tokens per step)\n", cfg.describe().c_str(), static_cast<long long>(cfg.tokens()));
+  const char* head = o.model.head_choice() == nn::HeadChoice::kInt8 ? " head=int8" : "";  // of int8 recipes
+  std::printf("model: %s%s (%lld tokens per step)\n", cfg.describe().c_str(), head,
+              static_cast<long long>(cfg.tokens()));
   std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
               omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
   std::fflush(stdout);
@@ -246,7 +241,7 @@ void run(const Options& o) {
       memory[i] = measure_memory(o, configs[i]);
       if (memory[i] < 0) throw Error(std::string("bench step: measuring the memory of ") + configs[i].name + " failed");
       total += memory[i];
-      std::printf("peak memory of %-12s %8.1f MB\n", configs[i].name, memory[i] / 1e6);
+      std::printf("peak memory of %-12s %8.1f MB\n", configs[i].name.c_str(), memory[i] / 1e6);
       std::fflush(stdout);
     }
     const int64_t available = usable_memory_bytes();
@@ -292,7 +287,7 @@ void run(const Options& o) {
     if (bf16 >= 0) std::snprintf(a, sizeof a, "%.2fx", vs_bf16);
     if (sr >= 0) std::snprintf(b, sizeof b, "%.2fx", vs_sr);
     if (memory[i] >= 0) std::snprintf(mem, sizeof mem, "%.1f", memory[i] / 1e6);
-    std::printf("%-14s %10.1f %10.1f %11.0f %9s %9s %12s\n", configs[i].name, med, min,
+    std::printf("%-14s %10.1f %10.1f %11.0f %9s %9s %12s\n", configs[i].name.c_str(), med, min,
                 cfg.tokens() / (med / 1000.0), a, b, mem);
     nlohmann::json row = {{"configuration", configs[i].name}, {"median_ms", med}, {"min_ms", min},
                           {"ms", ms[i]}, {"tokens_per_s", cfg.tokens() / (med / 1000.0)}};
@@ -323,7 +318,10 @@ void register_bench_step(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "step", "one full training step per configuration, against bf16 and sr (paper, Table IV)");
   o->model.add_to(cmd);
-  cmd->add_option("--configs", o->configs, "comma-separated configurations")->capture_default_str();
+  cmd->add_option("--configs", o->configs,
+                  "comma-separated recipes, MODE[+CORRECTION][/head-int8] (as s3r train --recipe): " +
+                      nn::named_recipe_list() + "; --head int8 applies to the int8 ones")
+      ->capture_default_str();
   add_integer_option(cmd, "--repeats", o->repeats, "timed steps per configuration", 1, kMaxRepeats);
   add_integer_option(cmd, "--warmup", o->warmup, "untimed steps per configuration first", 0, kMaxRepeats);
   add_integer_option(cmd, "--threads", o->threads, "OpenMP threads (0: all cores)", 0, omp_get_num_procs(),

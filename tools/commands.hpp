@@ -7,6 +7,7 @@
 
 #include "s3r/dist/communicator.hpp"
 #include "s3r/model/config.hpp"
+#include "s3r/nn/recipe.hpp"
 
 namespace s3r::tools {
 
@@ -18,9 +19,10 @@ namespace s3r::tools {
 struct ModelOptions {
   std::string preset = "small";
   std::optional<int64_t> layers, width, heads, ffn, vocab, seq, batch;
-  std::string head = "default";  // --head default | int8 (ModelConfig::int8_head)
+  std::string head = "default";  // --head default | int8 (nn::HeadChoice; part of the recipe)
   void add_to(CLI::App* cmd);
   model::ModelConfig config() const;  // validated; throws s3r::Error naming the bad field
+  nn::HeadChoice head_choice() const { return nn::parse_head_choice(head); }
   // The options as given, to pass on to a child `s3r` process ("--preset tiny --batch 2").
   std::string command_line() const;
 };

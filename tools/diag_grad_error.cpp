@@ -33,28 +33,25 @@ using nn::Correction;
 using nn::LinearMode;
 
 struct DiagConfig {
-  const char* name;
-  LinearMode mode;
-  Correction correction;
+  std::string name;
+  nn::Recipe recipe;
   std::optional<GradRounding> dw_rounding;  // causal ablation: G quantized again for dW
   bool exact = false;                        // unquantized G through the int8 forward
 };
 
+// The table's default rows: every int8 named recipe, then the paper's causal ablation: which
+// product's shared threshold costs accuracy. "bcast" is one threshold per example (s3r-bcast);
+// G is quantized separately for the two products.
 const std::vector<DiagConfig>& all_configs() {
-  static const std::vector<DiagConfig> c = {
-      {"rtne", LinearMode::kRtne, Correction::kNone, {}},
-      {"sr", LinearMode::kSr, Correction::kNone, {}},
-      {"s3r", LinearMode::kS3r, Correction::kNone, {}},
-      {"s3r+dx", LinearMode::kS3r, Correction::kDx, {}},
-      {"s3r+two-way", LinearMode::kS3r, Correction::kTwoWay, {}},
-      {"s3r-bcast", LinearMode::kS3rBcast, Correction::kNone, {}},
-      {"s3r-bcast+dx", LinearMode::kS3rBcast, Correction::kDx, {}},
-      {"s3r-bcast+two-way", LinearMode::kS3rBcast, Correction::kTwoWay, {}},
-      // The paper's causal ablation: which product's shared threshold costs accuracy. "bcast" is
-      // one threshold per example (s3r-bcast); G is quantized separately for the two products.
-      {"dX=s3r/dW=bcast", LinearMode::kS3r, Correction::kNone, GradRounding::kS3rBcast},
-      {"dX=bcast/dW=s3r", LinearMode::kS3rBcast, Correction::kNone, GradRounding::kS3r},
-  };
+  static const std::vector<DiagConfig> c = [] {
+    std::vector<DiagConfig> v;
+    for (const nn::NamedRecipe& r : nn::named_recipes()) {
+      if (nn::is_int8(r.recipe.projections())) v.push_back({r.recipe.name(), r.recipe, {}});
+    }
+    v.push_back({"dX=s3r/dW=bcast", nn::Recipe::make(LinearMode::kS3r, Correction::kNone), GradRounding::kS3rBcast});
+    v.push_back({"dX=bcast/dW=s3r", nn::Recipe::make(LinearMode::kS3rBcast, Correction::kNone), GradRounding::kS3r});
+    return v;
+  }();
   return c;
 }
 
@@ -124,13 +121,15 @@ constexpr int kMaxKeys = 1000000;
 // Bytes the diagnostic holds at its peak: one model at a time (the widest operand copies of the
 // configurations it builds), the checkpoint's weights, the reference, one key's and the summed
 // gradients it compares, and the exact-gradient probe's dequantized operands.
-double estimate_diag_bytes(const model::ModelConfig& cfg, LinearMode trained_mode, bool bf16_reference) {
+double estimate_diag_bytes(const model::ModelConfig& cfg, const nn::Recipe& trained, bool bf16_reference) {
   const double L = static_cast<double>(cfg.layers), C = static_cast<double>(cfg.width),
                F = static_cast<double>(cfg.ffn_width), V = static_cast<double>(cfg.vocab),
                T = static_cast<double>(cfg.tokens()), G = std::max(C, F);
-  double model = std::max(estimate_model_bytes(cfg, LinearMode::kRtne, false),
-                          estimate_model_bytes(cfg, trained_mode, false));
-  if (bf16_reference) model = std::max(model, estimate_model_bytes(cfg, LinearMode::kBf16, false));
+  double model = std::max(estimate_model_bytes(cfg, nn::Recipe::make(LinearMode::kRtne, Correction::kNone), false),
+                          estimate_model_bytes(cfg, trained, false));
+  if (bf16_reference) {
+    model = std::max(model, estimate_model_bytes(cfg, nn::Recipe::make(LinearMode::kBf16, Correction::kNone), false));
+  }
   const double weights = 4.0 * (2.0 * V * C + L * (4.0 * C * C + 3.0 * C * F + 2.0 * C) + C);
   const double grads = 4.0 * (2.0 * T * C + V * C + 4.0 * C * C + 3.0 * C * F);  // one Grads
   const double probe = 4.0 * (L + 1.0) * (T * G + C * G);
@@ -200,7 +199,7 @@ Inputs read_and_check_inputs(const Options& o) {
     throw Error("diag grad-error: the data's vocabulary (" + std::to_string(in.val.vocab) +
                 ") differs from the checkpoint's V = " + std::to_string(cfg.vocab));
   }
-  check_memory(estimate_diag_bytes(cfg, in.info.mode, o.reference == "bf16"),
+  check_memory(estimate_diag_bytes(cfg, in.info.recipe, o.reference == "bf16"),
                "diag grad-error: the checkpoint's model (" + cfg.describe() + ")",
                "run it on a machine with more memory", 1.0);
   return in;
@@ -230,19 +229,32 @@ Batch load_validation_batch(const Options& o, const data::TokenShard& val,
   return b;
 }
 
-// The configurations a comma-separated list names, in its order (an empty list: all_configs());
-// throws s3r::Error at the first name that is not in all_configs().
+// The configurations a comma-separated list names, in its order (an empty list: all_configs()):
+// the ablation rows by name, else int8 recipes (nn::Recipe::parse, as `s3r train --recipe`).
+// Throws s3r::Error at the first name that is neither.
 std::vector<DiagConfig> parse_configs(const std::string& names) {
   if (names.empty()) return all_configs();
   std::vector<DiagConfig> configs;
   std::stringstream list(names);
   std::string name;
   while (std::getline(list, name, ',')) {
-    bool found = false;
-    for (const DiagConfig& c : all_configs()) {
-      if (name == c.name) configs.push_back(c), found = true;
+    const auto row = std::find_if(all_configs().begin(), all_configs().end(),
+                                  [&](const DiagConfig& c) { return c.name == name; });
+    if (row != all_configs().end()) {
+      configs.push_back(*row);
+      continue;
     }
-    if (!found) throw Error("diag grad-error: --configs: unknown configuration '" + name + "'");
+    nn::Recipe recipe;
+    try {
+      recipe = nn::Recipe::parse(name);
+    } catch (const Error& e) {
+      throw Error("diag grad-error: --configs: unknown configuration '" + name + "' (" + e.what() + ")");
+    }
+    if (!nn::is_int8(recipe.projections())) {
+      throw Error("diag grad-error: --configs: '" + name + "' is not an int8 recipe; the table compares int8 "
+                  "gradient roundings");
+    }
+    configs.push_back({name, recipe, {}});
   }
   return configs;
 }
@@ -253,7 +265,7 @@ std::vector<DiagConfig> table_configs(const Options& o) {
   std::vector<DiagConfig> configs = parse_configs(o.configs);
   if (o.reference == "bf16") {
     configs.insert(configs.begin(),
-                   {"exact G, int8 forward", LinearMode::kRtne, Correction::kNone, {}, true});
+                   {"exact G, int8 forward", nn::Recipe::make(LinearMode::kRtne, Correction::kNone), {}, true});
   }
   return configs;
 }
@@ -261,11 +273,8 @@ std::vector<DiagConfig> table_configs(const Options& o) {
 // Prints what the run is on: the checkpoint, model, batch, keys, reference and machine.
 void print_header(const Options& o, const train::CheckpointInfo& info) {
   const model::ModelConfig& cfg = info.model;
-  const bool corrected = info.correction != Correction::kNone;
-  std::printf("s3r diag grad-error\n  checkpoint  %s (step %lld, trained as %s%s%s)\n",
-              o.checkpoint.c_str(), static_cast<long long>(info.step + 1),
-              std::string(nn::to_string(info.mode)).c_str(), corrected ? " + " : "",
-              corrected ? std::string(nn::to_string(info.correction)).c_str() : "");
+  std::printf("s3r diag grad-error\n  checkpoint  %s (step %lld, trained as %s)\n", o.checkpoint.c_str(),
+              static_cast<long long>(info.step + 1), info.recipe.name().c_str());
   std::printf("  model       %s\n", cfg.describe().c_str());
   std::printf("  batch       validation batch %lld of %s (%lld tokens)\n",
               static_cast<long long>(o.batch_index), o.data_dir.c_str(),
@@ -282,7 +291,7 @@ void print_header(const Options& o, const train::CheckpointInfo& info) {
 // (load_checkpoint_weights refuses any other); every model of the run starts from a copy.
 std::vector<float> load_trained_weights(const std::string& checkpoint,
                                         const train::CheckpointInfo& info) {
-  model::Model trained(info.model, info.mode, info.correction);
+  model::Model trained(info.model, info.recipe);
   train::load_checkpoint_weights(checkpoint, trained);
   return {trained.params().begin(), trained.params().end()};
 }
@@ -307,7 +316,7 @@ struct Reference {
 // *grads unless grads is nullptr, and returns the loss.
 double exact_gradient_pass(const Workload& w, uint32_t seed,
                            std::vector<nn::GradTelemetry>* telemetry, Grads* grads) {
-  model::Model m(w.cfg, LinearMode::kRtne, Correction::kNone);
+  model::Model m(w.cfg, nn::Recipe::make(LinearMode::kRtne, Correction::kNone));
   std::copy(w.weights.begin(), w.weights.end(), m.params().begin());
   nn::BackwardProbe probe;
   probe.exact_grad = true;
@@ -323,7 +332,7 @@ double exact_gradient_pass(const Workload& w, uint32_t seed,
 // The bf16 model's forward and backward (bf16 gradients), with the step key key_from_seed(seed):
 // copies the gradients to grads and returns the loss.
 double bf16_pass(const Workload& w, uint32_t seed, Grads& grads) {
-  model::Model m(w.cfg, LinearMode::kBf16, Correction::kNone);
+  model::Model m(w.cfg, nn::Recipe::make(LinearMode::kBf16, Correction::kNone));
   std::copy(w.weights.begin(), w.weights.end(), m.params().begin());
   m.set_capture_input_grads(true);
   const double loss = m.forward(w.batch.in, w.batch.tg);
@@ -376,7 +385,7 @@ struct KeyErrors {
 // against ref.
 KeyErrors measure_config(const DiagConfig& c, const Options& o, const Workload& w,
                          const Grads& ref) {
-  model::Model m(w.cfg, c.mode, c.correction);
+  model::Model m(w.cfg, c.recipe);
   std::copy(w.weights.begin(), w.weights.end(), m.params().begin());
   nn::BackwardProbe probe;
   probe.exact_grad = c.exact;
@@ -413,8 +422,9 @@ KeyErrors measure_config(const DiagConfig& c, const Options& o, const Workload& 
 // the per-key errors for each projection of block 0's dW.
 nlohmann::json config_row(const DiagConfig& c, const KeyErrors& e, const Grads& ref) {
   nlohmann::json row = {{"configuration", c.name},
-                        {"mode", std::string(nn::to_string(c.mode))},
-                        {"correction", std::string(nn::to_string(c.correction))},
+                        {"recipe", c.recipe.name()},
+                        {"mode", std::string(nn::to_string(c.recipe.projections()))},
+                        {"correction", std::string(nn::to_string(c.recipe.correction()))},
                         {"keys", e.keys}};
   if (c.dw_rounding) row["dw_rounding"] = std::string(to_string(*c.dw_rounding));
   if (c.exact) row["exact_gradients"] = true;
@@ -529,7 +539,11 @@ void register_diag_grad_error(CLI::App& diag) {
   cmd->add_option("--reference", o->reference,
                   "quantized-forward (unquantized gradients, same int8 forward) | bf16 (full bf16 model)")
       ->capture_default_str();
-  cmd->add_option("--configs", o->configs, "comma-separated subset (default: all)");
+  std::string rows;
+  for (const DiagConfig& c : all_configs()) rows += (rows.empty() ? "" : ", ") + c.name;
+  cmd->add_option("--configs", o->configs,
+                  "comma-separated rows (default: all of " + rows + "); also any int8 recipe as s3r train --recipe "
+                  "names it, MODE[+CORRECTION][/head-int8]");
   cmd->add_option("--json", o->json_path, "also write the results as JSON");
   cmd->callback([o] { run(*o); });
 }

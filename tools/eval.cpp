@@ -87,7 +87,7 @@ void run(const Options& o) {
     source = o.text;
     tok = infer::tokenizer_for(ckpt.info, o.tokenizer, "", "eval");
     // As `s3r data prepare` encodes: every document followed by end-of-text.
-    for (const std::string& doc : data::read_documents({o.text})) {
+    for (const std::string& doc : data::read_documents({o.text}, nullptr, nullptr, "eval")) {
       const std::vector<int32_t> ids = tok->encode(doc);
       tokens.insert(tokens.end(), ids.begin(), ids.end());
       tokens.push_back(tok->eos_id() >= 0 ? tok->eos_id() : 0);

@@ -69,10 +69,10 @@ double model_elements(const model::ModelConfig& cfg) {
   return 2.0 * V * C + L * (4.0 * C * C + 3.0 * C * F) + L * B * NH * S * S + T * (3.0 * V + L * (8.0 * C + 6.0 * F));
 }
 
-double estimate_model_bytes(const model::ModelConfig& cfg, nn::LinearMode mode, bool with_optimizer) {
+double estimate_model_bytes(const model::ModelConfig& cfg, const nn::Recipe& recipe, bool with_optimizer) {
   const double elements = model_elements(cfg);
   if (!(elements < kMaxModelElements)) return 4.0 * elements;
-  double bytes = static_cast<double>(model::Model::estimate_bytes(cfg, mode));
+  double bytes = static_cast<double>(model::Model::estimate_bytes(cfg, recipe));
   if (with_optimizer) bytes += 8.0 * static_cast<double>(model::Model::parameter_count(cfg));
   return bytes;
 }

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "s3r/model/config.hpp"
-#include "s3r/nn/linear_mode.hpp"
+#include "s3r/nn/recipe.hpp"
 
 namespace s3r::tools {
 
@@ -21,11 +21,11 @@ int64_t usable_memory_bytes();
 double model_elements(const model::ModelConfig& cfg);
 constexpr double kMaxModelElements = 1e15;  // 4 PB of f32: beyond any machine
 
-// Bytes a model::Model of CFG in MODE holds after a training step (model::Model::estimate_bytes,
+// Bytes a model::Model of CFG and RECIPE holds after a training step (model::Model::estimate_bytes,
 // within about 15% of the measured peaks of `s3r bench step`), plus AdamW's two moments per
 // parameter when with_optimizer. For shapes beyond kMaxModelElements, a lower bound (4 bytes per
 // element) computed in double instead of the library's int64 arithmetic, which would overflow.
-double estimate_model_bytes(const model::ModelConfig& cfg, nn::LinearMode mode, bool with_optimizer);
+double estimate_model_bytes(const model::ModelConfig& cfg, const nn::Recipe& recipe, bool with_optimizer);
 
 // Throws s3r::Error "WHAT needs about X GB, but only Y GB are available; HINT" when need_bytes
 // exceeds `fraction` of usable_memory_bytes(); does nothing when that cannot be read.

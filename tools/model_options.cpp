@@ -42,7 +42,6 @@ model::ModelConfig ModelOptions::config() const {
   if (vocab) m.vocab = *vocab;
   if (seq) m.seq_len = *seq;
   if (batch) m.batch = *batch;
-  m.int8_head = head == "int8";
   m.validate();  // bounded too: every size computed from m fits in int64 (model/config.cpp)
   return m;
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <omp.h>
 #include <sched.h>
@@ -28,7 +29,8 @@ namespace {
 struct TrainCli {
   ModelOptions model;
   std::string data_dir = "data/nlp-corpus";
-  std::string mode = "s3r", correction = "dx";
+  std::optional<std::string> recipe, mode, correction;  // unset: not given
+  bool head_given = false;                               // --head was given
   std::string out = "data/runs/default", resume;
   bool overwrite = false;
   uint32_t seed = 0;
@@ -121,6 +123,26 @@ void print_rank_reports(const std::vector<std::string>& reports, int64_t paramet
   std::printf(" (resident set)\n");
 }
 
+// The run's recipe: --recipe NAME alone, or --mode (default s3r), --correction (default: the
+// mode's, dx in int8 modes and none in bf16 and f32) and --head. Throws s3r::Error "train: ...".
+nn::Recipe recipe_of(const TrainCli& c) {
+  try {
+    if (c.recipe) {
+      if (c.mode || c.correction || c.head_given) {
+        throw Error("--recipe names the whole recipe; give it without --mode, --correction and --head "
+                    "(e.g. --recipe s3r+dx/head-int8)");
+      }
+      return nn::Recipe::parse(*c.recipe);
+    }
+    const nn::LinearMode mode = c.mode ? nn::parse_linear_mode(*c.mode) : nn::Recipe().projections();
+    const nn::Correction correction =
+        c.correction ? nn::parse_correction(*c.correction) : nn::Recipe::default_correction(mode);
+    return nn::Recipe::make(mode, correction, c.model.head_choice());
+  } catch (const Error& e) {
+    throw Error("train: " + std::string(e.what()));
+  }
+}
+
 void run(const TrainCli& c, dist::Communicator& world) {
   const bool rank0 = world.rank() == 0;
   train::TrainOptions o;
@@ -128,11 +150,7 @@ void run(const TrainCli& c, dist::Communicator& world) {
   o.micro_batch = c.micro_batch;
   o.shard_optimizer = c.shard_optimizer;
   o.model = c.model.config();
-  o.mode = nn::parse_linear_mode(c.mode);
-  o.correction = nn::parse_correction(c.correction);
-  if (!nn::is_int8(o.mode) && o.correction != nn::Correction::kNone) {
-    throw Error("--correction " + c.correction + " needs an int8 --mode (rtne, sr, s3r, s3r-bcast)");
-  }
+  o.recipe = recipe_of(c);
   o.seed = c.seed;
   o.steps = c.steps;
   o.lr = optim::LrSchedule{c.lr, c.min_lr, c.warmup, c.schedule_steps ? c.schedule_steps : c.steps};
@@ -164,8 +182,7 @@ void run(const TrainCli& c, dist::Communicator& world) {
               "model", c.model.preset.c_str(), (long long)m.layers, (long long)m.width, (long long)m.heads,
               (long long)m.ffn_width, (long long)m.vocab, (long long)m.seq_len, (long long)m.batch,
               (long long)m.tokens());
-  std::printf("  %-12s %s, correction %s (7 projections per block; attention f32, LM head bf16)\n",
-              "rounding", c.mode.c_str(), c.correction.c_str());
+  std::printf("  %-12s %s\n", "recipe", o.recipe.describe().c_str());
   std::printf("  %-12s %lld steps, lr %.2e -> %.2e (warm-up %lld, cosine), AdamW wd %.2f, clip %.2f\n",
               "schedule", (long long)c.steps, c.lr, c.min_lr, (long long)c.warmup, c.weight_decay, c.clip);
   std::printf("  %-12s %u; eval every %lld steps on %lld batches; out %s%s%s\n", "seed", c.seed,
@@ -204,8 +221,11 @@ void register_train(CLI::App& app, dist::Communicator& world) {
   CLI::App* cmd = app.add_subcommand("train", "train a Llama-style decoder with INT8 products in any rounding mode");
   c->model.add_to(cmd);
   cmd->add_option("--data", c->data_dir, "folder with train.bin and val.bin (s3r data prepare)")->capture_default_str();
-  cmd->add_option("--mode", c->mode, "f32 | bf16 | rtne | sr | s3r | s3r-bcast")->capture_default_str();
-  cmd->add_option("--correction", c->correction, "none | dx | two-way")->capture_default_str();
+  cmd->add_option("--recipe", c->recipe,
+                  "the numerics in one name, MODE[+CORRECTION][/head-int8], e.g. " + nn::named_recipe_list() +
+                      " (default s3r+dx); instead of --mode, --correction and --head");
+  cmd->add_option("--mode", c->mode, "f32 | bf16 | rtne | sr | s3r | s3r-bcast (default s3r)");
+  cmd->add_option("--correction", c->correction, "none | dx | two-way (default: dx in int8 modes, none in bf16 and f32)");
   // Numbers are checked as they are parsed (tools/option_checks.hpp), and again, with the
   // relations between them, by train::validate_options before the shards are read.
   add_integer_option(cmd, "--seed", c->seed, "weights, data order and thresholds", 0, UINT32_MAX);
@@ -232,7 +252,10 @@ void register_train(CLI::App& app, dist::Communicator& world) {
                      "see docs/DISTRIBUTED.md", 0, INT64_MAX, "0: the whole batch");
   cmd->add_flag("--shard-optimizer", c->shard_optimizer,
                 "under mpirun: each rank keeps 1/R of AdamW's moments (the same bits; docs/DISTRIBUTED.md)");
-  cmd->callback([c, &world] { run(*c, world); });
+  cmd->callback([c, cmd, &world] {
+    c->head_given = cmd->count("--head") > 0;
+    run(*c, world);
+  });
 }
 
 }  // namespace s3r::tools

@@ -1,7 +1,9 @@
-// Text input of `s3r data prepare`: files and folders -> documents (see s3r/data/text_input.hpp).
+// Text input of `s3r data prepare` and `s3r eval --text`: files and folders -> documents (see
+// s3r/data/text_input.hpp).
 // Contract: every file read is checked (gzip integrity, UTF-8 without NUL) before it is parsed;
-// errors are s3r::Error naming the file (and line or byte); folders are walked in name order and
-// what is skipped in them is reported as warnings, never read.
+// errors are s3r::Error naming the file (and line or byte), to which read_documents prefixes the
+// command that reads; folders are walked in name order and what is skipped in them is reported
+// as warnings, never read.
 #include "s3r/data/text_input.hpp"
 
 #include <zlib.h>
@@ -53,10 +55,10 @@ bool is_gzip_name(const fs::path& path) { return lower(path.filename().string())
 // is not gzip at all would be passed through as is ("transparent" reading), so gzdirect refuses it.
 std::string read_gzip(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw Error("data prepare: cannot open '" + path + "': " + std::strerror(errno));
+  if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
   if (gzdirect(f)) {
     gzclose(f);
-    throw Error("data prepare: '" + path +
+    throw Error("'" + path +
                 "' is not gzip-compressed (no gzip header); hint: rename it without .gz if it is plain text");
   }
   std::string out;
@@ -70,11 +72,11 @@ std::string read_gzip(const std::string& path) {
   const std::string what = zmsg ? zmsg : "";
   const int closed = gzclose(f);
   if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
-    throw Error("data prepare: '" + path + "' is a truncated or corrupt gzip file (zlib: " + what +
+    throw Error("'" + path + "' is a truncated or corrupt gzip file (zlib: " + what +
                 ", after " + std::to_string(out.size()) + " decompressed bytes); hint: download or compress it again");
   }
   if (closed != Z_OK) {
-    throw Error("data prepare: '" + path + "' is a truncated or corrupt gzip file (zlib error " +
+    throw Error("'" + path + "' is a truncated or corrupt gzip file (zlib error " +
                 std::to_string(closed) + " at its end); hint: download or compress it again");
   }
   return out;
@@ -82,13 +84,13 @@ std::string read_gzip(const std::string& path) {
 
 std::string read_plain(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("data prepare: cannot open '" + path + "': " + std::strerror(errno));
+  if (!in) throw Error("cannot open '" + path + "': " + std::strerror(errno));
   std::string out;
   std::vector<char> buf(1 << 16);
   while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
     out.append(buf.data(), static_cast<size_t>(in.gcount()));
   }
-  if (in.bad()) throw Error("data prepare: reading '" + path + "' failed: " + std::strerror(errno));
+  if (in.bad()) throw Error("reading '" + path + "' failed: " + std::strerror(errno));
   return out;
 }
 
@@ -140,10 +142,10 @@ void check_text(const std::string& path, const std::string& text) {
   const int64_t line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
   const std::string where = "at byte " + std::to_string(bad) + " (line " + std::to_string(line) + ")";
   if (text[bad] == '\0') {
-    throw Error("data prepare: '" + path + "' holds a NUL byte " + where +
+    throw Error("'" + path + "' holds a NUL byte " + where +
                 ": it is binary, not text; hint: remove it from the inputs");
   }
-  throw Error("data prepare: '" + path + "' is not valid UTF-8 " + where +
+  throw Error("'" + path + "' is not valid UTF-8 " + where +
               "; hint: convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)");
 }
 
@@ -152,11 +154,11 @@ void parse_json(const std::string& path, const std::string& text, std::vector<st
   if (first != std::string::npos && text[first] == '[') {  // one array of strings
     try {
       for (const auto& item : nlohmann::json::parse(text)) {
-        if (!item.is_string()) throw Error("data prepare: '" + path + "': array items must be strings");
+        if (!item.is_string()) throw Error("'" + path + "': array items must be strings");
         docs.push_back(item.get<std::string>());
       }
     } catch (const nlohmann::json::exception& e) {
-      throw Error("data prepare: '" + path + "' is not valid JSON: " + e.what());
+      throw Error("'" + path + "' is not valid JSON: " + e.what());
     }
     return;
   }
@@ -167,11 +169,11 @@ void parse_json(const std::string& path, const std::string& text, std::vector<st
     try {
       const auto j = nlohmann::json::parse(line);
       if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
-        throw Error("data prepare: '" + path + "' line " + std::to_string(no) + " has no string field \"text\"");
+        throw Error("'" + path + "' line " + std::to_string(no) + " has no string field \"text\"");
       }
       docs.push_back(j["text"].get<std::string>());
     } catch (const nlohmann::json::exception& e) {
-      throw Error("data prepare: '" + path + "' line " + std::to_string(no) + " is not valid JSON: " + e.what());
+      throw Error("'" + path + "' line " + std::to_string(no) + " is not valid JSON: " + e.what());
     }
   }
 }
@@ -212,12 +214,12 @@ struct InputFile {
 std::vector<InputFile> collect_files(const std::vector<std::string>& inputs,
                                      const std::function<bool(const fs::path&)>& exclude,
                                      std::vector<std::string>& warnings) {
-  if (inputs.empty()) throw Error("data prepare: no input files given");
+  if (inputs.empty()) throw Error("no input files given");
   std::vector<InputFile> files;
   for (const std::string& in : inputs) {
     std::error_code ec;
     const fs::file_status st = fs::status(in, ec);
-    if (!fs::exists(st)) throw Error("data prepare: input '" + in + "' does not exist");
+    if (!fs::exists(st)) throw Error("input '" + in + "' does not exist");
     if (!fs::is_directory(st)) {
       const Kind kind = kind_of(in);
       files.push_back({in, kind == Kind::kUnknown ? Kind::kText : kind});
@@ -226,9 +228,9 @@ std::vector<InputFile> collect_files(const std::vector<std::string>& inputs,
     std::vector<InputFile> found;
     std::vector<std::string> skipped;
     fs::recursive_directory_iterator it(in, ec), end;
-    if (ec) throw Error("data prepare: cannot list folder '" + in + "': " + ec.message());
+    if (ec) throw Error("cannot list folder '" + in + "': " + ec.message());
     for (; it != end; it.increment(ec)) {
-      if (ec) throw Error("data prepare: cannot list folder '" + in + "': " + ec.message());
+      if (ec) throw Error("cannot list folder '" + in + "': " + ec.message());
       const fs::directory_entry& e = *it;
       const fs::path& p = e.path();
       const bool dir = e.is_directory(ec);
@@ -266,7 +268,7 @@ std::vector<std::string> read_all(const std::vector<std::string>& inputs,
   std::vector<std::string> docs;
   for (const InputFile& f : files) add_file(f.path, f.kind, docs);
   if (docs.empty()) {
-    throw Error("data prepare: the inputs hold no documents (" + std::to_string(files.size()) + " files read, " +
+    throw Error("the inputs hold no documents (" + std::to_string(files.size()) + " files read, " +
                 std::to_string(warnings.size()) + " skipped); hint: give text (.txt, .md), JSONL with a \"text\" "
                 "field (.jsonl, .json) or these .gz");
   }
@@ -276,12 +278,15 @@ std::vector<std::string> read_all(const std::vector<std::string>& inputs,
 }  // namespace
 
 std::vector<std::string> read_documents(const std::vector<std::string>& inputs, std::vector<std::string>* warnings,
-                                        const std::function<bool(const fs::path&)>& is_output_folder) {
+                                        const std::function<bool(const fs::path&)>& is_output_folder,
+                                        const std::string& command) {
   std::vector<std::string> local;
   try {
     return read_all(inputs, is_output_folder, warnings ? *warnings : local);
   } catch (const fs::filesystem_error& e) {
-    throw Error(std::string("data prepare: ") + e.what());
+    throw Error(command + ": " + e.what());
+  } catch (const Error& e) {  // the messages above name no command: the caller's goes first
+    throw Error(command + ": " + e.what());
   }
 }
 

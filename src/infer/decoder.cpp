@@ -22,13 +22,17 @@ Precision parse_precision(const std::string& name) {
 
 const char* to_string(Precision p) { return p == Precision::kTrained ? "trained" : "f32"; }
 
+nn::Recipe inference_recipe(const nn::Recipe& trained, Precision precision) {
+  return precision == Precision::kF32 ? nn::Recipe::make(LinearMode::kF32, nn::Correction::kNone) : trained;
+}
+
 LoadedCheckpoint load_for_inference(const std::string& dir) {
   LoadedCheckpoint out;
   const train::CheckpointInfo info = train::read_checkpoint_info(dir);
   model::ModelConfig c = info.model;
   c.batch = 1;  // only the weights are used: the smallest activations
   c.seq_len = 1;
-  out.model = std::make_unique<model::Model>(c, info.mode, info.correction);
+  out.model = std::make_unique<model::Model>(c, info.recipe);
   out.info = train::load_checkpoint_for_inference(dir, *out.model);
   return out;
 }
@@ -88,13 +92,9 @@ Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context
   const int64_t C = m.cfg.width, F = m.cfg.ffn_width, V = m.cfg.vocab;
   V_ = V;
   if (context < 1) throw Error("decoder: the context must hold at least one position, got " + std::to_string(context));
-  const LinearMode trained = w.info.mode;
-  m.mode = precision == Precision::kF32 ? LinearMode::kF32 : trained;
-  if (precision == Precision::kF32 || trained == LinearMode::kF32) {
-    m.head_mode = LinearMode::kF32;
-  } else {
-    m.head_mode = m.cfg.int8_head && nn::is_int8(trained) ? trained : LinearMode::kBf16;
-  }
+  const nn::Recipe recipe = inference_recipe(w.info.recipe, precision);
+  m.mode = recipe.projections();
+  m.head_mode = recipe.head();
   const model::Model& model = *w.model;
   m.tok_emb = param(model, "tok_emb");
   m.final_norm = param(model, "final_norm");

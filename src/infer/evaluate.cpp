@@ -18,12 +18,11 @@ double EvalResult::bits_per_byte() const {
 
 namespace {
 
-// A model of `batch` windows holding the checkpoint's weights, in the precision's mode.
+// A model of `batch` windows holding the checkpoint's weights, in the precision's recipe.
 std::unique_ptr<model::Model> model_for(const LoadedCheckpoint& c, Precision precision, int64_t batch) {
   model::ModelConfig cfg = c.info.model;
   cfg.batch = batch;
-  const nn::LinearMode mode = precision == Precision::kF32 ? nn::LinearMode::kF32 : c.info.mode;
-  auto m = std::make_unique<model::Model>(cfg, mode, precision == Precision::kF32 ? nn::Correction::kNone : c.info.correction);
+  auto m = std::make_unique<model::Model>(cfg, inference_recipe(c.info.recipe, precision));
   const auto src = c.model->params();
   std::copy(src.begin(), src.end(), m->params().begin());  // the same parameter table
   return m;

@@ -283,7 +283,7 @@ void export_gguf(const LoadedCheckpoint& c, const Tokenizer& tok, const std::str
   kv.kv_bool("tokenizer.ggml.add_eos_token", false);
   kv.kv_bool("tokenizer.ggml.add_space_prefix", tok.adds_space_prefix());  // SentencePiece's add_dummy_prefix
   // Where the file came from.
-  kv.kv_str("s3r.mode", std::string(nn::to_string(c.info.mode)));
+  kv.kv_str("s3r.mode", std::string(nn::to_string(c.info.recipe.projections())));
   kv.kv_u32("s3r.step", static_cast<uint32_t>(c.info.step + 1));
 
   // Tensor infos and data.
@@ -356,7 +356,7 @@ void export_hf(const LoadedCheckpoint& c, const Tokenizer& tok, const std::strin
       {"attention_bias", false}, {"mlp_bias", false}, {"attention_dropout", 0.0}, {"initializer_range", 0.02},
       {"pretraining_tp", 1}, {"use_cache", true}, {"torch_dtype", "float32"},
       {"bos_token_id", start}, {"eos_token_id", tok.eos_id()},
-      {"s3r", {{"mode", std::string(nn::to_string(c.info.mode))}, {"step", c.info.step + 1},
+      {"s3r", {{"mode", std::string(nn::to_string(c.info.recipe.projections()))}, {"step", c.info.step + 1},
                {"rope_note", "q_proj and k_proj rows are permuted per head from s3r's adjacent-pair RoPE layout "
                              "to the half-split layout LlamaForCausalLM computes"}}}};
   const auto write_json = [&](const char* name, const nlohmann::json& j) {

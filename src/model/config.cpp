@@ -57,7 +57,6 @@ std::string ModelConfig::describe() const {
   std::ostringstream s;
   s << "L=" << layers << " C=" << width << " heads=" << heads << " F=" << ffn_width
     << " V=" << vocab << " S=" << seq_len << " B=" << batch;
-  if (int8_head) s << " head=int8";
   return s.str();
 }
 

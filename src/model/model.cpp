@@ -17,16 +17,6 @@ namespace s3r::model {
 
 using nn::LinearMode;
 
-namespace {
-
-// The LM head's mode: f32 in f32 mode, the model's own with int8_head in an int8 mode, else bf16.
-LinearMode lm_head_mode(const ModelConfig& c, LinearMode mode) {
-  if (mode == LinearMode::kF32) return LinearMode::kF32;
-  return c.int8_head && nn::is_int8(mode) ? mode : LinearMode::kBf16;
-}
-
-}  // namespace
-
 // Per-block parameters (offsets into the arenas) and saved activations.
 struct Model::Block {
   int64_t attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
@@ -51,7 +41,7 @@ int64_t Model::parameter_count(const ModelConfig& c) {
   return 2 * V * C + C + c.layers * (2 * C + 4 * C * C + 3 * C * F);
 }
 
-int64_t Model::estimate_bytes(const ModelConfig& c, nn::LinearMode mode) {
+int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
   const double C = static_cast<double>(c.width), F = static_cast<double>(c.ffn_width);
   const double V = static_cast<double>(c.vocab), T = static_cast<double>(c.tokens());
   const double S = static_cast<double>(c.seq_len), B = static_cast<double>(c.batch);
@@ -59,8 +49,8 @@ int64_t Model::estimate_bytes(const ModelConfig& c, nn::LinearMode mode) {
   // Bytes per element of a projection's operand copies: int8 codes, bf16 (plus its f32 widening
   // where bf16 products are emulated), or f32.
   const bool emulated = gemm::bf16_backend() != gemm::Bf16Backend::kOnednn;
+  const LinearMode mode = recipe.projections(), head_mode = recipe.head();
   const double operand = nn::is_int8(mode) ? 1.0 : mode == nn::LinearMode::kBf16 ? (emulated ? 6.0 : 2.0) : 4.0;
-  const LinearMode head_mode = lm_head_mode(c, mode);
   const double head = head_mode == LinearMode::kF32 ? 4.0 : nn::is_int8(head_mode) ? 1.0 : (emulated ? 6.0 : 2.0);
   double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
   f32 += L * (8.0 * T * C + 2.0 * T + B * NH * S);             // per block: saved activations
@@ -74,9 +64,9 @@ int64_t Model::estimate_bytes(const ModelConfig& c, nn::LinearMode mode) {
   return static_cast<int64_t>(bytes);
 }
 
-Model::Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction correction)
-    : cfg_(config), mode_(mode), correction_(correction),
-      head_mode_(lm_head_mode(config, mode)) {
+Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
+    : cfg_(config), recipe_(recipe), mode_(recipe.projections()), head_mode_(recipe.head()),
+      correction_(recipe.correction()) {
   cfg_.validate();
   const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
   const int64_t S = cfg_.seq_len, B = cfg_.batch, NH = cfg_.heads;

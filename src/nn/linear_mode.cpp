@@ -13,23 +13,18 @@ constexpr Correction kCorrections[] = {Correction::kNone, Correction::kDx, Corre
 }  // namespace
 
 std::string_view to_string(LinearMode mode) {
-  switch (mode) {
-    case LinearMode::kF32: return "f32";
-    case LinearMode::kBf16: return "bf16";
-    case LinearMode::kRtne: return "rtne";
-    case LinearMode::kSr: return "sr";
-    case LinearMode::kS3r: return "s3r";
-    case LinearMode::kS3rBcast: return "s3r-bcast";
-  }
-  return "?";
+  if (mode == LinearMode::kF32) return "f32";
+  if (mode == LinearMode::kBf16) return "bf16";
+  return s3r::to_string(grad_rounding(mode));  // an int8 mode is named by its gradient rounding
 }
 
 LinearMode parse_linear_mode(std::string_view name) {
+  std::string names;
   for (LinearMode m : kModes) {
     if (name == to_string(m)) return m;
+    names += (names.empty() ? "" : ", ") + std::string(to_string(m));
   }
-  throw Error("unknown mode '" + std::string(name) +
-              "'; expected one of: f32, bf16, rtne, sr, s3r, s3r-bcast");
+  throw Error("unknown mode '" + std::string(name) + "'; expected one of: " + names);
 }
 
 std::string_view to_string(Correction correction) {

@@ -37,9 +37,10 @@ nlohmann::json to_json(const RunConfig& c) {
   return {{"layers", m.layers},       {"width", m.width},   {"heads", m.heads},
           {"ffn_width", m.ffn_width}, {"vocab", m.vocab},   {"seq_len", m.seq_len},
           {"batch", m.batch},         {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps},
-          {"lm_head", m.int8_head ? "int8" : "default"},
-          {"mode", std::string(nn::to_string(c.mode))},
-          {"correction", std::string(nn::to_string(c.correction))}, {"seed", c.seed}};
+          {"lm_head", std::string(nn::to_string(c.recipe.head_choice()))},
+          {"mode", std::string(nn::to_string(c.recipe.projections()))},
+          {"correction", std::string(nn::to_string(c.recipe.correction()))},
+          {"recipe", c.recipe.name()}, {"seed", c.seed}};
 }
 
 // Field `key` of object `j` as T; an s3r::Error naming the file and field when it is missing or
@@ -63,6 +64,34 @@ T field(const nlohmann::json& j, const char* key, const std::string& where) {
   }
 }
 
+// The recipe of a "config" object: its "mode", "correction" and "lm_head" (absent in checkpoints
+// older than the int8 head: the default head), and its "recipe" name when present (written since
+// the recipe is one value), which must agree with them. Checkpoints written through the library
+// before it checked recipes may pair bf16 or f32 with a correction or an int8 head; such models
+// applied neither, so they read as the recipe they computed.
+nn::Recipe recipe_from_json(const nlohmann::json& j, const std::string& where) {
+  const nn::LinearMode mode = nn::parse_linear_mode(field<std::string>(j, "mode", where));
+  nn::Correction correction = nn::parse_correction(field<std::string>(j, "correction", where));
+  nn::HeadChoice head = nn::HeadChoice::kDefault;
+  if (j.contains("lm_head")) {
+    const std::string name = field<std::string>(j, "lm_head", where);
+    if (name != "int8" && name != "default") {
+      throw Error(where + ": field \"lm_head\" is \"" + name + "\", not \"default\" or \"int8\"");
+    }
+    head = nn::parse_head_choice(name);
+  }
+  if (!nn::is_int8(mode)) {
+    correction = nn::Correction::kNone;
+    head = nn::HeadChoice::kDefault;
+  }
+  const nn::Recipe recipe = nn::Recipe::make(mode, correction, head);
+  if (j.contains("recipe") && field<std::string>(j, "recipe", where) != recipe.name()) {
+    throw Error(where + ": field \"recipe\" is \"" + j["recipe"].get<std::string>() + "\", but \"mode\", " +
+                "\"correction\" and \"lm_head\" make " + recipe.name());
+  }
+  return recipe;
+}
+
 RunConfig from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw Error(where + ": field \"config\" is not an object");
   RunConfig c;
@@ -76,17 +105,9 @@ RunConfig from_json(const nlohmann::json& j, const std::string& where) {
   m.batch = field<int64_t>(j, "batch", where);
   if (j.contains("rope_theta")) m.rope_theta = field<float>(j, "rope_theta", where);  // version 2
   if (j.contains("norm_eps")) m.norm_eps = field<float>(j, "norm_eps", where);
-  if (j.contains("lm_head")) {  // absent before issue 11: the default head
-    const std::string head = field<std::string>(j, "lm_head", where);
-    if (head != "int8" && head != "default") {
-      throw Error(where + ": field \"lm_head\" is \"" + head + "\", not \"default\" or \"int8\"");
-    }
-    m.int8_head = head == "int8";
-  }
   try {
     m.validate();
-    c.mode = nn::parse_linear_mode(field<std::string>(j, "mode", where));
-    c.correction = nn::parse_correction(field<std::string>(j, "correction", where));
+    c.recipe = recipe_from_json(j, where);
   } catch (const Error& e) {
     const std::string what = e.what();
     throw Error(what.rfind(where, 0) == 0 ? what : where + ": " + what);
@@ -106,8 +127,7 @@ std::string precision_of(nn::LinearMode mode) {
 
 nlohmann::json architecture(const RunConfig& c) {
   const model::ModelConfig& m = c.model;
-  const nn::LinearMode head = c.mode == nn::LinearMode::kF32 ? nn::LinearMode::kF32
-                              : (m.int8_head && nn::is_int8(c.mode)) ? c.mode : nn::LinearMode::kBf16;
+  const nn::LinearMode mode = c.recipe.projections();
   return {{"family", "llama"},
           {"layers", m.layers}, {"width", m.width}, {"heads", m.heads}, {"kv_heads", m.heads},
           {"head_dim", m.head_dim()}, {"ffn_width", m.ffn_width}, {"vocab", m.vocab},
@@ -120,10 +140,10 @@ nlohmann::json architecture(const RunConfig& c) {
           {"ffn", {{"type", "swiglu"}, {"formula", "(silu(x gate) * (x up)) down"}}},
           {"embedding", {{"tied", false}, {"precision", "f32"}}},
           {"bias", false},
-          {"projections", {{"precision", precision_of(c.mode)},
-                           {"rounding", nn::is_int8(c.mode) ? "per-token x per-output-channel absmax/127, "
+          {"projections", {{"precision", precision_of(mode)},
+                           {"rounding", nn::is_int8(mode) ? "per-token x per-output-channel absmax/127, "
                                                               "round to nearest even" : "none"}}},
-          {"lm_head", {{"precision", precision_of(head)}}},
+          {"lm_head", {{"precision", precision_of(c.recipe.head())}}},
           {"matrix_orientation", "in_out"},
           {"matrix_orientation_note", "matrices are stored (in, out) row-major: y = x W"}};
 }
@@ -398,8 +418,7 @@ void check_tokenizer(const std::string& path, int64_t vocab) { checked_tokenizer
 std::string architecture_json(const RunConfig& config) { return architecture(config).dump(); }
 
 std::string describe(const RunConfig& c) {
-  return c.model.describe() + ", mode " + std::string(nn::to_string(c.mode)) + ", correction " +
-         std::string(nn::to_string(c.correction)) + ", seed " + std::to_string(c.seed);
+  return c.model.describe() + ", recipe " + c.recipe.name() + ", seed " + std::to_string(c.seed);
 }
 
 void save_checkpoint(const std::string& run_dir, const CheckpointInfo& info, model::Model& model,
@@ -518,7 +537,7 @@ CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std:
   const CheckpointInfo info = inspect(folder);
   // The model may hold a share of the checkpoint's batch (a rank's under data parallelism, a
   // micro-batch's): the batch sizes no tensor, and the trainer checks the global batch itself.
-  const RunConfig have{model.config(), model.mode(), model.correction(), info.seed};
+  const RunConfig have{model.config(), model.recipe(), info.seed};
   RunConfig have_any_batch = have, want_any_batch = info.config();
   have_any_batch.model.batch = want_any_batch.model.batch = 1;
   if (!(have_any_batch == want_any_batch)) {
@@ -554,7 +573,6 @@ CheckpointInfo load_checkpoint_for_inference(const std::string& dir, model::Mode
   model::ModelConfig want = info.model, have = model.config();
   want.batch = have.batch = 1;
   want.seq_len = have.seq_len = 1;
-  want.int8_head = have.int8_head = false;  // the head's precision is the caller's choice
   if (!(want == have)) {
     throw Error("the checkpoint in '" + folder.string() + "' is of another model: " + info.model.describe() +
                 " (this model: " + model.config().describe() + ")");

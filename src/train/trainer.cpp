@@ -45,9 +45,6 @@ void validate_options(const TrainOptions& o) {
   };
   const auto num = [](double x) { std::ostringstream s; s << x; return s.str(); };
   need(o.steps >= 1, "--steps must be >= 1, got " + std::to_string(o.steps));
-  need(!o.model.int8_head || nn::is_int8(o.mode),
-       std::string("--head int8 needs an int8 mode (rtne, sr, s3r, s3r-bcast); the mode is ") +
-           std::string(nn::to_string(o.mode)));
   need(std::isfinite(o.lr.max_lr) && o.lr.max_lr > 0.0f && o.lr.max_lr <= 1.0f,
        "--lr must be a number in (0, 1], got " + num(o.lr.max_lr));
   need(std::isfinite(o.lr.min_lr) && o.lr.min_lr >= 0.0f && o.lr.min_lr <= o.lr.max_lr,
@@ -87,7 +84,7 @@ void check_memory(const TrainOptions& o, const model::ModelConfig& m, int ranks,
   // AdamW's moments, bytes per parameter: sharded, 8/R, and on rank 0 the whole 8 more while it
   // writes a checkpoint (Optimizer::whole_moments).
   const double moments = !o.shard_optimizer ? 8.0 : 8.0 / ranks + (rank0 ? 8.0 : 0.0);
-  const double need = static_cast<double>(model::Model::estimate_bytes(m, o.mode)) +
+  const double need = static_cast<double>(model::Model::estimate_bytes(m, o.recipe)) +
                       moments * static_cast<double>(model::Model::parameter_count(m));
   const double available = static_cast<double>(available_memory_bytes());
   if (available > 0 && need > 0.9 * available) {
@@ -237,7 +234,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   TrainOptions files = o;
   if (!rank0) files.out_dir.clear();
   const RunFolder run = open_run_folder(files, resume_dir, log);
-  model::Model model(rank_model, o.mode, o.correction);
+  model::Model model(rank_model, o.recipe);
   model.init_weights(o.seed);
   Optimizer opt(model, world, o.shard_optimizer);
   StepRunner runner(model, world, plan);
@@ -245,7 +242,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   TrainResult result;
   result.unigram_entropy = unigram_entropy(train_shard);
 
-  const RunConfig config{o.model, o.mode, o.correction, o.seed};
+  const RunConfig config{o.model, o.recipe, o.seed};
   int64_t first = 0;
   int bad = 0;
   bool final_validated = false;

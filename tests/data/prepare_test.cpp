@@ -1,4 +1,4 @@
-// `s3r data prepare`: every input format, a small end-to-end run, and its faults (issue 10):
+// `s3r data prepare`: every input format, a small end-to-end run, and its faults:
 // bad, truncated and binary inputs, plain tokenizer-training errors, and a failed or killed run
 // that leaves an existing dataset byte-identical.
 #include "s3r/data/prepare.hpp"

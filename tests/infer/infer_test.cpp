@@ -1,4 +1,4 @@
-// Issue 13: self-describing checkpoints, the KV-cache decoder against the model's own forward,
+// self-describing checkpoints, the KV-cache decoder against the model's own forward,
 // `s3r eval`'s windows, the samplers, and the exporters' conversions.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -87,7 +87,7 @@ const std::string& tokenizer_path() {
 std::string save(const std::string& name, model::Model& model, bool with_tokenizer = true) {
   const std::string run = temp_dir(name);
   train::CheckpointInfo info;
-  static_cast<train::RunConfig&>(info) = {model.config(), model.mode(), model.correction(), 3};
+  static_cast<train::RunConfig&>(info) = {model.config(), model.recipe(), 3};
   info.step = 9;
   if (with_tokenizer) info.tokenizer_model = tokenizer_path();
   std::vector<float> zeros(model.params().size(), 0.0f);
@@ -101,7 +101,7 @@ nlohmann::json read_json(const fs::path& p) {
 }
 
 TEST(Checkpoint, TensorsHaveTheirShapesAndMetaDescribesTheForward) {
-  model::Model m(tiny(), nn::LinearMode::kS3r, nn::Correction::kDx);
+  model::Model m(tiny(), nn::Recipe::make(nn::LinearMode::kS3r, nn::Correction::kDx));
   init_peaky(m, 1);
   const std::string run = save("v3", m);
   const io::SafetensorsFile w = io::read_safetensors(run + "/checkpoint/model.safetensors");
@@ -140,7 +140,7 @@ TEST(Checkpoint, TensorsHaveTheirShapesAndMetaDescribesTheForward) {
 }
 
 TEST(Checkpoint, OlderVersionsLoadAndNewerOnesAreRefused) {
-  model::Model m(tiny(), nn::LinearMode::kF32, nn::Correction::kNone);
+  model::Model m(tiny(), nn::Recipe::make(nn::LinearMode::kF32, nn::Correction::kNone));
   init_peaky(m, 2);
   const std::string run = save("v1", m, false);
   const fs::path dir = fs::path(run) / "checkpoint";
@@ -159,7 +159,7 @@ TEST(Checkpoint, OlderVersionsLoadAndNewerOnesAreRefused) {
   EXPECT_TRUE(std::equal(m.params().begin(), m.params().end(), c.model->params().begin()));
   // Flat tensors in a version 3 checkpoint (with matching checksums) are named with their shape.
   meta["version"] = 3;
-  meta["architecture"] = nlohmann::json::parse(train::architecture_json({m.config(), m.mode(), m.correction(), 3}));
+  meta["architecture"] = nlohmann::json::parse(train::architecture_json({m.config(), m.recipe(), 3}));
   for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
     std::ifstream in(dir / name, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), {});
@@ -213,7 +213,7 @@ double decoder_mean_loss(const LoadedCheckpoint& c, Precision p, const std::vect
 void expect_decoder_matches_model(nn::LinearMode mode, double rtol) {
   model::ModelConfig cfg = tiny();
   cfg.batch = 1;
-  model::Model m(cfg, mode, nn::is_int8(mode) ? nn::Correction::kDx : nn::Correction::kNone);
+  model::Model m(cfg, nn::Recipe::make(mode, nn::Recipe::default_correction(mode)));
   init_peaky(m, 5);
   const std::string run = save(std::string("dec_") + std::string(nn::to_string(mode)), m);
   const LoadedCheckpoint c = load_for_inference(run);
@@ -245,7 +245,7 @@ TEST(Decoder, MatchesTheModelForwardInS3r) { expect_decoder_matches_model(nn::Li
 
 TEST(Decoder, PrecisionF32DiffersFromTheInt8ForwardOnlyByRounding) {
   model::ModelConfig cfg = tiny();
-  model::Model m(cfg, nn::LinearMode::kS3r, nn::Correction::kDx);
+  model::Model m(cfg, nn::Recipe::make(nn::LinearMode::kS3r, nn::Correction::kDx));
   init_peaky(m, 6);
   const LoadedCheckpoint c = load_for_inference(save("prec", m));
   std::vector<int32_t> in(cfg.seq_len), tg(cfg.seq_len);
@@ -263,7 +263,7 @@ TEST(Decoder, PrecisionF32DiffersFromTheInt8ForwardOnlyByRounding) {
 // to the decoder's per-token log-probabilities on the same windows.
 TEST(Eval, EveryWindowOnceForAnyBatch) {
   model::ModelConfig cfg = tiny();
-  model::Model m(cfg, nn::LinearMode::kF32, nn::Correction::kNone);
+  model::Model m(cfg, nn::Recipe::make(nn::LinearMode::kF32, nn::Correction::kNone));
   init_peaky(m, 7);
   const LoadedCheckpoint c = load_for_inference(save("eval", m));
   std::mt19937 gen(3);
@@ -356,7 +356,7 @@ TEST(Export, HalfPrecisionRoundsToNearestEven) {
 // Reads the GGUF written by export_gguf back (from llama.cpp's docs/gguf.md) and checks its
 // header, some keys, and that every matrix is s3r's transposed.
 TEST(Export, GgufHoldsTransposedMatricesAndTheTokenizer) {
-  model::Model m(tiny(), nn::LinearMode::kS3r, nn::Correction::kDx);
+  model::Model m(tiny(), nn::Recipe::make(nn::LinearMode::kS3r, nn::Correction::kDx));
   init_peaky(m, 8);
   const LoadedCheckpoint c = load_for_inference(save("gguf", m));
   Tokenizer tok(tokenizer_path());
@@ -438,7 +438,7 @@ TEST(Export, GgufHoldsTransposedMatricesAndTheTokenizer) {
 // permuted order, as s3r's adjacent-pair RoPE on the original rows (so every q . k agrees).
 TEST(Export, HfPermutationTurnsAdjacentPairsIntoHalfSplit) {
   model::ModelConfig cfg = tiny();
-  model::Model m(cfg, nn::LinearMode::kF32, nn::Correction::kNone);
+  model::Model m(cfg, nn::Recipe::make(nn::LinearMode::kF32, nn::Correction::kNone));
   init_peaky(m, 9);
   const LoadedCheckpoint c = load_for_inference(save("hf", m));
   Tokenizer tok(tokenizer_path());

@@ -313,12 +313,14 @@ Bounds error_bounds(const Shape& s, const DVec& q, const DVec& k, const DVec& v,
   return e;
 }
 
-// max over elements of |a - b| / bound: > 1 means outside the bound.
+// max over elements of |a - b| / bound: > 1 means outside the bound, and a NaN element is
+// infinitely far outside it (std::max would skip it).
 double worst_ratio(const DVec& a, const DVec& b, const DVec& bound) {
   double w = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
     const double e = std::fabs(a[i] - b[i]);
-    if (e != 0.0) w = std::max(w, e / bound[i]);  // (e / 0 = inf: outside any bound)
+    const double r = e == 0.0 ? 0.0 : e / bound[i];  // (e / 0 = inf: outside any bound)
+    if (!(r <= w)) w = std::isnan(r) ? INFINITY : r;
   }
   return w;
 }

@@ -37,7 +37,7 @@ TEST(ModelMemory, EstimateMatchesTheResidentMemoryOfAStep) {
     const double before = resident_bytes();
     double grown = 0.0;
     {
-      Model model(c, mode, nn::is_int8(mode) ? nn::Correction::kDx : nn::Correction::kNone);
+      Model model(c, nn::Recipe::make(mode, nn::Recipe::default_correction(mode)));
       model.init_weights(1);
       std::vector<int32_t> tokens(c.tokens());
       for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % c.vocab);
@@ -45,7 +45,7 @@ TEST(ModelMemory, EstimateMatchesTheResidentMemoryOfAStep) {
       model.backward(key_from_seed(1));
       grown = resident_bytes() - before;
     }
-    const double estimate = static_cast<double>(Model::estimate_bytes(c, mode));
+    const double estimate = static_cast<double>(Model::estimate_bytes(c, nn::Recipe::make(mode, nn::Recipe::default_correction(mode))));
     std::printf("%-5s estimate %.1f MB, resident growth %.1f MB (ratio %.2f)\n",
                 std::string(nn::to_string(mode)).c_str(), estimate / 1e6, grown / 1e6, estimate / grown);
     // Within 30% (the contract in model.hpp); a forgotten (T, V) or (T, F) buffer family moves it

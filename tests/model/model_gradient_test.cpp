@@ -113,7 +113,7 @@ double reference_loss(const ModelConfig& m, const std::map<std::string, ParamInf
 // term or factor shows at O(RMS)).
 TEST(ModelGradient, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
   ModelConfig m{2, 16, 2, 24, 19, 6, 2};
-  Model model(m, nn::LinearMode::kF32, nn::Correction::kNone);
+  Model model(m, nn::Recipe::make(nn::LinearMode::kF32, nn::Correction::kNone));
   model.init_weights(5);
   // Larger weights than the 0.02 init so that every path carries a visible gradient.
   std::mt19937 gen(3);
@@ -153,22 +153,19 @@ TEST(ModelGradient, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
   }
 }
 
-// --head int8: the LM head becomes a quantized projection of an int8 model. The same weights and
+// /head-int8: the LM head becomes a quantized projection of an int8 model. The same weights and
 // batch give a loss within 1% of the bf16 head's (int8 codes carry ~2^-8 relative error) but not
-// equal to it (a flag that is ignored fails), a head gradient that points the same way (cosine
-// > 0.99) without being the same. The f32 and bf16 models ignore the flag (their losses and head
-// gradients are bit-identical).
+// equal to it (a choice that is ignored fails), a head gradient that points the same way (cosine
+// > 0.99) without being the same. f32 and bf16 recipes cannot ask for it (nn::Recipe::make).
 TEST(ModelGradient, Int8HeadQuantizesOnlyTheHeadOfInt8Models) {
   ModelConfig m{2, 32, 2, 48, 64, 16, 2};
-  ModelConfig q = m;
-  q.int8_head = true;
   std::vector<int32_t> in(m.tokens()), tg(m.tokens());
   std::mt19937 gen(8);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.vocab - 1));
   for (auto& t : in) t = tok(gen);
   for (auto& t : tg) t = tok(gen);
-  auto run = [&](const ModelConfig& c, nn::LinearMode mode, std::vector<float>* grads) {
-    Model model(c, mode, nn::Correction::kDx);
+  auto run = [&](nn::HeadChoice choice, std::vector<float>* grads) {
+    Model model(m, nn::Recipe::make(nn::LinearMode::kS3r, nn::Correction::kDx, choice));
     model.init_weights(5);
     for (const ParamInfo& p : model.param_table()) {  // a head large enough to matter
       if (p.name == "lm_head") for (int64_t i = 0; i < p.size; ++i) model.params()[p.offset + i] *= 20.0f;
@@ -181,8 +178,8 @@ TEST(ModelGradient, Int8HeadQuantizesOnlyTheHeadOfInt8Models) {
     return loss;
   };
   std::vector<float> g_default, g_int8;
-  const double l_default = run(m, nn::LinearMode::kS3r, &g_default);
-  const double l_int8 = run(q, nn::LinearMode::kS3r, &g_int8);
+  const double l_default = run(nn::HeadChoice::kDefault, &g_default);
+  const double l_int8 = run(nn::HeadChoice::kInt8, &g_int8);
   EXPECT_NE(l_default, l_int8);
   EXPECT_NEAR(l_int8, l_default, 0.01 * l_default);
   double dot = 0.0, n1 = 0.0, n2 = 0.0;
@@ -194,9 +191,7 @@ TEST(ModelGradient, Int8HeadQuantizesOnlyTheHeadOfInt8Models) {
   EXPECT_GT(dot / std::sqrt(n1 * n2), 0.99);
   EXPECT_NE(g_default, g_int8);
   for (nn::LinearMode mode : {nn::LinearMode::kF32, nn::LinearMode::kBf16}) {
-    std::vector<float> a, b;
-    EXPECT_EQ(run(m, mode, &a), run(q, mode, &b)) << nn::to_string(mode);
-    EXPECT_EQ(a, b) << nn::to_string(mode);
+    EXPECT_THROW(nn::Recipe::make(mode, nn::Correction::kNone, nn::HeadChoice::kInt8), Error) << nn::to_string(mode);
   }
 }
 
@@ -214,7 +209,7 @@ TEST(ModelGradient, BackwardWritesEveryGradientWhateverTheBufferHeld) {
   for (auto& t : tg) t = tok(gen);
   for (nn::LinearMode mode : {nn::LinearMode::kF32, nn::LinearMode::kBf16, nn::LinearMode::kS3r}) {
     auto gradient = [&](float garbage) {
-      Model model(m, mode, nn::is_int8(mode) ? nn::Correction::kTwoWay : nn::Correction::kNone);
+      Model model(m, nn::Recipe::make(mode, nn::is_int8(mode) ? nn::Correction::kTwoWay : nn::Correction::kNone));
       model.init_weights(5);
       std::fill(model.grads().begin(), model.grads().end(), garbage);
       model.forward(in, tg);
@@ -223,7 +218,7 @@ TEST(ModelGradient, BackwardWritesEveryGradientWhateverTheBufferHeld) {
     };
     const std::vector<float> fresh = gradient(0.0f), dirty = gradient(1234.5f);
     ASSERT_EQ(fresh.size(), dirty.size());
-    Model names(m, mode, nn::Correction::kNone);
+    Model names(m, nn::Recipe::make(mode, nn::Correction::kNone));
     for (const ParamInfo& p : names.param_table()) {
       for (int64_t i = p.offset; i < p.offset + p.size; ++i) {
         ASSERT_EQ(fresh[i], dirty[i]) << nn::to_string(mode) << ": " << p.name << "[" << i - p.offset << "]";

@@ -29,7 +29,7 @@ data::TokenShard synthetic_shard(int64_t n) {
 
 double train(nn::LinearMode mode, nn::Correction corr, int steps) {
   const ModelConfig cfg = preset("tiny");
-  Model model(cfg, mode, corr);
+  Model model(cfg, nn::Recipe::make(mode, corr));
   model.init_weights(1);
   const data::TokenShard shard = synthetic_shard(20000);
   data::DataLoader loader(shard, cfg.seq_len, 3);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `s3r generate`, `s3r eval` and `s3r export` end to end on a tiny model trained here (issue 13),
+# `s3r generate`, `s3r eval` and `s3r export` end to end on a tiny model trained here,
 # and their errors. The run and its data stay in WORK_DIR for tests/llama and tests/peer.
 # Usage: infer_smoke.sh S3R_BINARY WORK_DIR
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel training is bit-identical for any number of ranks (issue 12, SPEC section 6):
+# Data-parallel training is bit-identical for any number of ranks (SPEC section 6):
 # every logged number (losses, gradient norms, validation losses) of `mpirun -np 2` and
 # `mpirun -np 4` equals one process's without mpirun, in the default mode, two-way correction,
 # sr and bf16; and with --micro-batch, R = 1, 2, 4 agree with each other. Matching bits alone do

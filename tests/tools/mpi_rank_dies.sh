@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A rank that dies mid-run (kill -9, as the OOM killer or a lost host would) makes the other
 # ranks stop instead of hanging in a collective, with a message naming the dead rank; the run's
-# last checkpoint survives and resumes (issue 12, item 5).
+# last checkpoint survives and resumes .
 # Usage: mpi_rank_dies.sh S3R_BINARY DATA_DIR WORK_DIR MPIRUN
 set -uo pipefail
 s3r=$1; data=$2; work=$3; mpirun=$4

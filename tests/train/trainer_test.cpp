@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -36,8 +37,7 @@ data::TokenShard synthetic(int64_t n, uint32_t salt) {
 TrainOptions tiny_options(int64_t steps, const std::string& out) {
   TrainOptions o;
   o.model = model::preset("tiny");
-  o.mode = nn::LinearMode::kS3r;
-  o.correction = nn::Correction::kTwoWay;
+  o.recipe = nn::Recipe::make(nn::LinearMode::kS3r, nn::Correction::kTwoWay);
   o.seed = 7;
   o.steps = steps;
   o.lr = optim::LrSchedule{3e-3f, 3e-4f, 2, 12};
@@ -104,7 +104,7 @@ TEST(Trainer, BadInputGivesOneClearError) {
   const std::string dir = temp_dir("other");
   train(tiny_options(2, dir), train_shard, val_shard, "", log);
   o = tiny_options(4, dir);
-  o.mode = nn::LinearMode::kSr;
+  o.recipe = nn::Recipe::make(nn::LinearMode::kSr, nn::Correction::kTwoWay);
   EXPECT_NE(message(o, dir).find("differs from this run"), std::string::npos);
   const fs::path weights = fs::path(dir) / "checkpoint" / "model.safetensors";
   fs::resize_file(weights, fs::file_size(weights) - 8);
@@ -250,7 +250,7 @@ TEST(Trainer, ARunThatGoesBadKeepsTheGoodCheckpoint) {
   const std::string dir = temp_dir("goes_bad");
   TrainOptions o = tiny_options(20, dir);
   o.max_bad_steps = 3;
-  model::Model model(o.model, o.mode, o.correction);
+  model::Model model(o.model, o.recipe);
   model.init_weights(o.seed);
   for (const model::ParamInfo& p : model.param_table()) {
     if (p.name == "blocks.0.attn.q" || p.name == "blocks.0.attn.k") {
@@ -259,7 +259,7 @@ TEST(Trainer, ARunThatGoesBadKeepsTheGoodCheckpoint) {
   }
   std::vector<float> m(model.params().size(), 0.0f), v(model.params().size(), 0.0f);
   CheckpointInfo info;
-  static_cast<RunConfig&>(info) = RunConfig{o.model, o.mode, o.correction, o.seed};
+  static_cast<RunConfig&>(info) = RunConfig{o.model, o.recipe, o.seed};
   info.step = 4;
   info.loader = {0, 20};
   save_checkpoint(dir, info, model, m, v);
@@ -307,6 +307,41 @@ TEST(Trainer, CorruptMetaFieldsAreNamed) {
   EXPECT_NE(with("\"crc32\"", "\"crc\"").find("field \"crc32\" is missing"), std::string::npos);
   const std::string what = with("\"version\": 3", "\"version\": 7");
   EXPECT_NE(what.find("meta.json': checkpoint version 7"), std::string::npos) << what;
+  // The recipe's name must agree with the fields it names.
+  EXPECT_NE(with("\"recipe\": \"s3r+two-way\"", "\"recipe\": \"s3r+dx\"")
+                .find("field \"recipe\" is \"s3r+dx\", but \"mode\", \"correction\" and \"lm_head\" make s3r+two-way"),
+            std::string::npos);
+  EXPECT_NE(with("\"recipe\": \"s3r+two-way\"", "\"recipe\": 3").find("field \"recipe\" is 3, not a string"),
+            std::string::npos);
+  EXPECT_NE(with("\"correction\": \"two-way\"", "\"correction\": \"dy\"").find("unknown correction 'dy'"),
+            std::string::npos);
+}
+
+// A checkpoint without "recipe" (written before it was one value) reads from its mode,
+// correction and lm_head; one that pairs bf16 with a correction and an int8 head, which the
+// library could write before it checked recipes and whose model applied neither, reads as bf16.
+TEST(Trainer, CheckpointsBeforeTheRecipeNameRead) {
+  const data::TokenShard train_shard = synthetic(6000, 1), val_shard = synthetic(2000, 2);
+  std::ostringstream log;
+  const std::string dir = temp_dir("meta_recipe");
+  train(tiny_options(2, dir), train_shard, val_shard, "", log);
+  const fs::path meta_path = fs::path(dir) / "checkpoint" / "meta.json";
+  nlohmann::json meta;
+  std::ifstream(meta_path) >> meta;
+  EXPECT_EQ(meta["config"]["recipe"], "s3r+two-way");
+  meta["config"].erase("recipe");
+  std::ofstream(meta_path, std::ios::trunc) << meta.dump(1);
+  EXPECT_EQ(read_checkpoint_info(dir).recipe, nn::Recipe::parse("s3r+two-way"));
+  meta["config"]["lm_head"] = "int8";
+  std::ofstream(meta_path, std::ios::trunc) << meta.dump(1);
+  EXPECT_EQ(read_checkpoint_info(dir).recipe, nn::Recipe::parse("s3r+two-way/head-int8"));
+  meta["config"]["mode"] = "bf16";
+  std::ofstream(meta_path, std::ios::trunc) << meta.dump(1);
+  EXPECT_EQ(read_checkpoint_info(dir).recipe, nn::Recipe::parse("bf16"));
+  meta["config"].erase("lm_head");
+  meta["config"]["mode"] = "s3r";
+  std::ofstream(meta_path, std::ios::trunc) << meta.dump(1);
+  EXPECT_EQ(read_checkpoint_info(dir).recipe, nn::Recipe::parse("s3r+two-way"));
 }
 
 TEST(Trainer, UnigramEntropyOfAUniformShardIsLogV) {

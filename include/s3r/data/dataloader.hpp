@@ -1,5 +1,5 @@
 #pragma once
-// Seeded shuffling of (S+1)-token windows of a token shard (issue 4 groundwork).
+// Seeded shuffling of (S+1)-token windows of a token shard.
 //
 // The shard is cut into W = (n - 1) / S windows starting at multiples of S; window w gives the
 // inputs tokens[w*S .. w*S+S) and the targets tokens[w*S+1 .. w*S+S]. Each epoch visits every

@@ -1,5 +1,5 @@
 #pragma once
-// `s3r data prepare` (issues 4 and 10): text -> SentencePiece BPE tokenizer -> train and validation
+// `s3r data prepare`: text -> SentencePiece BPE tokenizer -> train and validation
 // token shards.
 //
 // Inputs: files or folders of text, JSON(L) or these gzip-compressed, read into documents as

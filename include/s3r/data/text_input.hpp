@@ -1,5 +1,5 @@
 #pragma once
-// Text input of `s3r data prepare` (issues 4 and 10): files and folders -> documents.
+// Text input of `s3r data prepare` and `s3r eval --text`: files and folders -> documents.
 //
 // Inputs (files or folders, read recursively in name order):
 //   - plain text: .txt, .text, .md; one document per blank-line-separated paragraph;
@@ -21,11 +21,13 @@
 namespace s3r::data {
 
 // Reads every document of the inputs, in input order; throws s3r::Error naming the file (and line)
-// at fault, or when the inputs hold no document. Files skipped in folders are appended to
-// `warnings` when it is given. A folder met inside an input folder for which `is_output_folder`
-// (when given) returns true is skipped as the output folder or one of its temporary folders.
+// at fault, or when the inputs hold no document, prefixed with `command` (the tool that reads:
+// "data prepare: ...", "eval: ..."). Files skipped in folders are appended to `warnings` when it
+// is given. A folder met inside an input folder for which `is_output_folder` (when given) returns
+// true is skipped as the output folder or one of its temporary folders.
 std::vector<std::string> read_documents(
     const std::vector<std::string>& inputs, std::vector<std::string>* warnings = nullptr,
-    const std::function<bool(const std::filesystem::path&)>& is_output_folder = nullptr);
+    const std::function<bool(const std::filesystem::path&)>& is_output_folder = nullptr,
+    const std::string& command = "data prepare");
 
 }  // namespace s3r::data

@@ -1,6 +1,5 @@
 #pragma once
-// Token shards: the binary files `s3r data prepare` writes and the trainer reads (issue 4
-// groundwork). Little-endian:
+// Token shards: the binary files `s3r data prepare` writes and the trainer reads. Little-endian:
 //
 //   offset  size  field
 //        0     8  magic "S3RTOKS" + '\0'

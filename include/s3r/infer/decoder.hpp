@@ -1,5 +1,5 @@
 #pragma once
-// Inference on a trained checkpoint (issue 13): a decoder with a KV cache, so that each new
+// Inference on a trained checkpoint: a decoder with a KV cache, so that each new
 // token costs one position, and the samplers of `s3r generate`.
 //
 // The forward is the model's (s3r/model/model.hpp) for one sequence at positions 0, 1, ...:
@@ -27,6 +27,8 @@ namespace s3r::infer {
 enum class Precision { kTrained, kF32 };
 Precision parse_precision(const std::string& name);  // "trained" | "f32"; s3r::Error otherwise
 const char* to_string(Precision p);
+// The recipe a forward in `precision` computes with: the trained recipe, or f32 everywhere.
+nn::Recipe inference_recipe(const nn::Recipe& trained, Precision precision);
 
 // A checkpoint's weights in a Model (any mode: the arena is the same), and its record.
 struct LoadedCheckpoint {

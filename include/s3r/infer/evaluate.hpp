@@ -1,6 +1,6 @@
 #pragma once
 // `s3r eval`: loss, perplexity and bits per byte of a checkpoint on every window of a token
-// stream (issue 13).
+// stream.
 //
 // Windows as the trainer's data loader cuts them (s3r/data/dataloader.hpp): W = (n - 1) / S
 // windows starting at multiples of S, inputs tokens[w S .. w S + S), targets one further; every

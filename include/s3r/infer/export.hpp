@@ -1,5 +1,5 @@
 #pragma once
-// `s3r export` (issue 13): a checkpoint as a GGUF file for llama.cpp (and ollama, LM Studio) or
+// `s3r export`: a checkpoint as a GGUF file for llama.cpp (and ollama, LM Studio) or
 // as a Hugging Face LlamaForCausalLM folder. docs/FORMATS.md lists every key and tensor.
 //
 // Orientation. s3r stores matrices (in, out) (y = x W); GGUF (ne = [in, out], i.e. row-major

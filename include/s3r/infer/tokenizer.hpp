@@ -1,5 +1,5 @@
 #pragma once
-// The SentencePiece tokenizer of a model, for generation, evaluation and export (issue 13).
+// The SentencePiece tokenizer of a model, for generation, evaluation and export.
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -16,10 +16,7 @@ struct ModelConfig {
   int64_t batch = 4;        // B
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
-  // The LM head as an int8 projection in the model's mode (`--head int8`; only int8 modes
-  // honour it: bf16 and f32 models keep their bf16 / f32 head). Off by default, as in the paper,
-  // which keeps the head in bf16. Its threshold layer index is 7 L (after the blocks' 7 l + j).
-  bool int8_head = false;
+  // The numerics (projections, correction, LM head) are not part of the shape: nn::Recipe.
 
   int64_t head_dim() const { return width / heads; }
   int64_t tokens() const { return batch * seq_len; }  // T

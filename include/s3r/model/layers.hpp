@@ -1,5 +1,5 @@
 #pragma once
-// The non-GEMM layers of a Llama-style decoder (issue 4 groundwork), f32, llm.c style: each layer
+// The non-GEMM layers of a Llama-style decoder, f32, llm.c style: each layer
 // is a *_forward / *_backward pair over explicit buffers, outputs first. Backward functions
 // ACCUMULATE (+=) into parameter gradients and into input gradients marked "+=", so that
 // residual branches and shared inputs add up without extra buffers.

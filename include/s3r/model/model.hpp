@@ -4,10 +4,11 @@
 // final RMSNorm; untied LM head; mean cross-entropy.
 //
 // Attention is fused (s3r/model/attention.hpp): no (B, NH, S, S) tensor is kept.
-// All seven projections of every block are QuantLinear in the model's mode and correction. The
-// embedding and the attention products run in f32 and the LM head in bf16 (f32 in f32 mode) in
-// every mode, so mode comparisons measure only the quantized projections; with
-// config.int8_head an int8 model's LM head is an eighth quantized projection (layer index 7 L).
+// All seven projections of every block are QuantLinear in the recipe's mode and correction
+// (s3r/nn/recipe.hpp). The embedding and the attention products run in f32 and the LM head in
+// bf16 (f32 in f32 mode) in every mode, so mode comparisons measure only the quantized
+// projections; with a /head-int8 recipe an int8 model's LM head is an eighth quantized projection
+// (layer index 7 L).
 // Threshold keys: layer index 7 l + j for projection j in (q, k, v, o, gate, up, down) of block l, layer key
 // fold_in(fold_in(key(seed), step), index) (SPEC section 3).
 //
@@ -22,6 +23,7 @@
 #include "s3r/model/config.hpp"
 #include "s3r/model/layers.hpp"
 #include "s3r/nn/quant_linear.hpp"
+#include "s3r/nn/recipe.hpp"
 #include "s3r/nn/swiglu.hpp"
 #include "s3r/rng/threefry.hpp"
 
@@ -68,18 +70,19 @@ struct ParamInfo {
 
 class Model {
  public:
-  Model(const ModelConfig& config, nn::LinearMode mode, nn::Correction correction);
+  // A Recipe is valid by construction, so a Model is never built in an invalid numerics state.
+  Model(const ModelConfig& config, const nn::Recipe& recipe);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   // Parameters of a model of this configuration (the size of params()).
   static int64_t parameter_count(const ModelConfig& config);
-  // Bytes a Model of this configuration and mode holds once it has run a training step
+  // Bytes a Model of this configuration and recipe holds once it has run a training step
   // (parameters, gradients, activations, quantized copies, workspaces), within about 30%
   // (tests/model checks it against the measured resident memory). The trainer adds AdamW's
   // moments and compares the sum with the available memory before it starts.
-  static int64_t estimate_bytes(const ModelConfig& config, nn::LinearMode mode);
+  static int64_t estimate_bytes(const ModelConfig& config, const nn::Recipe& recipe);
 
   // Normal(0, 0.02) matrices (output projections scaled by 1/sqrt(2L)), unit norm gains.
   void init_weights(uint32_t seed);
@@ -88,8 +91,7 @@ class Model {
   std::span<float> grads() { return grads_; }
   const std::vector<ParamInfo>& param_table() const { return table_; }
   const ModelConfig& config() const { return cfg_; }
-  nn::LinearMode mode() const { return mode_; }
-  nn::Correction correction() const { return correction_; }
+  const nn::Recipe& recipe() const { return recipe_; }
 
   // inputs, targets: (B*S) token ids. Returns the mean cross-entropy over the tokens of the
   // group (data_parallel().group: every rank's batch; else this batch), NaN on every rank when a
@@ -131,9 +133,10 @@ class Model {
   double group_loss();  // the mean of the group's leaf losses (all-gathered in rank order)
 
   ModelConfig cfg_;
-  nn::LinearMode mode_;
+  nn::Recipe recipe_;
+  // recipe_'s parts, named for the many places that use them.
+  nn::LinearMode mode_, head_mode_;  // the projections', the LM head's
   nn::Correction correction_;
-  nn::LinearMode head_mode_;  // the LM head's: f32 in f32 mode, the model's with int8_head, else bf16
   std::vector<ParamInfo> table_;
   std::vector<float> params_, grads_;
   int64_t tok_emb_ = 0, final_norm_ = 0, lm_head_ = 0;

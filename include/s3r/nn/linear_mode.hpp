@@ -1,5 +1,6 @@
 #pragma once
-// Modes of a linear layer's products and of its S3R-EC correction (SPEC sections 2 and 4).
+// Modes of a linear layer's products and of its S3R-EC correction (SPEC sections 2 and 4). A
+// model's choice of both, with its LM head, is one value: nn::Recipe (s3r/nn/recipe.hpp).
 #include <string_view>
 
 #include "s3r/quant/grad_quant.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 // AdamW with decoupled weight decay, fp32 master weights and moments, a linear warm-up then cosine
-// decay, and global gradient-norm clipping (issue 4 groundwork).
+// decay, and global gradient-norm clipping.
 //
 //   g' = g * min(1, clip / ||g||)                 (||g|| over all parameters, in double)
 //   m  = b1 m + (1 - b1) g',   v = b2 v + (1 - b2) g'^2

@@ -31,15 +31,14 @@
 #include "s3r/data/dataloader.hpp"
 #include "s3r/model/config.hpp"
 #include "s3r/model/model.hpp"
-#include "s3r/nn/linear_mode.hpp"
+#include "s3r/nn/recipe.hpp"
 
 namespace s3r::train {
 
 // A run's configuration as a checkpoint records it (a resume must match it exactly).
 struct RunConfig {
   model::ModelConfig model;
-  nn::LinearMode mode = nn::LinearMode::kS3r;
-  nn::Correction correction = nn::Correction::kNone;
+  nn::Recipe recipe;
   uint32_t seed = 0;
   friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
@@ -75,7 +74,7 @@ std::vector<int64_t> tensor_shape(const model::ModelConfig& config, const std::s
 // beyond the shapes (written for readers outside s3r; docs/FORMATS.md).
 std::string architecture_json(const RunConfig& config);
 
-// One line describing a configuration, for error messages ("L=2 C=64 ... mode s3r ...").
+// One line describing a configuration, for error messages ("L=2 C=64 ..., recipe s3r+dx, seed 0").
 std::string describe(const RunConfig& config);
 
 // Saves the model's weights and the moments m, v (each the size of model.params()) as

@@ -1,6 +1,6 @@
 #pragma once
 // AdamW's moments over a Model's parameter arena, whole or sharded over the ranks of a
-// data-parallel run (issue 12, docs/DISTRIBUTED.md), with the same bits either way.
+// data-parallel run (docs/DISTRIBUTED.md), with the same bits either way.
 //
 // Whole (the default): every rank keeps m and v of every parameter (8 bytes each) and runs
 // optim::adamw_step on the gradient, which is the same bits on every rank.

@@ -20,7 +20,7 @@
 #include "s3r/data/token_shard.hpp"
 #include "s3r/model/config.hpp"
 #include "s3r/model/model.hpp"
-#include "s3r/nn/linear_mode.hpp"
+#include "s3r/nn/recipe.hpp"
 #include "s3r/optim/adamw.hpp"
 #include "s3r/train/checkpoint.hpp"
 
@@ -28,8 +28,7 @@ namespace s3r::train {
 
 struct TrainOptions {
   model::ModelConfig model = model::preset("small");
-  nn::LinearMode mode = nn::LinearMode::kS3r;
-  nn::Correction correction = nn::Correction::kDx;
+  nn::Recipe recipe;  // s3r+dx, as `s3r train` without --recipe, --mode or --correction
   uint32_t seed = 0;
   int64_t steps = 1000;
   optim::LrSchedule lr{3e-3f, 3e-4f, 50, 1000};
