@@ -42,7 +42,7 @@ void register_data_prepare(CLI::App& data);
 // `s3r train`: the main job; data parallel over `world`'s ranks when started by mpirun.
 void register_train(CLI::App& app, dist::Communicator& world);
 
-// `s3r generate`, `s3r eval`, `s3r export`: use a trained checkpoint (issue 13).
+// `s3r generate`, `s3r eval`, `s3r export`: use a trained checkpoint.
 void register_generate(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_export(CLI::App& app);

@@ -1,5 +1,5 @@
 // `s3r eval`: loss, perplexity and bits per byte of a checkpoint on every window of a prepared
-// token shard or of a text / JSONL file (issue 13; s3r/infer/evaluate.hpp).
+// token shard or of a text / JSONL file (s3r/infer/evaluate.hpp).
 #include <unistd.h>
 
 #include <chrono>

@@ -1,5 +1,5 @@
 // `s3r export`: a checkpoint as GGUF (llama.cpp, ollama, LM Studio) or as a Hugging Face
-// LlamaForCausalLM folder (issue 13; s3r/infer/export.hpp, docs/FORMATS.md).
+// LlamaForCausalLM folder (s3r/infer/export.hpp, docs/FORMATS.md).
 #include <filesystem>
 #include <iostream>
 #include <memory>

@@ -1,5 +1,5 @@
-// `s3r generate`: continue a prompt with a trained checkpoint, streaming the text as it comes
-// (issue 13). A KV cache makes each new token cost one position (s3r/infer/decoder.hpp).
+// `s3r generate`: continue a prompt with a trained checkpoint, streaming the text as it comes.
+// A KV cache makes each new token cost one position (s3r/infer/decoder.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>

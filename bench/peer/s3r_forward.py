@@ -14,7 +14,7 @@ Modes (the checkpoint's `mode`): f32 (every product f32); bf16 (the seven projec
 and the LM head on bf16-rounded operands, RTNE, f32 accumulation); rtne, sr, s3r, s3r-bcast (their
 forward is one and the same: per-token x per-output-channel absmax int8, round to nearest even,
 LM head bf16, or int8 when meta.json says "lm_head": "int8"). Attention products are f32 in
-every mode. Cross-entropy uses s3r's polynomial exp (since issue 11; before, libm's exp in
+every mode. Cross-entropy uses s3r's polynomial exp (before the fused kernels, libm's exp in
 double: a difference of about 1e-7 of the loss, far inside the check's tolerances).
 """
 import math
@@ -104,7 +104,7 @@ def attention(q, k, v, heads, bug=None):
     """Causal softmax attention as s3r's unfused attention_forward computed it: scores in f32
     (products here in f64, rounded once), scaled in f32, max-subtracted, exp in f32 (libm expf;
     here exp in double rounded to f32), the row sum in double, probabilities times f32(1 / sum).
-    s3r's fused attention (src/model/attention.cpp, issue 11) computes the same function in
+    s3r's fused attention (src/model/attention.cpp) computes the same function in
     another order (an online softmax over key blocks with its polynomial exp); like the order of
     the float products, that is below the check's tolerances (measured: f32 9e-10, s3r + dx
     3e-7 on tiny runs)."""

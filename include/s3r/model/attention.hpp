@@ -1,5 +1,5 @@
 #pragma once
-// Fused causal multi-head attention ("flash attention", issue 11): the same function as
+// Fused causal multi-head attention ("flash attention"): the same function as
 // attention_forward / attention_backward of layers.hpp, without the (B, NH, S, S) probabilities.
 //
 // Shapes and layout as in layers.hpp: T = B*S tokens, C = NH * HD; q, k, v, out and their

@@ -1,5 +1,5 @@
 #pragma once
-// Llama-style decoder configuration and presets (issue 4).
+// Llama-style decoder configuration and presets.
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -1,5 +1,5 @@
 #pragma once
-// Llama-style decoder (issue 4): token embedding; per block RMSNorm -> Q, K, V -> RoPE -> causal
+// Llama-style decoder: token embedding; per block RMSNorm -> Q, K, V -> RoPE -> causal
 // attention -> output projection -> residual; RMSNorm -> SwiGLU (gate, up, down) -> residual;
 // final RMSNorm; untied LM head; mean cross-entropy.
 //
