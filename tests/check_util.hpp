@@ -11,6 +11,11 @@
 
 namespace s3r::testing {
 
+// Whether error r replaces `worst` in a running maximum where a NaN is the worst there is and
+// stays: std::max(worst, NaN) skips the NaN, and `!(r <= worst)` alone lets the next finite r
+// replace it. Usage: if (worse_than(r, worst)) worst = r, at = i;
+inline bool worse_than(double r, double worst) { return !std::isnan(worst) && !(r <= worst); }
+
 constexpr double kU32 = 0x1p-24;  // unit roundoff of f32 (round to nearest)
 constexpr double kU64 = 0x1p-53;  // unit roundoff of f64
 

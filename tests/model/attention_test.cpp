@@ -24,6 +24,7 @@
 #include "s3r/core/error.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/model/layers.hpp"
+#include "check_util.hpp"
 #include "test_util.hpp"
 
 namespace s3r::model {
@@ -352,7 +353,7 @@ void expect_within(const char* what, const Shape& s, const FVec& got, const DVec
   for (size_t i = 0; i < got.size(); ++i) {
     const double e = std::fabs(static_cast<double>(got[i]) - want[i]);
     const double r = e == 0.0 ? 0.0 : e / (factor * bound[i]);
-    if (!(r <= worst)) worst = r, at_worst = i;  // NaN counts as the worst
+    if (testing::worse_than(r, worst)) worst = r, at_worst = i;  // a NaN is the worst, and stays
   }
   EXPECT_LE(worst, 1.0) << where << " " << what << " " << s.str() << ": index " << at_worst
                         << " expected " << want[at_worst] << " got " << got[at_worst] << " bound "
