@@ -1,6 +1,6 @@
-// libFuzzer target: bytes -> a checkpoint folder -> train::read_checkpoint_info, then (for a tiny
-// configuration) a Model of it and train::load_checkpoint_weights / load_checkpoint
-// (include/s3r/train/checkpoint.hpp).
+// libFuzzer target: bytes -> a checkpoint folder -> ckpt::read_checkpoint_info, then (for a tiny
+// configuration) a Model of it and ckpt::load_checkpoint_weights / load_checkpoint
+// (include/s3r/ckpt/checkpoint.hpp).
 //
 // Input: meta.json, model.safetensors, optimizer.safetensors and tokenizer.model joined by
 // kSeparator; a file whose part is absent is not written (the "missing file" paths). Version 1
@@ -14,7 +14,7 @@
 #include "fuzz_util.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/model/model.hpp"
-#include "s3r/train/checkpoint.hpp"
+#include "s3r/ckpt/checkpoint.hpp"
 
 namespace {
 
@@ -43,12 +43,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     rest.remove_prefix(cut + kSeparator.size());
   }
   try {
-    const s3r::train::CheckpointInfo info = s3r::train::read_checkpoint_info(dir.string());
+    const s3r::ckpt::CheckpointInfo info = s3r::ckpt::read_checkpoint_info(dir.string());
     if (!tiny(info.model)) return 0;
     s3r::model::Model model(info.model, info.recipe);
-    s3r::train::load_checkpoint_weights(dir.string(), model);
+    s3r::ckpt::load_checkpoint_weights(dir.string(), model);
     std::vector<float> m(model.params().size()), v(model.params().size());
-    (void)s3r::train::load_checkpoint(dir.string(), model, m, v);
+    (void)s3r::ckpt::load_checkpoint(dir.string(), model, m, v);
   } catch (const s3r::Error&) {
   }
   return 0;

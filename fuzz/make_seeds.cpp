@@ -20,7 +20,7 @@
 #include "s3r/data/token_shard.hpp"
 #include "s3r/io/safetensors.hpp"
 #include "s3r/model/model.hpp"
-#include "s3r/train/checkpoint.hpp"
+#include "s3r/ckpt/checkpoint.hpp"
 
 namespace fs = std::filesystem;
 
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     // tensors, no "architecture" or "tokenizer", checksums of the flat files); version 1 (no
     // checksums, so mutated tensor files reach the safetensors reader; no rope_theta, norm_eps or
     // lm_head), also without its optimizer file.
-    s3r::train::CheckpointInfo info;
+    s3r::ckpt::CheckpointInfo info;
     info.model = s3r::model::ModelConfig{1, 8, 2, 16, 16, 4, 1};
     info.recipe = s3r::nn::Recipe::make(s3r::nn::LinearMode::kS3r, s3r::nn::Correction::kDx);
     info.seed = 3;
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     s3r::model::Model model(info.model, info.recipe);
     model.init_weights(info.seed);
     const std::vector<float> m(model.params().size(), 0.01f), v(model.params().size(), 0.0001f);
-    s3r::train::save_checkpoint((scratch / "run").string(), info, model, m, v);
+    s3r::ckpt::save_checkpoint((scratch / "run").string(), info, model, m, v);
     const fs::path dir = scratch / "run" / "checkpoint";
     const std::string weights = slurp(dir / "model.safetensors"), moments = slurp(dir / "optimizer.safetensors");
     const std::string meta3 = slurp(dir / "meta.json");

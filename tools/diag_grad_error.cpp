@@ -177,7 +177,7 @@ void divide_grads(Grads& g, int n) {
 
 // What the input checks read and the rest of the run uses.
 struct Inputs {
-  train::CheckpointInfo info;
+  ckpt::CheckpointInfo info;
   data::TokenShard val;  // --data's val.bin
 };
 
@@ -192,7 +192,7 @@ Inputs read_and_check_inputs(const Options& o) {
   }
   if (!o.json_path.empty()) check_output_file("diag grad-error", "--json", o.json_path);
   Inputs in;
-  in.info = train::read_checkpoint_info(o.checkpoint);
+  in.info = ckpt::read_checkpoint_info(o.checkpoint);
   in.val = data::read_shard((std::filesystem::path(o.data_dir) / "val.bin").string());
   const model::ModelConfig& cfg = in.info.model;
   if (static_cast<int64_t>(in.val.vocab) != cfg.vocab) {
@@ -271,7 +271,7 @@ std::vector<DiagConfig> table_configs(const Options& o) {
 }
 
 // Prints what the run is on: the checkpoint, model, batch, keys, reference and machine.
-void print_header(const Options& o, const train::CheckpointInfo& info) {
+void print_header(const Options& o, const ckpt::CheckpointInfo& info) {
   const model::ModelConfig& cfg = info.model;
   std::printf("s3r diag grad-error\n  checkpoint  %s (step %lld, trained as %s)\n", o.checkpoint.c_str(),
               static_cast<long long>(info.step + 1), info.recipe.name().c_str());
@@ -290,9 +290,9 @@ void print_header(const Options& o, const train::CheckpointInfo& info) {
 // The checkpoint's weights, loaded into a model of its own configuration, mode and correction
 // (load_checkpoint_weights refuses any other); every model of the run starts from a copy.
 std::vector<float> load_trained_weights(const std::string& checkpoint,
-                                        const train::CheckpointInfo& info) {
+                                        const ckpt::CheckpointInfo& info) {
   model::Model trained(info.model, info.recipe);
-  train::load_checkpoint_weights(checkpoint, trained);
+  ckpt::load_checkpoint_weights(checkpoint, trained);
   return {trained.params().begin(), trained.params().end()};
 }
 
@@ -493,7 +493,7 @@ nlohmann::json telemetry_json(const std::vector<nn::GradTelemetry>& telemetry) {
 
 // Writes the run's settings, the rows and the telemetry to --json (atomically: the file is
 // whole or absent) and names it on stdout.
-void write_json(const Options& o, const train::CheckpointInfo& info, const Reference& r,
+void write_json(const Options& o, const ckpt::CheckpointInfo& info, const Reference& r,
                 const nlohmann::json& rows) {
   const nlohmann::json out = {
       {"checkpoint", o.checkpoint}, {"step", info.step + 1}, {"model", info.model.describe()},

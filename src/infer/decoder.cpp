@@ -28,12 +28,12 @@ nn::Recipe inference_recipe(const nn::Recipe& trained, Precision precision) {
 
 LoadedCheckpoint load_for_inference(const std::string& dir) {
   LoadedCheckpoint out;
-  const train::CheckpointInfo info = train::read_checkpoint_info(dir);
+  const ckpt::CheckpointInfo info = ckpt::read_checkpoint_info(dir);
   model::ModelConfig c = info.model;
   c.batch = 1;  // only the weights are used: the smallest activations
   c.seq_len = 1;
   out.model = std::make_unique<model::Model>(c, info.recipe);
-  out.info = train::load_checkpoint_for_inference(dir, *out.model);
+  out.info = ckpt::load_checkpoint_for_inference(dir, *out.model);
   return out;
 }
 

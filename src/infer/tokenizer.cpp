@@ -84,7 +84,7 @@ bool Tokenizer::adds_space_prefix() const {
 
 std::string Tokenizer::serialized() const { return impl_->sp.serialized_model_proto(); }
 
-std::unique_ptr<Tokenizer> tokenizer_for(const train::CheckpointInfo& info, const std::string& given,
+std::unique_ptr<Tokenizer> tokenizer_for(const ckpt::CheckpointInfo& info, const std::string& given,
                                          const std::string& fallback, const std::string& what) {
   std::string path = given;
   if (path.empty() && !info.tokenizer_model.empty()) path = info.tokenizer_model;

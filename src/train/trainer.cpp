@@ -25,6 +25,10 @@
 
 namespace s3r::train {
 
+// The checkpoint format (s3r/ckpt/checkpoint.hpp) this loop saves and resumes from.
+using ckpt::CheckpointInfo;
+using ckpt::RunConfig;
+
 namespace fs = std::filesystem;
 
 double unigram_entropy(const data::TokenShard& shard) {
@@ -114,10 +118,10 @@ RunFolder open_run_folder(const TrainOptions& o, const std::string& resume_dir, 
   if (ec) throw Error("cannot create the run folder --out '" + o.out_dir + "': " + ec.message());
   run.lock = std::make_unique<io::FolderLock>(o.out_dir);
   run.resume_in_place = same_folder(o.out_dir, resume_dir);
-  const bool holds_run = train::has_checkpoint(o.out_dir) || fs::exists(out / "metrics.jsonl");
+  const bool holds_run = ckpt::has_checkpoint(o.out_dir) || fs::exists(out / "metrics.jsonl");
   if (run.resume_in_place) {
     if (o.overwrite) throw Error("--overwrite and --resume of the same folder '" + o.out_dir + "' contradict each other");
-    const std::string did = tidy_checkpoints(o.out_dir);
+    const std::string did = ckpt::tidy_checkpoints(o.out_dir);
     if (!did.empty()) log << "run folder " << o.out_dir << ": " << did << "\n";
   } else if (holds_run) {
     if (!o.overwrite) {
@@ -228,7 +232,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   };
   window_check(train_shard, "training");
   window_check(val_shard, "validation");
-  if (!o.tokenizer_model.empty()) check_tokenizer(o.tokenizer_model, o.model.vocab);
+  if (!o.tokenizer_model.empty()) ckpt::check_tokenizer(o.tokenizer_model, o.model.vocab);
   check_memory(o, rank_model, world.size(), rank0);
   // Rank 0 alone owns the run folder (lock, metrics, checkpoints); the others never touch it.
   TrainOptions files = o;
@@ -252,13 +256,13 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   Optimizer::Whole loaded = resume_dir.empty() ? Optimizer::Whole{} : opt.whole_moments();
   if (!resume_dir.empty() && rank0) {
     const std::string from = run.resume_in_place ? (fs::path(o.out_dir) / "checkpoint").string()
-                                                 : find_checkpoint(resume_dir);
-    const CheckpointInfo info = read_checkpoint_info(from);
+                                                 : ckpt::find_checkpoint(resume_dir);
+    const CheckpointInfo info = ckpt::read_checkpoint_info(from);
     if (!(info.config() == config)) {
-      throw Error("--resume: the checkpoint's configuration (" + describe(info.config()) + ") differs from this run's (" +
-                  describe(config) + ")");
+      throw Error("--resume: the checkpoint's configuration (" + ckpt::describe(info.config()) + ") differs from this run's (" +
+                  ckpt::describe(config) + ")");
     }
-    load_checkpoint(from, model, loaded.m, loaded.v);
+    ckpt::load_checkpoint(from, model, loaded.m, loaded.v);
     loader.set_position(info.loader);
     first = info.step + 1;
     bad = info.bad_steps;
@@ -295,7 +299,7 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
     info.loader = loader.position();
     info.bad_steps = bad;
     info.tokenizer_model = o.tokenizer_model;
-    save_checkpoint(o.out_dir, info, model, moments.m, moments.v);
+    ckpt::save_checkpoint(o.out_dir, info, model, moments.m, moments.v);
   };
 
   const int64_t sent_at_start = runner.bytes_sent();  // after the resume's broadcasts
@@ -352,13 +356,13 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
       // where no checkpoint exists yet; an existing one (an earlier save of this run, or the
       // run resumed from) came from steps that were still finite and is kept.
       if (!o.out_dir.empty()) {
-        if (world.any(rank0 && !has_checkpoint(o.out_dir))) {  // rank 0 alone sees the folder
+        if (world.any(rank0 && !ckpt::has_checkpoint(o.out_dir))) {  // rank 0 alone sees the folder
           save(step);
           log << "checkpoint of the last finite state: " << o.out_dir << "/checkpoint\n";
         } else if (rank0) {
           metrics.flush();
           log << "kept the earlier checkpoint in " << o.out_dir << "/checkpoint (step "
-              << read_checkpoint_info(o.out_dir).step + 1 << ")\n";
+              << ckpt::read_checkpoint_info(o.out_dir).step + 1 << ")\n";
         }
       }
       throw Error(std::to_string(bad) + " consecutive steps had a non-finite loss, gradient or update "

@@ -20,7 +20,7 @@
 #include "s3r/infer/export.hpp"
 #include "s3r/infer/tokenizer.hpp"
 #include "s3r/io/safetensors.hpp"
-#include "s3r/train/checkpoint.hpp"
+#include "s3r/ckpt/checkpoint.hpp"
 #include "temp_dir.hpp"
 
 namespace s3r::infer {
@@ -86,12 +86,12 @@ const std::string& tokenizer_path() {
 // Saves a checkpoint of `model` (mode as given) with the test tokenizer into RUN/checkpoint.
 std::string save(const std::string& name, model::Model& model, bool with_tokenizer = true) {
   const std::string run = temp_dir(name);
-  train::CheckpointInfo info;
-  static_cast<train::RunConfig&>(info) = {model.config(), model.recipe(), 3};
+  ckpt::CheckpointInfo info;
+  static_cast<ckpt::RunConfig&>(info) = {model.config(), model.recipe(), 3};
   info.step = 9;
   if (with_tokenizer) info.tokenizer_model = tokenizer_path();
   std::vector<float> zeros(model.params().size(), 0.0f);
-  train::save_checkpoint(run, info, model, zeros, zeros);
+  ckpt::save_checkpoint(run, info, model, zeros, zeros);
   return run;
 }
 
@@ -128,7 +128,7 @@ TEST(Checkpoint, TensorsHaveTheirShapesAndMetaDescribesTheForward) {
   EXPECT_EQ(meta["tokenizer"]["eos_id"], 1);
   EXPECT_TRUE(meta["files"].contains("tokenizer.model"));
   // Read back: the tokenizer is the checkpoint's own, and the weights are the same.
-  const train::CheckpointInfo info = train::read_checkpoint_info(run);
+  const ckpt::CheckpointInfo info = ckpt::read_checkpoint_info(run);
   EXPECT_EQ(info.version, 3);
   ASSERT_TRUE(info.tokenizer.has_value());
   EXPECT_EQ(Tokenizer(info.tokenizer_model).serialized(), Tokenizer(tokenizer_path()).serialized());
@@ -136,7 +136,7 @@ TEST(Checkpoint, TensorsHaveTheirShapesAndMetaDescribesTheForward) {
   EXPECT_TRUE(std::equal(m.params().begin(), m.params().end(), c.model->params().begin()));
   // A corrupt tokenizer.model is named by its checksum.
   std::ofstream(run + "/checkpoint/tokenizer.model", std::ios::app) << "x";
-  EXPECT_NE(error_of([&] { train::read_checkpoint_info(run); }).find("tokenizer.model' is"), std::string::npos);
+  EXPECT_NE(error_of([&] { ckpt::read_checkpoint_info(run); }).find("tokenizer.model' is"), std::string::npos);
 }
 
 TEST(Checkpoint, OlderVersionsLoadAndNewerOnesAreRefused) {
@@ -159,7 +159,7 @@ TEST(Checkpoint, OlderVersionsLoadAndNewerOnesAreRefused) {
   EXPECT_TRUE(std::equal(m.params().begin(), m.params().end(), c.model->params().begin()));
   // Flat tensors in a version 3 checkpoint (with matching checksums) are named with their shape.
   meta["version"] = 3;
-  meta["architecture"] = nlohmann::json::parse(train::architecture_json({m.config(), m.recipe(), 3}));
+  meta["architecture"] = nlohmann::json::parse(ckpt::architecture_json({m.config(), m.recipe(), 3}));
   for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
     std::ifstream in(dir / name, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), {});
@@ -182,7 +182,7 @@ TEST(Checkpoint, OlderVersionsLoadAndNewerOnesAreRefused) {
   meta["version"] = 1;
   meta.erase("architecture");
   std::ofstream(dir / "meta.json", std::ios::trunc) << meta.dump(2);
-  const train::CheckpointInfo info = train::read_checkpoint_info(run);
+  const ckpt::CheckpointInfo info = ckpt::read_checkpoint_info(run);
   EXPECT_NE(error_of([&] { tokenizer_for(info, "", "", "generate"); }).find("generate: no tokenizer"),
             std::string::npos);
   EXPECT_NE(error_of([&] { tokenizer_for(info, "/nonexistent/tokenizer.model", "", "generate"); })
@@ -424,7 +424,7 @@ TEST(Export, GgufHoldsTransposedMatricesAndTheTokenizer) {
   };
   const auto s3r_value = [&](const std::string& name, int64_t r, int64_t col) {
     for (const model::ParamInfo& p : m.param_table()) {
-      if (p.name == name) return m.params()[p.offset + r * train::tensor_shape(m.config(), name)[1] + col];
+      if (p.name == name) return m.params()[p.offset + r * ckpt::tensor_shape(m.config(), name)[1] + col];
     }
     return NAN;
   };

@@ -187,7 +187,7 @@ TEST(Trainer, RunFoldersAreProtected) {
   TrainOptions o = tiny_options(2, dir);
   o.overwrite = true;
   train(o, train_shard, val_shard, "", log);
-  EXPECT_EQ(read_checkpoint_info(dir).step, 1);
+  EXPECT_EQ(ckpt::read_checkpoint_info(dir).step, 1);
 }
 
 // Resume finds the newest complete checkpoint wherever a crash left it, and names a corrupt one.
@@ -207,7 +207,7 @@ TEST(Trainer, ResumeRecoversFromACrashDuringASave) {
   // no checkpoint/, the new one complete in checkpoint.tmp/, the previous one in checkpoint.old/.
   fs::rename(fs::path(dir) / "checkpoint", fs::path(dir) / "checkpoint.tmp");
   fs::copy(copy, fs::path(dir) / "checkpoint.old", fs::copy_options::recursive);
-  EXPECT_EQ(read_checkpoint_info(dir).step, 8);  // read-only: the newest complete one
+  EXPECT_EQ(ckpt::read_checkpoint_info(dir).step, 8);  // read-only: the newest complete one
   std::ostringstream resume_log;
   o.steps = 12;
   const TrainResult rest = train(o, train_shard, val_shard, dir, resume_log);
@@ -223,8 +223,8 @@ TEST(Trainer, ResumeRecoversFromACrashDuringASave) {
   // An incomplete checkpoint.tmp/ (killed while writing) beside a complete checkpoint/ is removed.
   fs::create_directories(fs::path(dir) / "checkpoint.tmp");
   std::ofstream(fs::path(dir) / "checkpoint.tmp" / "model.safetensors") << "partial";
-  EXPECT_EQ(read_checkpoint_info(dir).step, 11);
-  EXPECT_EQ(tidy_checkpoints(dir), "removed the leftover checkpoint.tmp/");
+  EXPECT_EQ(ckpt::read_checkpoint_info(dir).step, 11);
+  EXPECT_EQ(ckpt::tidy_checkpoints(dir), "removed the leftover checkpoint.tmp/");
   // One flipped byte in a tensor file: named, never trained on.
   const fs::path weights = fs::path(dir) / "checkpoint" / "model.safetensors";
   {
@@ -258,11 +258,11 @@ TEST(Trainer, ARunThatGoesBadKeepsTheGoodCheckpoint) {
     }
   }
   std::vector<float> m(model.params().size(), 0.0f), v(model.params().size(), 0.0f);
-  CheckpointInfo info;
-  static_cast<RunConfig&>(info) = RunConfig{o.model, o.recipe, o.seed};
+  ckpt::CheckpointInfo info;
+  static_cast<ckpt::RunConfig&>(info) = ckpt::RunConfig{o.model, o.recipe, o.seed};
   info.step = 4;
   info.loader = {0, 20};
-  save_checkpoint(dir, info, model, m, v);
+  ckpt::save_checkpoint(dir, info, model, m, v);
   const auto before = snapshot(fs::path(dir) / "checkpoint");
   std::ostringstream log;
   const std::string what = error_of([&] { train(o, train_shard, val_shard, dir, log); });
@@ -272,7 +272,7 @@ TEST(Trainer, ARunThatGoesBadKeepsTheGoodCheckpoint) {
   EXPECT_EQ(snapshot(fs::path(dir) / "checkpoint"), before);
   // A non-finite state is never saved.
   model.params()[3] = std::nanf("");
-  EXPECT_NE(error_of([&] { save_checkpoint(dir, info, model, m, v); }).find("refusing to save a non-finite state"),
+  EXPECT_NE(error_of([&] { ckpt::save_checkpoint(dir, info, model, m, v); }).find("refusing to save a non-finite state"),
             std::string::npos);
   EXPECT_EQ(snapshot(fs::path(dir) / "checkpoint"), before);
 }
@@ -298,7 +298,7 @@ TEST(Trainer, CorruptMetaFieldsAreNamed) {
     EXPECT_NE(at, std::string::npos) << from;
     if (at != std::string::npos) t.replace(at, from.size(), to);
     std::ofstream(meta, std::ios::trunc) << t;
-    return error_of([&] { read_checkpoint_info(dir); });
+    return error_of([&] { ckpt::read_checkpoint_info(dir); });
   };
   EXPECT_NE(with("\"batch\": 4", "\"batch\": 1099511627776").find("batch must be <= 16777216"), std::string::npos);
   EXPECT_NE(with("\"batch\": 4", "\"batch\": \"4\"").find("field \"batch\" is \"4\", not a whole number"),
@@ -331,17 +331,17 @@ TEST(Trainer, CheckpointsBeforeTheRecipeNameRead) {
   EXPECT_EQ(meta["config"]["recipe"], "s3r+two-way");
   meta["config"].erase("recipe");
   std::ofstream(meta_path, std::ios::trunc) << meta.dump(1);
-  EXPECT_EQ(read_checkpoint_info(dir).recipe, nn::Recipe::parse("s3r+two-way"));
+  EXPECT_EQ(ckpt::read_checkpoint_info(dir).recipe, nn::Recipe::parse("s3r+two-way"));
   meta["config"]["lm_head"] = "int8";
   std::ofstream(meta_path, std::ios::trunc) << meta.dump(1);
-  EXPECT_EQ(read_checkpoint_info(dir).recipe, nn::Recipe::parse("s3r+two-way/head-int8"));
+  EXPECT_EQ(ckpt::read_checkpoint_info(dir).recipe, nn::Recipe::parse("s3r+two-way/head-int8"));
   meta["config"]["mode"] = "bf16";
   std::ofstream(meta_path, std::ios::trunc) << meta.dump(1);
-  EXPECT_EQ(read_checkpoint_info(dir).recipe, nn::Recipe::parse("bf16"));
+  EXPECT_EQ(ckpt::read_checkpoint_info(dir).recipe, nn::Recipe::parse("bf16"));
   meta["config"].erase("lm_head");
   meta["config"]["mode"] = "s3r";
   std::ofstream(meta_path, std::ios::trunc) << meta.dump(1);
-  EXPECT_EQ(read_checkpoint_info(dir).recipe, nn::Recipe::parse("s3r+two-way"));
+  EXPECT_EQ(ckpt::read_checkpoint_info(dir).recipe, nn::Recipe::parse("s3r+two-way"));
 }
 
 TEST(Trainer, UnigramEntropyOfAUniformShardIsLogV) {

@@ -9,10 +9,10 @@
 // reaches the point pauses, and the last one's line is in the file. The points, where they are:
 //   train-step              trainer.cpp: after the forward and backward, before the update
 //   eval-batch              trainer.cpp: after each validation batch
-//   checkpoint-write        checkpoint.cpp: checkpoint.tmp/ holds the weights only
-//   checkpoint-before-swap  checkpoint.cpp: checkpoint.tmp/ complete, nothing renamed yet
-//   checkpoint-swap-renames checkpoint.cpp: checkpoint/ moved to checkpoint.old/, the new not in
-//   checkpoint-swapped      checkpoint.cpp: the new checkpoint/ in place, checkpoint.old/ not removed
+//   checkpoint-write        ckpt/checkpoint.cpp: checkpoint.tmp/ holds the weights only
+//   checkpoint-before-swap  ckpt/checkpoint.cpp: checkpoint.tmp/ complete, nothing renamed yet
+//   checkpoint-swap-renames checkpoint_folder.cpp: checkpoint/ moved to checkpoint.old/, the new not in
+//   checkpoint-swapped      checkpoint_folder.cpp: the new checkpoint/ in place, checkpoint.old/ not removed
 //   prepare-write           prepare.cpp: OUT.tmp-<pid>/ holds the shards, not info.json
 //   prepare-before-swap     prepare.cpp: OUT.tmp-<pid>/ complete and verified, OUT untouched
 //   prepare-swap-renames    dataset_folder.cpp: OUT moved to OUT.old-<pid>, the new one not in

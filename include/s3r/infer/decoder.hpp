@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "s3r/model/model.hpp"
-#include "s3r/train/checkpoint.hpp"
+#include "s3r/ckpt/checkpoint.hpp"
 
 namespace s3r::infer {
 
@@ -32,7 +32,7 @@ nn::Recipe inference_recipe(const nn::Recipe& trained, Precision precision);
 
 // A checkpoint's weights in a Model (any mode: the arena is the same), and its record.
 struct LoadedCheckpoint {
-  train::CheckpointInfo info;            // the checkpoint's own configuration (info.model: B, S as trained)
+  ckpt::CheckpointInfo info;            // the checkpoint's own configuration (info.model: B, S as trained)
   std::unique_ptr<model::Model> model;  // holds the weights only: batch 1, seq_len 1, the checkpoint's mode
 };
 // `dir`: a run folder or a checkpoint folder. Throws s3r::Error naming what is wrong.

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "s3r/train/checkpoint.hpp"
+#include "s3r/ckpt/checkpoint.hpp"
 
 namespace s3r::infer {
 
@@ -55,7 +55,7 @@ class Tokenizer {
 // checkpoint's own tokenizer.model, else `fallback` (e.g. a dataset's tokenizer.model) when it
 // exists. Throws s3r::Error when there is none ("no tokenizer: ...; pass --tokenizer") or when
 // its vocabulary differs from the model's V. `what` prefixes messages ("generate").
-std::unique_ptr<Tokenizer> tokenizer_for(const train::CheckpointInfo& info, const std::string& given,
+std::unique_ptr<Tokenizer> tokenizer_for(const ckpt::CheckpointInfo& info, const std::string& given,
                                          const std::string& fallback, const std::string& what);
 
 }  // namespace s3r::infer

@@ -1,6 +1,6 @@
 #pragma once
 // The training loop of `s3r train`: AdamW over a Model, periodic validation, a metrics JSONL,
-// and checkpoints (s3r/train/checkpoint.hpp: durable, atomic, checksummed), from which a run
+// and checkpoints (s3r/ckpt/checkpoint.hpp: durable, atomic, checksummed), from which a run
 // continues bit-exactly.
 //
 // Out directory layout:
@@ -22,7 +22,7 @@
 #include "s3r/model/model.hpp"
 #include "s3r/nn/recipe.hpp"
 #include "s3r/optim/adamw.hpp"
-#include "s3r/train/checkpoint.hpp"
+#include "s3r/ckpt/checkpoint.hpp"
 
 namespace s3r::train {
 

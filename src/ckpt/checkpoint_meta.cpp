@@ -1,34 +1,20 @@
-// Checkpoints of a training run; see s3r/train/checkpoint.hpp.
-#include "s3r/train/checkpoint.hpp"
-
+// Checkpoints' meta.json: the run configuration, the forward's hyper-parameters, the tokenizer's
+// record, the format's versions and the files' checksums; see s3r/ckpt/checkpoint.hpp.
 #include <sentencepiece_processor.h>
 #include <zlib.h>
 
-#include <algorithm>
-#include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <map>
 #include <optional>
-#include <sstream>
 #include <type_traits>
 #include <vector>
 
+#include "ckpt/checkpoint_internal.hpp"
 #include "s3r/core/error.hpp"
-#include "s3r/core/test_pause.hpp"
-#include "s3r/io/atomic_file.hpp"
-#include "s3r/io/safetensors.hpp"
 
-namespace s3r::train {
+namespace s3r::ckpt {
 
-namespace fs = std::filesystem;
-
-namespace {
-
-constexpr int kVersion = 3;
-constexpr const char* kFiles[] = {"model.safetensors", "optimizer.safetensors"};
-constexpr const char* kTokenizerFile = "tokenizer.model";
+namespace detail {
 
 // The run configuration <-> the "config" object of meta.json (the one place that knows its
 // fields). from_json throws s3r::Error naming `where` and the field.
@@ -149,10 +135,6 @@ nlohmann::json architecture(const RunConfig& c) {
 }
 
 // CRC-32 (zlib) and size of a file.
-struct FileSum {
-  uint64_t bytes = 0;
-  uint32_t crc = 0;
-};
 
 FileSum file_sum(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -292,111 +274,9 @@ CheckpointInfo inspect(const fs::path& dir) {
   return info;
 }
 
-struct Candidate {
-  fs::path dir;
-  std::optional<CheckpointInfo> info;
-  std::string problem;  // why it is not complete
-};
+}  // namespace detail
 
-// checkpoint/, checkpoint.tmp/, checkpoint.old/ of a run folder: those that exist, inspected.
-std::vector<Candidate> candidates(const fs::path& run) {
-  std::vector<Candidate> out;
-  for (const char* name : {"checkpoint", "checkpoint.tmp", "checkpoint.old"}) {
-    const fs::path dir = run / name;
-    if (!fs::exists(dir)) continue;
-    Candidate c{dir, std::nullopt, ""};
-    try {
-      c.info = inspect(dir);
-    } catch (const Error& e) {
-      c.problem = e.what();
-    }
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
-// The newest complete candidate (ties: the earlier in the list above), or an s3r::Error.
-const Candidate& newest(const std::vector<Candidate>& all, const fs::path& run) {
-  const Candidate* best = nullptr;
-  for (const Candidate& c : all) {
-    if (c.info && (!best || c.info->step > best->info->step)) best = &c;
-  }
-  if (best) return *best;
-  if (all.empty()) throw Error("no checkpoint at '" + (run / "checkpoint" / "meta.json").string() + "'");
-  std::string why;
-  for (const Candidate& c : all) why += (why.empty() ? "" : "; ") + c.problem;
-  throw Error("no complete checkpoint in '" + run.string() + "': " + why);
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + ")";
-}
-
-// Copies tensor `name` of a safetensors file into dst; values must be finite. Its shape must be
-// `shape` (version 3), or it may be flat with the same number of elements (versions 1 and 2).
-void copy_tensor(const io::SafetensorsFile& file, const fs::path& path, const std::string& name, float* dst,
-                 const std::vector<int64_t>& shape, int version) {
-  int64_t size = 1;
-  for (int64_t d : shape) size *= d;
-  const auto it = file.tensors.find(name);
-  if (it == file.tensors.end()) throw Error("tensor '" + name + "' is missing from '" + path.string() + "'");
-  const std::vector<int64_t>& got = it->second.shape;
-  const bool flat_ok = version < 3 && got.size() == 1 && got[0] == size;
-  if (got != shape && !flat_ok) {
-    throw Error("tensor '" + name + "' of '" + path.string() + "' has shape " + shape_text(got) + ", expected " +
-                shape_text(shape) + (version < 3 ? " or flat (" + std::to_string(size) + ")" : ""));
-  }
-  const std::vector<float>& src = it->second.data;
-  for (size_t i = 0; i < src.size(); ++i) {
-    if (!std::isfinite(src[i])) {
-      throw Error("tensor '" + name + "' of '" + path.string() + "' holds a non-finite value at element " +
-                  std::to_string(i));
-    }
-  }
-  std::copy(src.begin(), src.end(), dst);
-}
-
-// Throws s3r::Error naming the tensor and element when `values` holds a NaN or Inf.
-void check_finite(std::span<const float> values, const model::Model& model, const char* what) {
-  for (const model::ParamInfo& p : model.param_table()) {
-    for (int64_t i = 0; i < p.size; ++i) {
-      if (!std::isfinite(values[p.offset + i])) {
-        throw Error("checkpoint: refusing to save a non-finite state: " + std::string(what) + " of '" + p.name +
-                    "' is " + std::to_string(values[p.offset + i]) + " at element " + std::to_string(i));
-      }
-    }
-  }
-}
-
-void sync_renamed(const fs::path& run) { io::sync_path(run.string()); }
-
-// checkpoint.tmp/ (complete) replaces checkpoint/, which is checkpoint.old/ meanwhile. After each
-// rename the run folder is synced, so the order holds on disk too; a crash at any moment leaves a
-// complete checkpoint that tidy_checkpoints finds.
-void swap_in_checkpoint(const fs::path& run) {
-  const fs::path dir = run / "checkpoint", tmp = run / "checkpoint.tmp", old = run / "checkpoint.old";
-  fs::remove_all(old);
-  if (fs::exists(dir)) {
-    fs::rename(dir, old);
-    sync_renamed(run);
-  }
-  test_pause("checkpoint-swap-renames");
-  fs::rename(tmp, dir);
-  sync_renamed(run);
-  test_pause("checkpoint-swapped");
-  fs::remove_all(old);
-  sync_renamed(run);
-}
-
-}  // namespace
-
-std::string checkpoint_folder(const std::string& dir) {
-  const fs::path d(dir);
-  if (fs::is_regular_file(d / "meta.json")) return d.string();
-  return find_checkpoint(dir);
-}
+using namespace detail;
 
 std::vector<int64_t> tensor_shape(const model::ModelConfig& c, const std::string& name) {
   const int64_t C = c.width, F = c.ffn_width, V = c.vocab;
@@ -421,169 +301,4 @@ std::string describe(const RunConfig& c) {
   return c.model.describe() + ", recipe " + c.recipe.name() + ", seed " + std::to_string(c.seed);
 }
 
-void save_checkpoint(const std::string& run_dir, const CheckpointInfo& info, model::Model& model,
-                     std::span<const float> m, std::span<const float> v) {
-  const std::span<const float> params = model.params();
-  if (m.size() != params.size() || v.size() != params.size()) {
-    throw Error("save_checkpoint: the moments do not have the parameters' size " + std::to_string(params.size()));
-  }
-  check_finite(params, model, "weight");
-  check_finite(m, model, "first moment");
-  check_finite(v, model, "second moment");
-  const fs::path run(run_dir), tmp = run / "checkpoint.tmp";
-  try {
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-    std::vector<io::TensorView> weights, moments;
-    for (const model::ParamInfo& p : model.param_table()) {
-      const std::vector<int64_t> shape = tensor_shape(model.config(), p.name);
-      weights.push_back({p.name, shape, params.subspan(p.offset, p.size)});
-      moments.push_back({p.name + ".m", shape, m.subspan(p.offset, p.size)});
-      moments.push_back({p.name + ".v", shape, v.subspan(p.offset, p.size)});
-    }
-    const std::map<std::string, std::string> st_meta = {{"format", "s3r-checkpoint"},
-                                                        {"matrix_orientation", "in_out"}};
-    io::write_safetensors((tmp / kFiles[0]).string(), weights, st_meta);
-    test_pause("checkpoint-write");
-    io::write_safetensors((tmp / kFiles[1]).string(), moments, st_meta);
-    std::vector<std::string> names(std::begin(kFiles), std::end(kFiles));
-    nlohmann::json tokenizer = nullptr;
-    std::optional<TokenizerRecord> record;
-    if (!info.tokenizer_model.empty()) {
-      record = checked_tokenizer(info.tokenizer_model, model.config().vocab, "save_checkpoint");
-      const std::string bytes = [&] {
-        std::ifstream in(info.tokenizer_model, std::ios::binary);
-        std::ostringstream s;
-        s << in.rdbuf();
-        return s.str();
-      }();
-      io::write_file_atomic((tmp / kTokenizerFile).string(), [&](std::ostream& f) { f << bytes; });
-      names.push_back(kTokenizerFile);
-    }
-    nlohmann::json files = nlohmann::json::object();
-    for (const std::string& name : names) {
-      const FileSum s = file_sum(tmp / name);  // what is on disk now, read back
-      files[name] = {{"bytes", s.bytes}, {"crc32", s.crc}};
-      if (name == kTokenizerFile) {
-        record->bytes = s.bytes;
-        record->crc32 = s.crc;
-        tokenizer = to_json(*record);
-      }
-    }
-    const nlohmann::json meta = {{"format", "s3r-checkpoint"}, {"version", kVersion}, {"step", info.step},
-                                 {"config", to_json(info.config())}, {"architecture", architecture(info.config())},
-                                 {"tokenizer", tokenizer}, {"loader_epoch", info.loader.epoch},
-                                 {"loader_cursor", info.loader.cursor}, {"bad_steps", info.bad_steps},
-                                 {"files", files}};
-    io::write_file_atomic((tmp / "meta.json").string(), [&](std::ostream& f) { f << meta.dump(2) << "\n"; });
-    io::sync_path(tmp.string());
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);  // a failed write leaves no partial checkpoint behind
-    throw;
-  }
-  test_pause("checkpoint-before-swap");
-  swap_in_checkpoint(run);
-}
-
-bool has_checkpoint(const std::string& run_dir) {
-  const fs::path run(run_dir);
-  return fs::exists(run / "checkpoint") || fs::exists(run / "checkpoint.tmp") || fs::exists(run / "checkpoint.old");
-}
-
-std::string find_checkpoint(const std::string& run_dir) {
-  return newest(candidates(run_dir), run_dir).dir.string();
-}
-
-std::string tidy_checkpoints(const std::string& run_dir) {
-  const fs::path run(run_dir), dir = run / "checkpoint";
-  const std::vector<Candidate> all = candidates(run);
-  if (all.empty()) return "";
-  const Candidate& best = newest(all, run);
-  std::string did;
-  if (best.dir != dir) {
-    if (fs::exists(dir)) {
-      const bool corrupt = std::any_of(all.begin(), all.end(), [&](const Candidate& c) { return c.dir == dir && !c.info; });
-      if (corrupt) {
-        fs::remove_all(run / "checkpoint.corrupt");
-        fs::rename(dir, run / "checkpoint.corrupt");
-        did = "kept the corrupt checkpoint/ as checkpoint.corrupt/ (" +
-              std::find_if(all.begin(), all.end(), [&](const Candidate& c) { return c.dir == dir; })->problem + "); ";
-      } else {
-        fs::remove_all(dir);  // complete but older than the leftover
-      }
-      sync_renamed(run);
-    }
-    fs::rename(best.dir, dir);
-    sync_renamed(run);
-    did += "recovered the checkpoint of step " + std::to_string(best.info->step + 1) + " from " +
-           best.dir.filename().string() + "/ (a crash interrupted a save)";
-  }
-  for (const char* name : {"checkpoint.tmp", "checkpoint.old"}) {
-    if (fs::exists(run / name)) {
-      fs::remove_all(run / name);
-      did += std::string(did.empty() ? "" : "; ") + "removed the leftover " + name + "/";
-    }
-  }
-  if (!did.empty()) sync_renamed(run);
-  return did;
-}
-
-CheckpointInfo read_checkpoint_info(const std::string& dir) { return inspect(checkpoint_folder(dir)); }
-
-CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std::span<float> m,
-                               std::span<float> v) {
-  const fs::path folder = checkpoint_folder(dir);
-  const CheckpointInfo info = inspect(folder);
-  // The model may hold a share of the checkpoint's batch (a rank's under data parallelism, a
-  // micro-batch's): the batch sizes no tensor, and the trainer checks the global batch itself.
-  const RunConfig have{model.config(), model.recipe(), info.seed};
-  RunConfig have_any_batch = have, want_any_batch = info.config();
-  have_any_batch.model.batch = want_any_batch.model.batch = 1;
-  if (!(have_any_batch == want_any_batch)) {
-    throw Error("the checkpoint in '" + folder.string() + "' is of another model: " + describe(info.config()) +
-                " (this model: " + describe(have) + ")");
-  }
-  const fs::path weights_path = folder / kFiles[0];
-  const io::SafetensorsFile weights = io::read_safetensors(weights_path.string());
-  for (const model::ParamInfo& p : model.param_table()) {
-    copy_tensor(weights, weights_path, p.name, model.params().data() + p.offset,
-                tensor_shape(model.config(), p.name), info.version);
-  }
-  if (!m.empty() || !v.empty()) {
-    if (m.size() != model.params().size() || v.size() != model.params().size()) {
-      throw Error("load_checkpoint: the moments do not have the parameters' size");
-    }
-    const fs::path moments_path = folder / kFiles[1];
-    const io::SafetensorsFile moments = io::read_safetensors(moments_path.string());
-    for (const model::ParamInfo& p : model.param_table()) {
-      const std::vector<int64_t> shape = tensor_shape(model.config(), p.name);
-      copy_tensor(moments, moments_path, p.name + ".m", m.data() + p.offset, shape, info.version);
-      copy_tensor(moments, moments_path, p.name + ".v", v.data() + p.offset, shape, info.version);
-    }
-  }
-  return info;
-}
-
-void load_checkpoint_weights(const std::string& dir, model::Model& model) { load_checkpoint(dir, model, {}, {}); }
-
-CheckpointInfo load_checkpoint_for_inference(const std::string& dir, model::Model& model) {
-  const fs::path folder = checkpoint_folder(dir);
-  const CheckpointInfo info = inspect(folder);
-  model::ModelConfig want = info.model, have = model.config();
-  want.batch = have.batch = 1;
-  want.seq_len = have.seq_len = 1;
-  if (!(want == have)) {
-    throw Error("the checkpoint in '" + folder.string() + "' is of another model: " + info.model.describe() +
-                " (this model: " + model.config().describe() + ")");
-  }
-  const fs::path weights_path = folder / kFiles[0];
-  const io::SafetensorsFile weights = io::read_safetensors(weights_path.string());
-  for (const model::ParamInfo& p : model.param_table()) {
-    copy_tensor(weights, weights_path, p.name, model.params().data() + p.offset,
-                tensor_shape(model.config(), p.name), info.version);
-  }
-  return info;
-}
-
-}  // namespace s3r::train
+}  // namespace s3r::ckpt

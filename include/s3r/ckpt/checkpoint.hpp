@@ -33,7 +33,7 @@
 #include "s3r/model/model.hpp"
 #include "s3r/nn/recipe.hpp"
 
-namespace s3r::train {
+namespace s3r::ckpt {
 
 // A run's configuration as a checkpoint records it (a resume must match it exactly).
 struct RunConfig {
@@ -128,4 +128,4 @@ CheckpointInfo load_checkpoint_for_inference(const std::string& dir, model::Mode
 // complete checkpoint of the run folder `dir` (find_checkpoint).
 std::string checkpoint_folder(const std::string& dir);
 
-}  // namespace s3r::train
+}  // namespace s3r::ckpt
