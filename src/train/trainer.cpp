@@ -202,20 +202,12 @@ bool truncate_metrics(const fs::path& path, int64_t last_step) {
   return validated;
 }
 
-}  // namespace
-
-TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
-                  const data::TokenShard& val_shard, const std::string& resume_dir,
-                  std::ostream& rank_log) {
-  // Everything that could fail late is checked before step 0: options, shards, memory, the run
-  // folder (lock, an earlier run in it, disk space), the checkpoint to resume from.
-  validate_options(o);
-  dist::Communicator& world = o.world ? *o.world : dist::single_process();
-  const bool rank0 = world.rank() == 0;
-  std::ostream null_log(nullptr);  // ranks other than 0 log nothing
-  std::ostream& log = rank0 ? rank_log : null_log;
-  const StepPlan plan = make_step_plan(o.model.batch, o.micro_batch, world.size(), world.rank(), o.model.seq_len);
-  model::ModelConfig rank_model = o.model;  // this rank's share of the batch
+// The inputs checked before anything is built: options, the shards' vocabulary and length, the
+// tokenizer, and this rank's memory. Returns this rank's model configuration (its share of the
+// batch: the plan's model_batch()).
+model::ModelConfig checked_rank_model(const TrainOptions& o, const StepPlan& plan, const data::TokenShard& train_shard,
+                                      const data::TokenShard& val_shard, int ranks, bool rank0) {
+  model::ModelConfig rank_model = o.model;
   rank_model.batch = plan.model_batch();
   for (const auto* s : {&train_shard, &val_shard}) {
     if (static_cast<int64_t>(s->vocab) != o.model.vocab) {
@@ -233,169 +225,240 @@ TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard,
   window_check(train_shard, "training");
   window_check(val_shard, "validation");
   if (!o.tokenizer_model.empty()) ckpt::check_tokenizer(o.tokenizer_model, o.model.vocab);
-  check_memory(o, rank_model, world.size(), rank0);
-  // Rank 0 alone owns the run folder (lock, metrics, checkpoints); the others never touch it.
-  TrainOptions files = o;
-  if (!rank0) files.out_dir.clear();
-  const RunFolder run = open_run_folder(files, resume_dir, log);
-  model::Model model(rank_model, o.recipe);
-  model.init_weights(o.seed);
-  Optimizer opt(model, world, o.shard_optimizer);
-  StepRunner runner(model, world, plan);
-  data::DataLoader loader(train_shard, o.model.seq_len, o.seed);
-  TrainResult result;
-  result.unigram_entropy = unigram_entropy(train_shard);
+  check_memory(o, rank_model, ranks, rank0);
+  return rank_model;
+}
 
-  const RunConfig config{o.model, o.recipe, o.seed};
-  int64_t first = 0;
-  int bad = 0;
-  bool final_validated = false;
-  const fs::path metrics_path = fs::path(o.out_dir) / "metrics.jsonl";
-  // Resuming: rank 0 reads the checkpoint (its whole moments into the optimizer's), then every
-  // rank gets the weights, moments and counters.
-  Optimizer::Whole loaded = resume_dir.empty() ? Optimizer::Whole{} : opt.whole_moments();
-  if (!resume_dir.empty() && rank0) {
-    const std::string from = run.resume_in_place ? (fs::path(o.out_dir) / "checkpoint").string()
-                                                 : ckpt::find_checkpoint(resume_dir);
+// One invocation of train() on one rank: what it built (model, optimizer, step runner, loader),
+// the run folder and metrics file (rank 0's), and where the run stands. Members are declared in
+// the order they are built: every check comes before the run folder is touched, the folder
+// before the model is allocated.
+class Run {
+ public:
+  Run(const TrainOptions& o, const data::TokenShard& train_shard, const data::TokenShard& val_shard,
+      const std::string& resume_dir, std::ostream& rank_log)
+      : o_(o), val_shard_(val_shard), resume_dir_(resume_dir), world_(o.world ? *o.world : dist::single_process()),
+        rank0_(world_.rank() == 0), log_(rank0_ ? rank_log : null_log_),
+        plan_(make_step_plan(o.model.batch, o.micro_batch, world_.size(), world_.rank(), o.model.seq_len)),
+        rank_model_(checked_rank_model(o, plan_, train_shard, val_shard, world_.size(), rank0_)),
+        out_dir_(rank0_ ? o.out_dir : std::string()),  // rank 0 alone owns the run folder
+        folder_(open_run_folder(with_out_dir(o, out_dir_), resume_dir, log_)), model_(rank_model_, o.recipe),
+        opt_(model_, world_, o.shard_optimizer), runner_(model_, world_, plan_),
+        loader_(train_shard, o.model.seq_len, o.seed), config_{o.model, o.recipe, o.seed},
+        metrics_path_(fs::path(o.out_dir) / "metrics.jsonl") {
+    model_.init_weights(o.seed);  // (the optimizer and runner hold references, not values)
+    result_.unigram_entropy = unigram_entropy(train_shard);
+  }
+
+  // Rank 0 reads the checkpoint (its whole moments into the optimizer's), then every rank gets
+  // the weights, moments and counters.
+  void resume();
+  TrainResult loop();
+
+ private:
+  static TrainOptions with_out_dir(TrainOptions o, const std::string& dir) {
+    o.out_dir = dir;
+    return o;
+  }
+  void open_metrics();
+  StepRecord step(int64_t step);  // one optimizer step (or a skipped one) and its log lines
+  void log_step(const StepRecord& rec, double tps);
+  void stop_if_diverged(int64_t step);
+  void validate(int64_t step);
+  void save(int64_t step);  // every rank calls it (a sharded optimizer gathers to rank 0)
+
+  const TrainOptions& o_;
+  const data::TokenShard& val_shard_;
+  const std::string resume_dir_;
+  dist::Communicator& world_;
+  const bool rank0_;
+  std::ostream null_log_{nullptr};  // ranks other than 0 log nothing
+  std::ostream& log_;
+  const StepPlan plan_;
+  const model::ModelConfig rank_model_;
+  const std::string out_dir_;
+  const RunFolder folder_;
+  model::Model model_;
+  Optimizer opt_;
+  StepRunner runner_;
+  data::DataLoader loader_;
+  const RunConfig config_;
+  const fs::path metrics_path_;
+  std::ofstream metrics_;
+  TrainResult result_;
+  int64_t first_ = 0;  // the first step this invocation runs
+  int bad_ = 0;        // consecutive skipped steps
+  bool final_validated_ = false;
+  Key seed_key_ = key_from_seed(o_.seed);
+  std::vector<int32_t> in_, tg_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+void Run::resume() {
+  Optimizer::Whole loaded = opt_.whole_moments();
+  if (rank0_) {
+    const std::string from = folder_.resume_in_place ? (fs::path(o_.out_dir) / "checkpoint").string()
+                                                     : ckpt::find_checkpoint(resume_dir_);
     const CheckpointInfo info = ckpt::read_checkpoint_info(from);
-    if (!(info.config() == config)) {
-      throw Error("--resume: the checkpoint's configuration (" + ckpt::describe(info.config()) + ") differs from this run's (" +
-                  ckpt::describe(config) + ")");
+    if (!(info.config() == config_)) {
+      throw Error("--resume: the checkpoint's configuration (" + ckpt::describe(info.config()) +
+                  ") differs from this run's (" + ckpt::describe(config_) + ")");
     }
-    ckpt::load_checkpoint(from, model, loaded.m, loaded.v);
-    loader.set_position(info.loader);
-    first = info.step + 1;
-    bad = info.bad_steps;
-    if (run.resume_in_place) final_validated = truncate_metrics(metrics_path, info.step);
-    if (first >= o.steps && final_validated) {
-      throw Error("--resume: the run in '" + resume_dir + "' already finished at step " + std::to_string(first) +
-                  " (--steps " + std::to_string(o.steps) + "); give a larger --steps to train further");
+    ckpt::load_checkpoint(from, model_, loaded.m, loaded.v);
+    loader_.set_position(info.loader);
+    first_ = info.step + 1;
+    bad_ = info.bad_steps;
+    if (folder_.resume_in_place) final_validated_ = truncate_metrics(metrics_path_, info.step);
+    if (first_ >= o_.steps && final_validated_) {
+      throw Error("--resume: the run in '" + resume_dir_ + "' already finished at step " + std::to_string(first_) +
+                  " (--steps " + std::to_string(o_.steps) + "); give a larger --steps to train further");
     }
-    log << "resumed from " << from << " at step " << first << "\n";
+    log_ << "resumed from " << from << " at step " << first_ << "\n";
   }
-  if (!resume_dir.empty()) {
-    opt.set_moments(loaded.m, loaded.v);
-    loaded = Optimizer::Whole{};  // rank 0's whole copy is no longer needed
-    if (world.size() > 1) {
-      data::LoaderPosition pos = loader.position();
-      broadcast_state(world, model, pos, first, bad, final_validated);
-      loader.set_position(pos);
-    }
+  opt_.set_moments(loaded.m, loaded.v);
+  loaded = Optimizer::Whole{};  // rank 0's whole copy is no longer needed
+  if (world_.size() > 1) {
+    data::LoaderPosition pos = loader_.position();
+    broadcast_state(world_, model_, pos, first_, bad_, final_validated_);
+    loader_.set_position(pos);
   }
-  std::ofstream metrics;
-  if (!files.out_dir.empty()) {
-    metrics.open(metrics_path, run.resume_in_place ? std::ios::app : std::ios::trunc);
-    if (!metrics) throw Error("cannot write '" + metrics_path.string() + "'");
-  }
-  // Non-finite numbers (a skipped step's loss, a diverged validation) are written as JSON null.
-  // Every rank calls save at the same steps (a sharded optimizer gathers its moments to rank 0).
-  const auto save = [&](int64_t step) {
-    const Optimizer::Whole moments = opt.whole_moments();
-    if (!rank0) return;
-    metrics.flush();
-    CheckpointInfo info;
-    static_cast<RunConfig&>(info) = config;
-    info.step = step;
-    info.loader = loader.position();
-    info.bad_steps = bad;
-    info.tokenizer_model = o.tokenizer_model;
-    ckpt::save_checkpoint(o.out_dir, info, model, moments.m, moments.v);
-  };
+}
 
-  const int64_t sent_at_start = runner.bytes_sent();  // after the resume's broadcasts
-  const Key seed_key = key_from_seed(o.seed);
-  std::vector<int32_t> in(o.model.tokens()), tg(o.model.tokens());
-  const auto run_start = std::chrono::steady_clock::now();
-  for (int64_t step = first; step < o.steps; ++step) {
-    const auto start = std::chrono::steady_clock::now();
-    loader.next_batch(in, tg, o.model.batch);  // the global batch; each rank runs its share
-    StepRecord rec{step, 0.0, o.lr.at(step), 0.0, 0.0, false};
-    const Key step_key = fold_in(seed_key, static_cast<uint32_t>(step));
-    const int64_t sent_before = runner.bytes_sent();
-    const StepResult r = runner.run(in, tg, &step_key);  // every rank agrees on r.ok
-    test_pause("train-step");  // forward and backward done, the update not yet
-    rec.loss = r.loss;
-    if (!r.ok) {  // a NaN/Inf activation, loss or gradient
-      rec.skipped = true;
-      log << "step " << step << ": skipped (" << r.why << ")\n";
-    } else {
-      // The gradient is the same bits on every rank, and so is every update.
-      rec.skipped = !opt.step(o.adamw, rec.lr, step + 1, &rec.grad_norm);
-      if (rec.skipped) {
-        log << "step " << step << ": skipped ("
-            << (std::isfinite(rec.grad_norm) ? "the update would make a weight or moment non-finite"
-                                              : "non-finite gradient norm")
-            << ")\n";
-      }
+void Run::open_metrics() {
+  if (out_dir_.empty()) return;
+  metrics_.open(metrics_path_, folder_.resume_in_place ? std::ios::app : std::ios::trunc);
+  if (!metrics_) throw Error("cannot write '" + metrics_path_.string() + "'");
+}
+
+void Run::save(int64_t step) {
+  const Optimizer::Whole moments = opt_.whole_moments();
+  if (!rank0_) return;
+  metrics_.flush();
+  CheckpointInfo info;
+  static_cast<RunConfig&>(info) = config_;
+  info.step = step;
+  info.loader = loader_.position();
+  info.bad_steps = bad_;
+  info.tokenizer_model = o_.tokenizer_model;
+  ckpt::save_checkpoint(o_.out_dir, info, model_, moments.m, moments.v);
+}
+
+StepRecord Run::step(int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  loader_.next_batch(in_, tg_, o_.model.batch);  // the global batch; each rank runs its share
+  StepRecord rec{step, 0.0, o_.lr.at(step), 0.0, 0.0, false};
+  const Key step_key = fold_in(seed_key_, static_cast<uint32_t>(step));
+  const int64_t sent_before = runner_.bytes_sent();
+  const StepResult r = runner_.run(in_, tg_, &step_key);  // every rank agrees on r.ok
+  test_pause("train-step");  // forward and backward done, the update not yet
+  rec.loss = r.loss;
+  if (!r.ok) {  // a NaN/Inf activation, loss or gradient
+    rec.skipped = true;
+    log_ << "step " << step << ": skipped (" << r.why << ")\n";
+  } else {
+    // The gradient is the same bits on every rank, and so is every update.
+    rec.skipped = !opt_.step(o_.adamw, rec.lr, step + 1, &rec.grad_norm);
+    if (rec.skipped) {
+      log_ << "step " << step << ": skipped ("
+           << (std::isfinite(rec.grad_norm) ? "the update would make a weight or moment non-finite"
+                                             : "non-finite gradient norm")
+           << ")\n";
     }
-    rec.sent_bytes = runner.bytes_sent() - sent_before;  // the step and the optimizer's
-    bad = rec.skipped ? bad + 1 : 0;
-    rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    result.steps.push_back(rec);
-    const double tps = o.model.tokens() / (rec.ms / 1000.0);
-    if (metrics.is_open()) {
-      nlohmann::json line{{"step", step},          {"loss", rec.loss},        {"lr", rec.lr},
-                          {"grad_norm", rec.grad_norm}, {"ms", rec.ms},     {"tokens_per_s", tps},
-                          {"skipped", rec.skipped}};
-      if (world.size() > 1) line["sent_bytes"] = rec.sent_bytes;  // rank 0's, as every rank's
-      metrics << line.dump() << "\n";
-    }
-    if (!o.quiet) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-      const double eta = elapsed / (step - first + 1) * (o.steps - step - 1);
-      char line[200];
-      std::snprintf(line, sizeof line,
-                    "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  eta %5.0f s\n",
-                    static_cast<long long>(step + 1), static_cast<long long>(o.steps), rec.loss, rec.lr,
-                    rec.grad_norm, rec.ms, tps, eta);
-      log << line << std::flush;
-    }
-    if (bad >= o.max_bad_steps) {
-      // Skipped steps leave weights and moments untouched, and adamw_step never makes them
-      // non-finite: the state is the finite one after the last applied step. It is saved only
-      // where no checkpoint exists yet; an existing one (an earlier save of this run, or the
-      // run resumed from) came from steps that were still finite and is kept.
-      if (!o.out_dir.empty()) {
-        if (world.any(rank0 && !ckpt::has_checkpoint(o.out_dir))) {  // rank 0 alone sees the folder
-          save(step);
-          log << "checkpoint of the last finite state: " << o.out_dir << "/checkpoint\n";
-        } else if (rank0) {
-          metrics.flush();
-          log << "kept the earlier checkpoint in " << o.out_dir << "/checkpoint (step "
-              << ckpt::read_checkpoint_info(o.out_dir).step + 1 << ")\n";
-        }
-      }
-      throw Error(std::to_string(bad) + " consecutive steps had a non-finite loss, gradient or update "
-                  "(last at step " + std::to_string(step) + "); lower --lr or check the data");
-    }
-    const bool last = step + 1 == o.steps;
-    if (!last && o.eval_every > 0 && (step + 1) % o.eval_every == 0) {
-      const double val = evaluate(runner, val_shard, o);
-      result.validation.emplace_back(step, val);
-      if (metrics.is_open()) metrics << nlohmann::json{{"step", step}, {"val_loss", val}}.dump() << "\n";
-      if (!o.quiet) log << "step " << step + 1 << ": validation loss " << val << "\n";
-    }
-    // The final checkpoint comes before the final evaluation: nothing after it can lose the run.
-    if (!o.out_dir.empty() && (last || (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0))) {
+  }
+  rec.sent_bytes = runner_.bytes_sent() - sent_before;  // the step and the optimizer's
+  bad_ = rec.skipped ? bad_ + 1 : 0;
+  rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  log_step(rec, o_.model.tokens() / (rec.ms / 1000.0));
+  return rec;
+}
+
+// The step's metrics line (non-finite numbers are written as JSON null) and its console line.
+void Run::log_step(const StepRecord& rec, double tps) {
+  if (metrics_.is_open()) {
+    nlohmann::json line{{"step", rec.step},          {"loss", rec.loss}, {"lr", rec.lr},
+                        {"grad_norm", rec.grad_norm}, {"ms", rec.ms},     {"tokens_per_s", tps},
+                        {"skipped", rec.skipped}};
+    if (world_.size() > 1) line["sent_bytes"] = rec.sent_bytes;  // rank 0's, as every rank's
+    metrics_ << line.dump() << "\n";
+  }
+  if (o_.quiet) return;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double eta = elapsed / static_cast<double>(rec.step - first_ + 1) * static_cast<double>(o_.steps - rec.step - 1);
+  char line[200];
+  std::snprintf(line, sizeof line, "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  eta %5.0f s\n",
+                static_cast<long long>(rec.step + 1), static_cast<long long>(o_.steps), rec.loss, rec.lr, rec.grad_norm,
+                rec.ms, tps, eta);
+  log_ << line << std::flush;
+}
+
+// After max_bad_steps skipped steps in a row: keep a finite checkpoint and stop with an error.
+// Skipped steps leave weights and moments untouched, and adamw_step never makes them non-finite:
+// the state is the finite one after the last applied step. It is saved only where no checkpoint
+// exists yet; an existing one (an earlier save of this run, or the run resumed from) came from
+// steps that were still finite and is kept.
+void Run::stop_if_diverged(int64_t step) {
+  if (bad_ < o_.max_bad_steps) return;
+  if (!o_.out_dir.empty()) {
+    if (world_.any(rank0_ && !ckpt::has_checkpoint(o_.out_dir))) {  // rank 0 alone sees the folder
       save(step);
+      log_ << "checkpoint of the last finite state: " << o_.out_dir << "/checkpoint\n";
+    } else if (rank0_) {
+      metrics_.flush();
+      log_ << "kept the earlier checkpoint in " << o_.out_dir << "/checkpoint (step "
+           << ckpt::read_checkpoint_info(o_.out_dir).step + 1 << ")\n";
     }
+  }
+  throw Error(std::to_string(bad_) + " consecutive steps had a non-finite loss, gradient or update "
+              "(last at step " + std::to_string(step) + "); lower --lr or check the data");
+}
+
+void Run::validate(int64_t step) {
+  const double val = evaluate(runner_, val_shard_, o_);
+  result_.validation.emplace_back(step, val);
+  if (metrics_.is_open()) metrics_ << nlohmann::json{{"step", step}, {"val_loss", val}}.dump() << "\n";
+  if (!o_.quiet) log_ << "step " << step + 1 << ": validation loss " << val << "\n";
+}
+
+TrainResult Run::loop() {
+  open_metrics();
+  const int64_t sent_at_start = runner_.bytes_sent();  // after the resume's broadcasts
+  in_.resize(static_cast<size_t>(o_.model.tokens()));
+  tg_.resize(static_cast<size_t>(o_.model.tokens()));
+  start_ = std::chrono::steady_clock::now();
+  for (int64_t s = first_; s < o_.steps; ++s) {
+    result_.steps.push_back(step(s));
+    stop_if_diverged(s);
+    const bool last = s + 1 == o_.steps;
+    if (!last && o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) validate(s);
+    // The final checkpoint comes before the final evaluation: nothing after it can lose the run.
+    if (!o_.out_dir.empty() && (last || (o_.checkpoint_every > 0 && (s + 1) % o_.checkpoint_every == 0))) save(s);
   }
   // The final validation (also for a resumed run whose final checkpoint was saved but whose
   // final validation was not yet logged).
-  const double val = evaluate(runner, val_shard, o);
-  result.validation.emplace_back(o.steps - 1, val);
-  if (metrics.is_open()) {
-    metrics << nlohmann::json{{"step", o.steps - 1}, {"val_loss", val}}.dump() << "\n";
-    metrics.close();
-    if (!metrics) throw Error("writing '" + metrics_path.string() + "' failed (disk full?)");
-    io::sync_path(metrics_path.string());
+  validate(o_.steps - 1);
+  if (metrics_.is_open()) {
+    metrics_.close();
+    if (!metrics_) throw Error("writing '" + metrics_path_.string() + "' failed (disk full?)");
+    io::sync_path(metrics_path_.string());
   }
-  if (!o.quiet) log << "step " << o.steps << ": validation loss " << val << "\n";
-  result.tokens_trained = runner.tokens_trained();
-  result.tokens_evaluated = runner.tokens_evaluated();
-  result.moment_elements = opt.kept();
-  result.bytes_sent = runner.bytes_sent() - sent_at_start;
-  return result;
+  result_.tokens_trained = runner_.tokens_trained();
+  result_.tokens_evaluated = runner_.tokens_evaluated();
+  result_.moment_elements = opt_.kept();
+  result_.bytes_sent = runner_.bytes_sent() - sent_at_start;
+  return std::move(result_);
+}
+
+}  // namespace
+
+// Everything that could fail late is checked before step 0 (Run's constructor): options, shards,
+// memory, the run folder (lock, an earlier run in it, disk space); then the checkpoint to resume
+// from.
+TrainResult train(const TrainOptions& o, const data::TokenShard& train_shard, const data::TokenShard& val_shard,
+                  const std::string& resume_dir, std::ostream& rank_log) {
+  validate_options(o);
+  Run run(o, train_shard, val_shard, resume_dir, rank_log);
+  if (!resume_dir.empty()) run.resume();
+  return run.loop();
 }
 
 }  // namespace s3r::train
