@@ -55,19 +55,20 @@ const std::vector<DiagConfig>& all_configs() {
   return c;
 }
 
-constexpr const char* kProjections[7] = {"attn.q", "attn.k", "attn.v", "attn.o", "ffn.gate", "ffn.up", "ffn.down"};
-
 // The gradients the table compares, copied out of a model after backward().
 struct Grads {
   std::vector<float> dx_first, dx_last, emb;
-  std::vector<std::vector<float>> w_first;  // 7 projections of block 0, in kProjections order
+  std::vector<std::vector<float>> w_first;  // the projections of block 0, in model::Projection order
 };
 
 std::vector<float> param_grad(model::Model& m, const std::string& name) {
-  for (const model::ParamInfo& p : m.param_table()) {
-    if (p.name == name) return {m.grads().begin() + p.offset, m.grads().begin() + p.offset + p.size};
-  }
-  throw Error("diag: no parameter named '" + name + "'");
+  const model::ParamInfo& p = m.param_info(name);
+  return {m.grads().begin() + p.offset, m.grads().begin() + p.offset + p.size};
+}
+
+// "blocks.0.attn.q" and the like: projection j of block 0.
+std::string first_block_name(uint32_t j) {
+  return "blocks.0." + std::string(model::to_string(static_cast<model::Projection>(j)));
 }
 
 Grads collect(model::Model& m) {
@@ -76,7 +77,7 @@ Grads collect(model::Model& m) {
   g.dx_first.assign(first.begin(), first.end());
   g.dx_last.assign(last.begin(), last.end());
   g.emb = param_grad(m, "tok_emb");
-  for (const char* p : kProjections) g.w_first.push_back(param_grad(m, std::string("blocks.0.") + p));
+  for (uint32_t j = 0; j < model::kProjectionsPerBlock; ++j) g.w_first.push_back(param_grad(m, first_block_name(j)));
   return g;
 }
 
@@ -144,7 +145,9 @@ struct Options {
 };
 
 std::string layer_name(int64_t index) {
-  return "blocks." + std::to_string(index / 7) + "." + kProjections[index % 7];
+  const int64_t per = model::kProjectionsPerBlock;
+  return "blocks." + std::to_string(index / per) + "." +
+         std::string(model::to_string(static_cast<model::Projection>(index % per)));
 }
 
 // The mean and the sample standard deviation of v (sd 0 for a single value); of_mean is left 0.
@@ -376,7 +379,7 @@ void print_table_header(int keys) {
 struct KeyErrors {
   int keys = 0;
   std::vector<std::vector<double>> per_quantity;    // [quantity][key], quantities() order
-  std::vector<std::vector<double>> per_projection;  // [projection][key], kProjections order
+  std::vector<std::vector<double>> per_projection;  // [projection][key], model::Projection order
   Grads mean;
 };
 
@@ -438,10 +441,10 @@ nlohmann::json config_row(const DiagConfig& c, const KeyErrors& e, const Grads& 
                       {"per_key", e.per_quantity[i]}};
   }
   nlohmann::json per = nlohmann::json::object();
-  for (int p = 0; p < 7; ++p) {
+  for (uint32_t p = 0; p < model::kProjectionsPerBlock; ++p) {
     Stat s = mean_and_sd(e.per_projection[p]);
     s.of_mean = rel_error({&e.mean.w_first[p]}, {&ref.w_first[p]});
-    per[std::string("blocks.0.") + kProjections[p]] = {
+    per[first_block_name(p)] = {
         {"mean", s.mean}, {"sd", s.sd}, {"error_of_key_mean", s.of_mean}};
   }
   row["dw_first_block_per_projection"] = per;

@@ -278,21 +278,6 @@ CheckpointInfo inspect(const fs::path& dir) {
 
 using namespace detail;
 
-std::vector<int64_t> tensor_shape(const model::ModelConfig& c, const std::string& name) {
-  const int64_t C = c.width, F = c.ffn_width, V = c.vocab;
-  const auto ends = [&](const char* suffix) {
-    const std::string s(suffix);
-    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-  };
-  if (name == "tok_emb") return {V, C};
-  if (name == "lm_head") return {C, V};
-  if (name == "final_norm" || ends("attn_norm") || ends("ffn_norm")) return {C};
-  if (ends("attn.q") || ends("attn.k") || ends("attn.v") || ends("attn.o")) return {C, C};
-  if (ends("ffn.gate") || ends("ffn.up")) return {C, F};
-  if (ends("ffn.down")) return {F, C};
-  throw Error("tensor_shape: unknown parameter '" + name + "'");
-}
-
 void check_tokenizer(const std::string& path, int64_t vocab) { checked_tokenizer(path, vocab, "the checkpoints' tokenizer"); }
 
 std::string architecture_json(const RunConfig& config) { return architecture(config).dump(); }

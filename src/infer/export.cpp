@@ -64,10 +64,9 @@ struct Param {
 };
 
 Param param(const LoadedCheckpoint& c, const std::string& name) {
-  const auto shape = ckpt::tensor_shape(c.info.model, name);
   for (const model::ParamInfo& p : c.model->param_table()) {
     if (p.name == name) {
-      return {c.model->params().data() + p.offset, shape[0], shape.size() > 1 ? shape[1] : 1};
+      return {c.model->params().data() + p.offset, p.shape[0], p.shape.size() > 1 ? p.shape[1] : 1};
     }
   }
   throw Error("export: the model has no parameter '" + name + "'");

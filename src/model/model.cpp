@@ -30,10 +30,27 @@ struct Model::Block {
   std::vector<float> x_in_grad;  // dL/d(x_in), kept when capture_input_grads_ (diagnostics)
 };
 
-int64_t Model::add_param(const std::string& name, int64_t size, bool decay) {
+int64_t Model::add_param(const std::string& name, std::vector<int64_t> shape, ParamRole role, int64_t block,
+                         Projection projection) {
   const int64_t offset = table_.empty() ? 0 : table_.back().offset + table_.back().size;
-  table_.push_back(ParamInfo{name, offset, size, decay});
+  int64_t size = 1;
+  for (int64_t d : shape) size *= d;
+  const bool decay = role == ParamRole::kProjection || role == ParamRole::kHead;
+  table_.push_back(ParamInfo{name, offset, size, std::move(shape), role, block, projection, decay});
   return offset;
+}
+
+const ParamInfo& Model::param_info(std::string_view name) const {
+  for (const ParamInfo& p : table_) {
+    if (p.name == name) return p;
+  }
+  throw Error("the model has no parameter '" + std::string(name) + "'");
+}
+
+std::string_view to_string(Projection p) {
+  static constexpr std::string_view kNames[] = {"attn.q", "attn.k", "attn.v", "attn.o", "ffn.gate", "ffn.up",
+                                                "ffn.down"};
+  return kNames[static_cast<uint32_t>(p)];
 }
 
 int64_t Model::parameter_count(const ModelConfig& c) {
@@ -70,27 +87,31 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
   cfg_.validate();
   const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
   const int64_t S = cfg_.seq_len, B = cfg_.batch, NH = cfg_.heads;
-  tok_emb_ = add_param("tok_emb", V * C, false);
+  // The parameter schema (s3r/model/params.hpp), in arena order.
+  tok_emb_ = add_param("tok_emb", {V, C}, ParamRole::kEmbedding);
   blocks_.resize(static_cast<size_t>(cfg_.layers));
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     Block& b = blocks_[l];
     const std::string p = "blocks." + std::to_string(l) + ".";
-    b.attn_norm = add_param(p + "attn_norm", C, false);
-    b.wq = add_param(p + "attn.q", C * C, true);
-    b.wk = add_param(p + "attn.k", C * C, true);
-    b.wv = add_param(p + "attn.v", C * C, true);
-    b.wo = add_param(p + "attn.o", C * C, true);
-    b.ffn_norm = add_param(p + "ffn_norm", C, false);
-    b.w_gate = add_param(p + "ffn.gate", C * F, true);
-    b.w_up = add_param(p + "ffn.up", C * F, true);
-    b.w_down = add_param(p + "ffn.down", F * C, true);
+    const auto projection = [&](Projection j, int64_t in, int64_t out) {
+      return add_param(p + std::string(to_string(j)), {in, out}, ParamRole::kProjection, l, j);
+    };
+    b.attn_norm = add_param(p + "attn_norm", {C}, ParamRole::kNorm, l);
+    b.wq = projection(Projection::kQ, C, C);
+    b.wk = projection(Projection::kK, C, C);
+    b.wv = projection(Projection::kV, C, C);
+    b.wo = projection(Projection::kO, C, C);
+    b.ffn_norm = add_param(p + "ffn_norm", {C}, ParamRole::kNorm, l);
+    b.w_gate = projection(Projection::kGate, C, F);
+    b.w_up = projection(Projection::kUp, C, F);
+    b.w_down = projection(Projection::kDown, F, C);
     for (auto* v : {&b.x_in, &b.xn1, &b.q, &b.k, &b.v, &b.att, &b.x_mid, &b.xn2}) v->resize(T * C);
     b.rstd1.resize(T);
     b.rstd2.resize(T);
     b.lse.resize(B * NH * S);
   }
-  final_norm_ = add_param("final_norm", C, false);
-  lm_head_ = add_param("lm_head", C * V, true);
+  final_norm_ = add_param("final_norm", {C}, ParamRole::kNorm);
+  lm_head_ = add_param("lm_head", {C, V}, ParamRole::kHead);
   params_.assign(static_cast<size_t>(table_.back().offset + table_.back().size), 0.0f);
   grads_.assign(params_.size(), 0.0f);
   for (auto* v : {&x_final_, &xn_final_, &dx_, &dxn_, &dq_, &dk_, &dv_, &datt_}) v->resize(T * C);
@@ -151,8 +172,8 @@ void Model::set_data_parallel(const DataParallel& placement) {
 
 bool Model::reduced_over_group(size_t i) const {
   const ParamInfo& p = table_.at(i);
-  if (!p.decay || !nn::is_int8(mode_)) return false;  // norm gains, embedding; float modes
-  return p.offset != lm_head_ || nn::is_int8(head_mode_);
+  if (!nn::is_int8(mode_)) return false;  // float modes: every gradient is a float partial
+  return p.role == ParamRole::kProjection || (p.role == ParamRole::kHead && nn::is_int8(head_mode_));
 }
 
 double Model::group_loss() {
@@ -275,8 +296,8 @@ void Model::backward(Key step_key) {
     std::fill_n(grad(b.ffn_norm), C, 0.0f);
   }
   clock.lap(&B::zeroing);
-  // The bf16/f32 head draws no random bits; an int8 head is layer 7 L (config.hpp).
-  const uint32_t head_index = static_cast<uint32_t>(7 * cfg_.layers);
+  // The bf16/f32 head draws no random bits; an int8 head is the layer after the blocks'.
+  const uint32_t head_index = head_layer_index(cfg_.layers);
   // Where this batch sits in the step: global token indices, the group, the reduction leaves.
   const nn::BatchPlacement place{dp_.group, static_cast<uint64_t>(dp_.first_example * S), dp_.leaves};
   const int64_t leaves = dp_.leaves;
@@ -290,34 +311,31 @@ void Model::backward(Key step_key) {
   clock.lap(&B::norms);
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     Block& b = blocks_[l];
-    const uint32_t index = static_cast<uint32_t>(7 * l);
-    // out = x_mid + swiglu(xn2): dx_ is d(out); the FFN adds into d(x_mid) through xn2.
+    // The layer config of projection j of this block (its threshold layer and key).
+    const auto layer = [&](Projection j, bool accumulate_dx) {
+      const uint32_t index = layer_index(l, j);
+      return nn::LinearBackwardConfig{correction_, S, fold_in(step_key, index), accumulate_dx, index, place};
+    };
+    // out = x_mid + swiglu(xn2): dx_ is d(out); the FFN adds into d(x_mid) through xn2. Its
+    // three projections are layers gate, up, down: consecutive (params.hpp).
     nn::swiglu_backward(dxn_, {{grad(b.w_gate), size_t(C * F)}, {grad(b.w_up), size_t(C * F)},
                                {grad(b.w_down), size_t(F * C)}},
-                        dx_, correction_, S, step_key, index + 4, b.ffn, ffn_scratch_, place);
+                        dx_, correction_, S, step_key, layer_index(l, Projection::kGate), b.ffn, ffn_scratch_, place);
     clock.lap(&B::ffn);
     rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, {param(b.ffn_norm), size_t(C)},
                      b.rstd2, C, leaves);
     clock.lap(&B::norms);
     // x_mid = x_in + att W_o: dx_ is d(x_mid).
-    nn::LinearBackwardConfig cfg{correction_, S, fold_in(step_key, index + 3), false, index + 3, place};
-    nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, cfg, ws_);
+    nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, layer(Projection::kO, false), ws_);
     clock.lap(&B::projections);
     flash_attention_backward(dq_, dk_, dv_, datt_, b.att, b.q, b.k, b.v, b.lse, S, NH, HD);
     clock.lap(&B::attention);
     rope_backward(dq_, S, NH, HD, cfg_.rope_theta);
     rope_backward(dk_, S, NH, HD, cfg_.rope_theta);
     clock.lap(&B::rope);
-    cfg.layer_key = fold_in(step_key, index);
-    cfg.layer_index = index;
-    nn::linear_backward(dxn_, {grad(b.wq), size_t(C * C)}, dq_, b.qkv_in, b.wq_w, cfg, ws_);
-    cfg.accumulate_dx = true;
-    cfg.layer_key = fold_in(step_key, index + 1);
-    cfg.layer_index = index + 1;
-    nn::linear_backward(dxn_, {grad(b.wk), size_t(C * C)}, dk_, b.qkv_in, b.wk_w, cfg, ws_);
-    cfg.layer_key = fold_in(step_key, index + 2);
-    cfg.layer_index = index + 2;
-    nn::linear_backward(dxn_, {grad(b.wv), size_t(C * C)}, dv_, b.qkv_in, b.wv_w, cfg, ws_);
+    nn::linear_backward(dxn_, {grad(b.wq), size_t(C * C)}, dq_, b.qkv_in, b.wq_w, layer(Projection::kQ, false), ws_);
+    nn::linear_backward(dxn_, {grad(b.wk), size_t(C * C)}, dk_, b.qkv_in, b.wk_w, layer(Projection::kK, true), ws_);
+    nn::linear_backward(dxn_, {grad(b.wv), size_t(C * C)}, dv_, b.qkv_in, b.wv_w, layer(Projection::kV, true), ws_);
     clock.lap(&B::projections);
     rmsnorm_backward(dx_, {grad(b.attn_norm), size_t(C)}, dxn_, b.x_in, {param(b.attn_norm), size_t(C)},
                      b.rstd1, C, leaves);

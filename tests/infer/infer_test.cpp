@@ -424,7 +424,7 @@ TEST(Export, GgufHoldsTransposedMatricesAndTheTokenizer) {
   };
   const auto s3r_value = [&](const std::string& name, int64_t r, int64_t col) {
     for (const model::ParamInfo& p : m.param_table()) {
-      if (p.name == name) return m.params()[p.offset + r * ckpt::tensor_shape(m.config(), name)[1] + col];
+      if (p.name == name) return m.params()[p.offset + r * m.param_info(name).shape[1] + col];
     }
     return NAN;
   };

@@ -3,7 +3,8 @@
 // reads. Format in docs/FORMATS.md.
 //
 //   RUN/checkpoint/model.safetensors      weights, one F32 tensor per parameter, with its shape
-//                                         (tensor_shape(); matrices (in, out): y = x W)
+//                                         (the parameter schema's, s3r/model/params.hpp;
+//                                         matrices (in, out): y = x W)
 //   RUN/checkpoint/optimizer.safetensors  AdamW moments NAME.m, NAME.v (the same shapes)
 //   RUN/checkpoint/tokenizer.model        the SentencePiece tokenizer, when the saver named one
 //   RUN/checkpoint/meta.json              format, version 3, step, run configuration, the
@@ -64,11 +65,6 @@ struct CheckpointInfo : RunConfig {
   std::string tokenizer_model;
   std::optional<TokenizerRecord> tokenizer;  // read: meta.json's "tokenizer" (null: none)
 };
-
-// The shape of parameter `name` (Model::param_table()) in a model of `config`: tok_emb (V, C),
-// norm gains (C), attention matrices (C, C), ffn.gate and ffn.up (C, F), ffn.down (F, C),
-// lm_head (C, V). Matrices are (in, out): y = x W. Throws s3r::Error for an unknown name.
-std::vector<int64_t> tensor_shape(const model::ModelConfig& config, const std::string& name);
 
 // The "architecture" object of meta.json for a run: every hyper-parameter the forward pass needs
 // beyond the shapes (written for readers outside s3r; docs/FORMATS.md).

@@ -9,19 +9,22 @@
 // bf16 (f32 in f32 mode) in every mode, so mode comparisons measure only the quantized
 // projections; with a /head-int8 recipe an int8 model's LM head is an eighth quantized projection
 // (layer index 7 L).
-// Threshold keys: layer index 7 l + j for projection j in (q, k, v, o, gate, up, down) of block l, layer key
-// fold_in(fold_in(key(seed), step), index) (SPEC section 3).
+// Threshold keys: layer index layer_index(l, p) = 7 l + p for projection p in (q, k, v, o, gate,
+// up, down) of block l (s3r/model/params.hpp), layer key fold_in(fold_in(key(seed), step), index)
+// (SPEC section 3).
 //
 // Parameters and gradients live in one f32 arena each (param_table() names every tensor);
 // activations are allocated once at construction and reused every step.
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "s3r/dist/communicator.hpp"
 #include "s3r/model/config.hpp"
 #include "s3r/model/layers.hpp"
+#include "s3r/model/params.hpp"
 #include "s3r/nn/quant_linear.hpp"
 #include "s3r/nn/recipe.hpp"
 #include "s3r/nn/swiglu.hpp"
@@ -61,12 +64,6 @@ struct DataParallel {
   int64_t leaves = 0;         // reduction leaves in this batch (dist/tree_sum.hpp); 0: default_leaves(B)
 };
 
-struct ParamInfo {
-  std::string name;
-  int64_t offset = 0;  // into params() / grads()
-  int64_t size = 0;
-  bool decay = true;  // matrices decay; norm gains and the embedding do not
-};
 
 class Model {
  public:
@@ -90,6 +87,8 @@ class Model {
   std::span<float> params() { return params_; }
   std::span<float> grads() { return grads_; }
   const std::vector<ParamInfo>& param_table() const { return table_; }
+  // The parameter named `name` (param_table()); throws s3r::Error naming it when there is none.
+  const ParamInfo& param_info(std::string_view name) const;
   const ModelConfig& config() const { return cfg_; }
   const nn::Recipe& recipe() const { return recipe_; }
 
@@ -128,7 +127,8 @@ class Model {
   struct Block;
   float* param(int64_t offset) { return params_.data() + offset; }
   float* grad(int64_t offset) { return grads_.data() + offset; }
-  int64_t add_param(const std::string& name, int64_t size, bool decay);
+  int64_t add_param(const std::string& name, std::vector<int64_t> shape, ParamRole role, int64_t block = -1,
+                    Projection projection = {});
   void forward_local(std::span<const int32_t> inputs, std::span<const int32_t> targets);
   double group_loss();  // the mean of the group's leaf losses (all-gathered in rank order)
 
