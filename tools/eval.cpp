@@ -18,6 +18,7 @@
 #include "s3r/data/text_input.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/infer/evaluate.hpp"
+#include "s3r/infer/tokenizer.hpp"
 #include "s3r/io/atomic_file.hpp"
 
 namespace s3r::tools {
@@ -66,7 +67,7 @@ void run(const Options& o) {
   if (!o.json.empty()) check_output_file("eval", "--json", o.json);
   const infer::LoadedCheckpoint ckpt = infer::load_for_inference(o.checkpoint);
   std::vector<int32_t> tokens;
-  std::unique_ptr<infer::Tokenizer> tok;
+  std::unique_ptr<data::Tokenizer> tok;
   std::string source;
   if (!o.data.empty()) {
     source = (fs::path(o.data) / (o.split + ".bin")).string();

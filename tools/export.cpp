@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/infer/export.hpp"
+#include "s3r/infer/tokenizer.hpp"
 
 namespace s3r::tools {
 

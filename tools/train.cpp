@@ -26,18 +26,17 @@ namespace s3r::tools {
 
 namespace {
 
+// The options of `s3r train`. The numeric ones are bound to the fields of `options`, so their
+// defaults are the library's (train::TrainOptions) and cannot drift from them; the model, the
+// recipe, the schedule's length and the run folder are set from the rest in run().
 struct TrainCli {
+  train::TrainOptions options;
   ModelOptions model;
   std::string data_dir = "data/nlp-corpus";
   std::optional<std::string> recipe, mode, correction;  // unset: not given
   bool head_given = false;                               // --head was given
   std::string out = "data/runs/default", resume;
-  bool overwrite = false;
-  uint32_t seed = 0;
-  int64_t steps = 600, schedule_steps = 0, warmup = 30, eval_every = 100, eval_batches = 8, checkpoint_every = 0;
-  int64_t micro_batch = 0;
-  bool shard_optimizer = false;
-  float lr = 3e-3f, min_lr = 3e-4f, weight_decay = 0.1f, clip = 1.0f;
+  int64_t schedule_steps = 0;  // 0: options.steps
 };
 
 // A PNG of the training and validation loss, drawn by gnuplot when it is installed.
@@ -145,22 +144,12 @@ nn::Recipe recipe_of(const TrainCli& c) {
 
 void run(const TrainCli& c, dist::Communicator& world) {
   const bool rank0 = world.rank() == 0;
-  train::TrainOptions o;
+  train::TrainOptions o = c.options;
   o.world = &world;
-  o.micro_batch = c.micro_batch;
-  o.shard_optimizer = c.shard_optimizer;
   o.model = c.model.config();
   o.recipe = recipe_of(c);
-  o.seed = c.seed;
-  o.steps = c.steps;
-  o.lr = optim::LrSchedule{c.lr, c.min_lr, c.warmup, c.schedule_steps ? c.schedule_steps : c.steps};
-  o.adamw.weight_decay = c.weight_decay;
-  o.adamw.clip_norm = c.clip;
-  o.eval_every = c.eval_every;
-  o.eval_batches = c.eval_batches;
-  o.checkpoint_every = c.checkpoint_every;
+  o.lr.total = c.schedule_steps ? c.schedule_steps : o.steps;
   o.out_dir = c.out;
-  o.overwrite = c.overwrite;
   train::validate_options(o);  // before the shards are read
   namespace fs = std::filesystem;
   // Checkpoints carry the data's tokenizer (s3r data prepare writes it) when there is one.
@@ -184,14 +173,15 @@ void run(const TrainCli& c, dist::Communicator& world) {
               (long long)m.tokens());
   std::printf("  %-12s %s\n", "recipe", o.recipe.describe().c_str());
   std::printf("  %-12s %lld steps, lr %.2e -> %.2e (warm-up %lld, cosine), AdamW wd %.2f, clip %.2f\n",
-              "schedule", (long long)c.steps, c.lr, c.min_lr, (long long)c.warmup, c.weight_decay, c.clip);
-  std::printf("  %-12s %u; eval every %lld steps on %lld batches; out %s%s%s\n", "seed", c.seed,
-              (long long)c.eval_every, (long long)c.eval_batches,
+              "schedule", (long long)o.steps, o.lr.max_lr, o.lr.min_lr, (long long)o.lr.warmup,
+              o.adamw.weight_decay, o.adamw.clip_norm);
+  std::printf("  %-12s %u; eval every %lld steps on %lld batches; out %s%s%s\n", "seed", o.seed,
+              (long long)o.eval_every, (long long)o.eval_batches,
               c.out.c_str(), c.resume.empty() ? "" : "; resume from ", c.resume.c_str());
   std::printf("  %-12s %s\n", "machine", machine_line().c_str());
-  const train::StepPlan plan = train::make_step_plan(m.batch, c.micro_batch, world.size(), 0, m.seq_len);
+  const train::StepPlan plan = train::make_step_plan(m.batch, o.micro_batch, world.size(), 0, m.seq_len);
   std::printf("  %-12s %s%s\n", "parallel", plan.describe().c_str(),
-              !c.shard_optimizer ? ""
+              !o.shard_optimizer ? ""
               : world.size() > 1 ? "; AdamW moments sharded over the ranks"
                                  : "; --shard-optimizer has no effect in one process");
   for (size_t r = 0; r < where.size(); ++r) std::printf("  %-12s %s\n", ("rank " + std::to_string(r)).c_str(), where[r].c_str());
@@ -228,29 +218,31 @@ void register_train(CLI::App& app, dist::Communicator& world) {
   cmd->add_option("--correction", c->correction, "none | dx | two-way (default: dx in int8 modes, none in bf16 and f32)");
   // Numbers are checked as they are parsed (tools/option_checks.hpp), and again, with the
   // relations between them, by train::validate_options before the shards are read.
-  add_integer_option(cmd, "--seed", c->seed, "weights, data order and thresholds", 0, UINT32_MAX);
-  add_integer_option(cmd, "--steps", c->steps, "optimizer steps", 1);
+  train::TrainOptions& o = c->options;
+  add_integer_option(cmd, "--seed", o.seed, "weights, data order and thresholds", 0, UINT32_MAX);
+  add_integer_option(cmd, "--steps", o.steps, "optimizer steps", 1);
   add_integer_option(cmd, "--schedule-steps", c->schedule_steps,
                      "steps of the cosine schedule (0: --steps; set it to run a schedule in parts)", 0, INT64_MAX,
                      "0: --steps");
-  add_float_option(cmd, "--lr", c->lr, "peak learning rate, in (0, 1]", 0.0, 1.0);
-  add_float_option(cmd, "--min-lr", c->min_lr, "learning rate at the end of the cosine decay, in [0, --lr]", 0.0, 1.0);
-  add_integer_option(cmd, "--warmup", c->warmup, "linear warm-up steps", 0);
-  add_float_option(cmd, "--weight-decay", c->weight_decay, "AdamW decoupled weight decay, in [0, 1)", 0.0, 1.0);
-  add_float_option(cmd, "--clip", c->clip, "global gradient-norm clip (0: none)", 0.0, 1e30, "0: none");
-  add_integer_option(cmd, "--eval-every", c->eval_every, "steps between validations (0: only at the end)", 0,
+  add_float_option(cmd, "--lr", o.lr.max_lr, "peak learning rate, in (0, 1]", 0.0, 1.0);
+  add_float_option(cmd, "--min-lr", o.lr.min_lr, "learning rate at the end of the cosine decay, in [0, --lr]", 0.0,
+                   1.0);
+  add_integer_option(cmd, "--warmup", o.lr.warmup, "linear warm-up steps", 0);
+  add_float_option(cmd, "--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay, in [0, 1)", 0.0, 1.0);
+  add_float_option(cmd, "--clip", o.adamw.clip_norm, "global gradient-norm clip (0: none)", 0.0, 1e30, "0: none");
+  add_integer_option(cmd, "--eval-every", o.eval_every, "steps between validations (0: only at the end)", 0,
                      INT64_MAX, "0: only at the end");
-  add_integer_option(cmd, "--eval-batches", c->eval_batches,
+  add_integer_option(cmd, "--eval-batches", o.eval_batches,
                      "validation batches of B x S tokens (the same windows at every validation)", 1);
-  add_integer_option(cmd, "--checkpoint-every", c->checkpoint_every, "steps between checkpoints (0: only at the end)",
+  add_integer_option(cmd, "--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: only at the end)",
                      0, INT64_MAX, "0: only at the end");
   cmd->add_option("--out", c->out, "run folder: metrics.jsonl, checkpoint/, loss.png")->capture_default_str();
   cmd->add_option("--resume", c->resume, "continue bit-exactly from the checkpoint in this run folder");
-  cmd->add_flag("--overwrite", c->overwrite, "replace an earlier run in --out (without it such a folder is refused)");
-  add_integer_option(cmd, "--micro-batch", c->micro_batch,
+  cmd->add_flag("--overwrite", o.overwrite, "replace an earlier run in --out (without it such a folder is refused)");
+  add_integer_option(cmd, "--micro-batch", o.micro_batch,
                      "examples per forward/backward (gradient accumulation; 0: the whole batch at once); "
                      "see docs/DISTRIBUTED.md", 0, INT64_MAX, "0: the whole batch");
-  cmd->add_flag("--shard-optimizer", c->shard_optimizer,
+  cmd->add_flag("--shard-optimizer", o.shard_optimizer,
                 "under mpirun: each rank keeps 1/R of AdamW's moments (the same bits; docs/DISTRIBUTED.md)");
   cmd->callback([c, cmd, &world] {
     c->head_given = cmd->count("--head") > 0;

@@ -1,6 +1,5 @@
 // Checkpoints' meta.json: the run configuration, the forward's hyper-parameters, the tokenizer's
 // record, the format's versions and the files' checksums; see s3r/ckpt/checkpoint.hpp.
-#include <sentencepiece_processor.h>
 #include <zlib.h>
 
 #include <fstream>
@@ -11,6 +10,7 @@
 
 #include "ckpt/checkpoint_internal.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/data/tokenizer.hpp"
 
 namespace s3r::ckpt {
 
@@ -153,18 +153,16 @@ FileSum file_sum(const fs::path& path) {
   return s;
 }
 
-// A tokenizer.model's record: loads it with SentencePiece. Throws s3r::Error naming the file.
+// A tokenizer.model's record: its vocabulary and special ids. Throws s3r::Error naming the file
+// (data::Tokenizer's: missing, or not a SentencePiece model).
 TokenizerRecord tokenizer_record(const fs::path& path) {
-  sentencepiece::SentencePieceProcessor sp;
-  if (const auto status = sp.Load(path.string()); !status.ok()) {
-    throw Error("tokenizer '" + path.string() + "' is not a SentencePiece model: " + status.ToString());
-  }
+  const data::Tokenizer tok(path.string());
   TokenizerRecord r;
-  r.vocab = sp.GetPieceSize();
-  r.eos_id = sp.eos_id();
-  r.bos_id = sp.bos_id();
-  r.unk_id = sp.unk_id();
-  r.pad_id = sp.pad_id();
+  r.vocab = tok.vocab();
+  r.eos_id = tok.eos_id();
+  r.bos_id = tok.bos_id();
+  r.unk_id = tok.unk_id();
+  r.pad_id = tok.pad_id();
   return r;
 }
 

@@ -4,11 +4,11 @@
 // swapped in (dataset_folder.cpp). SentencePiece failures come back as plain messages with a hint.
 #include "s3r/data/prepare.hpp"
 
-#include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -17,6 +17,7 @@
 #include "s3r/core/error.hpp"
 #include "s3r/core/test_pause.hpp"
 #include "s3r/data/token_shard.hpp"
+#include "s3r/data/tokenizer.hpp"
 #include "s3r/io/atomic_file.hpp"
 
 // SentencePiece prints "Running command: ..." to stderr before it parses --minloglevel; its own
@@ -89,10 +90,14 @@ std::string plain_status(const std::string& sp) {
   return plain;
 }
 
-void check_tokenizer_loaded(const sentencepiece::util::Status& status, const std::string& path) {
-  if (status.ok()) return;
-  const std::string why = plain_status(status.ToString());
-  throw Error("data prepare: --tokenizer '" + path + "' is not a SentencePiece model (" +
+// `path` loaded as --tokenizer `given` (a copy of it, or the file itself); a plain message with a
+// hint when SentencePiece cannot load it.
+std::unique_ptr<Tokenizer> load_given_tokenizer(const std::string& path, const std::string& given) {
+  std::string status;
+  std::unique_ptr<Tokenizer> tok = Tokenizer::try_load(path, &status);
+  if (tok) return tok;
+  const std::string why = plain_status(status);
+  throw Error("data prepare: --tokenizer '" + given + "' is not a SentencePiece model (" +
               (why.empty() ? "it does not parse as one" : why) + "); hint: give a tokenizer.model file");
 }
 
@@ -120,10 +125,8 @@ std::string explain_training_failure(const std::string& sp, int64_t vocab) {
          "; hint: check --vocab (" + v + ") against the size of the text";
 }
 
-PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
-  const Progress say = [&](const std::string& m) {
-    if (progress) progress(m);
-  };
+// The options checked before anything is read, a --tokenizer loaded once to see that it is one.
+void check_options(const PrepareOptions& o) {
   if (o.out_dir.empty()) throw Error("data prepare: --out is required");
   if (!(o.val_fraction > 0.0 && o.val_fraction < 1.0)) {
     std::ostringstream v;
@@ -146,10 +149,68 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
     if (!fs::is_regular_file(o.tokenizer_model)) {
       throw Error("data prepare: --tokenizer '" + o.tokenizer_model + "' does not exist or is not a file");
     }
-    sentencepiece::SentencePieceProcessor given;
-    check_tokenizer_loaded(given.Load(o.tokenizer_model), o.tokenizer_model);
+    load_given_tokenizer(o.tokenizer_model, o.tokenizer_model);
   }
+}
 
+// A byte-fallback BPE tokenizer of o.vocab_size pieces trained on the documents, written to
+// `model_path`. SentencePiece's trainer: the one use of SentencePiece outside data/tokenizer.cpp.
+void train_tokenizer_model(const std::vector<std::string>& docs, const PrepareOptions& o, const fs::path& model_path) {
+  // No --model_prefix: the model comes back serialized, so that it records no (temporary) path
+  // and the same input gives the same bytes.
+  std::ostringstream args;
+  args << "--vocab_size=" << o.vocab_size << " --model_type=bpe --character_coverage=1.0"
+       << " --byte_fallback=true --pad_id=-1 --unk_id=0 --bos_id=-1 --eos_id=1"
+       << " --input_sentence_size=" << o.max_training_sentences << " --shuffle_input_sentence=true"
+       << " --minloglevel=3 --num_threads=2";
+  if (sentencepiece::logging::SetMinLogLevel) sentencepiece::logging::SetMinLogLevel(3);
+  sentencepiece::SetRandomGeneratorSeed(1);  // for the sample of sentences (0.1.97 fixes it anyway)
+  TrainingLines lines(docs);
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args.str(), &lines, &model);
+  if (!status.ok()) throw Error(explain_training_failure(status.ToString(), o.vocab_size));
+  io::write_file_atomic(model_path.string(), [&](std::ostream& s) {
+    s.write(model.data(), static_cast<std::streamsize>(model.size()));
+  });
+}
+
+// Every document encoded and followed by `eos`: the first `n_train` into train.bin, the rest into
+// val.bin (in `tmp`). Returns what was written, info.json aside.
+WrittenDataset write_shards(const std::vector<std::string>& docs, int64_t n_train, const Tokenizer& tok,
+                            uint32_t eos, const fs::path& tmp, const Progress& say) {
+  WrittenDataset written;
+  written.vocab = static_cast<uint32_t>(tok.vocab());
+  std::vector<uint32_t> train, val;
+  for (int64_t i = 0; i < static_cast<int64_t>(docs.size()); ++i) {
+    std::vector<int32_t> ids;
+    try {
+      ids = tok.encode(docs[i]);
+    } catch (const Error&) {
+      throw Error("data prepare: encoding document " + std::to_string(i) + " failed");
+    }
+    std::vector<uint32_t>& dst = i < n_train ? train : val;
+    for (int32_t id : ids) dst.push_back(static_cast<uint32_t>(id));
+    dst.push_back(eos);
+    if ((i + 1) % 20000 == 0) {
+      say("encoded " + std::to_string(i + 1) + " / " + std::to_string(docs.size()) + " documents");
+    }
+  }
+  write_shard((tmp / "train.bin").string(), train, written.vocab);
+  write_shard((tmp / "val.bin").string(), val, written.vocab);
+  test_pause("prepare-write");  // info.json not yet written
+  written.train_tokens = static_cast<int64_t>(train.size());
+  written.val_tokens = static_cast<int64_t>(val.size());
+  written.train_digest = token_digest(train);
+  written.val_digest = token_digest(val);
+  return written;
+}
+
+PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
+  const Progress say = [&](const std::string& m) {
+    if (progress) progress(m);
+  };
+  check_options(o);
+  const bool train_tokenizer = o.tokenizer_model.empty();
   const fs::path out = dataset_path(o.out_dir);
   clean_leftovers(out, say);
   check_replaceable(out, o.out_dir);
@@ -176,78 +237,36 @@ PrepareResult prepare_impl(const PrepareOptions& o, const Progress& progress) {
   const fs::path& tmp = temp_folder.path();
   const fs::path model_path = tmp / "tokenizer.model";
 
+  std::unique_ptr<Tokenizer> tok;
   if (train_tokenizer) {
     say("training a " + std::to_string(o.vocab_size) + "-token SentencePiece BPE tokenizer");
-    // No --model_prefix: the model comes back serialized, so that it records no (temporary) path
-    // and the same input gives the same bytes.
-    std::ostringstream args;
-    args << "--vocab_size=" << o.vocab_size << " --model_type=bpe --character_coverage=1.0"
-         << " --byte_fallback=true --pad_id=-1 --unk_id=0 --bos_id=-1 --eos_id=1"
-         << " --input_sentence_size=" << o.max_training_sentences << " --shuffle_input_sentence=true"
-         << " --minloglevel=3 --num_threads=2";
-    if (sentencepiece::logging::SetMinLogLevel) sentencepiece::logging::SetMinLogLevel(3);
-    sentencepiece::SetRandomGeneratorSeed(1);  // for the sample of sentences (0.1.97 fixes it anyway)
-    TrainingLines lines(docs);
-    std::string model;
-    const auto status = sentencepiece::SentencePieceTrainer::Train(args.str(), &lines, &model);
-    if (!status.ok()) throw Error(explain_training_failure(status.ToString(), o.vocab_size));
-    io::write_file_atomic(model_path.string(), [&](std::ostream& s) {
-      s.write(model.data(), static_cast<std::streamsize>(model.size()));
+    train_tokenizer_model(docs, o, model_path);
+    std::string status;
+    tok = Tokenizer::try_load(model_path.string(), &status);
+    if (!tok) throw Error("data prepare: cannot load the trained tokenizer '" + model_path.string() + "': " + status);
+    // The pieces and their scores, one a line, as SentencePiece's own .vocab.
+    io::write_file_atomic((tmp / "tokenizer.vocab").string(), [&](std::ostream& s) {
+      for (int32_t i = 0; i < tok->vocab(); ++i) s << tok->piece(i) << "\t" << tok->score(i) << "\n";
     });
   } else {
     // Copied first: --tokenizer may be OUT/tokenizer.model itself.
     fs::copy_file(o.tokenizer_model, model_path);
+    tok = load_given_tokenizer(model_path.string(), o.tokenizer_model);
   }
-  sentencepiece::SentencePieceProcessor sp;
-  if (const auto status = sp.Load(model_path.string()); !status.ok()) {
-    if (train_tokenizer) {
-      throw Error("data prepare: cannot load the trained tokenizer '" + model_path.string() +
-                  "': " + status.ToString());
-    }
-    check_tokenizer_loaded(status, o.tokenizer_model);
-  }
-  if (train_tokenizer) {  // the pieces and their scores, one a line, as SentencePiece's own .vocab
-    io::write_file_atomic((tmp / "tokenizer.vocab").string(), [&](std::ostream& s) {
-      for (int i = 0; i < sp.GetPieceSize(); ++i) s << sp.IdToPiece(i) << "\t" << sp.GetScore(i) << "\n";
-    });
-  }
-  const uint32_t vocab = static_cast<uint32_t>(sp.GetPieceSize());
+  const uint32_t vocab = static_cast<uint32_t>(tok->vocab());
   if (train_tokenizer && vocab != static_cast<uint32_t>(o.vocab_size)) {
     throw Error("data prepare: the trained tokenizer has " + std::to_string(vocab) + " pieces, not --vocab " +
                 std::to_string(o.vocab_size));
   }
-  const int eos = sp.eos_id() >= 0 ? sp.eos_id() : 0;
+  const int32_t eos = tok->eos_id() >= 0 ? tok->eos_id() : 0;
 
+  WrittenDataset written = write_shards(docs, n_train, *tok, static_cast<uint32_t>(eos), tmp, say);
   PrepareResult result;
   result.documents = static_cast<int64_t>(docs.size());
   result.vocab = vocab;
   result.warnings = warnings;
-  WrittenDataset written;
-  written.vocab = vocab;
-  {
-    std::vector<uint32_t> train, val;
-    std::vector<int> ids;
-    for (int64_t i = 0; i < static_cast<int64_t>(docs.size()); ++i) {
-      if (!sp.Encode(docs[i], &ids).ok()) {
-        throw Error("data prepare: encoding document " + std::to_string(i) + " failed");
-      }
-      std::vector<uint32_t>& dst = i < n_train ? train : val;
-      for (int id : ids) dst.push_back(static_cast<uint32_t>(id));
-      dst.push_back(static_cast<uint32_t>(eos));
-      if ((i + 1) % 20000 == 0) {
-        say("encoded " + std::to_string(i + 1) + " / " + std::to_string(docs.size()) + " documents");
-      }
-    }
-    write_shard((tmp / "train.bin").string(), train, vocab);
-    write_shard((tmp / "val.bin").string(), val, vocab);
-    test_pause("prepare-write");  // info.json not yet written
-    result.train_tokens = static_cast<int64_t>(train.size());
-    result.val_tokens = static_cast<int64_t>(val.size());
-    written.train_tokens = result.train_tokens;
-    written.val_tokens = result.val_tokens;
-    written.train_digest = token_digest(train);
-    written.val_digest = token_digest(val);
-  }
+  result.train_tokens = written.train_tokens;
+  result.val_tokens = written.val_tokens;
   const nlohmann::json info = {{"documents", docs.size()}, {"train_documents", n_train},
                                {"val_documents", n_val}, {"train_tokens", result.train_tokens},
                                {"val_tokens", result.val_tokens}, {"vocab", vocab}, {"eos_id", eos}};

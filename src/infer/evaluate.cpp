@@ -31,7 +31,7 @@ std::unique_ptr<model::Model> model_for(const LoadedCheckpoint& c, Precision pre
 }  // namespace
 
 EvalResult evaluate_stream(const LoadedCheckpoint& c, std::span<const int32_t> tokens, Precision precision,
-                           int64_t batch, const Tokenizer* tokenizer,
+                           int64_t batch, const data::Tokenizer* tokenizer,
                            const std::function<void(int64_t, int64_t)>& progress) {
   const int64_t S = c.info.model.seq_len, V = c.info.model.vocab;
   const int64_t n = static_cast<int64_t>(tokens.size());

@@ -227,7 +227,8 @@ void put_q8_0(std::string& out, const std::vector<float>& x) {
 
 }  // namespace
 
-void export_gguf(const LoadedCheckpoint& c, const Tokenizer& tok, const std::string& path, const ExportOptions& o) {
+void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std::string& path,
+                 const ExportOptions& o) {
   check_inject(o.inject);
   const model::ModelConfig& m = c.info.model;
   const std::vector<OutTensor> tensors = output_tensors(c, false, false, o.inject);
@@ -332,7 +333,7 @@ void export_gguf(const LoadedCheckpoint& c, const Tokenizer& tok, const std::str
   });
 }
 
-void export_hf(const LoadedCheckpoint& c, const Tokenizer& tok, const std::string& dir, const ExportOptions& o) {
+void export_hf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std::string& dir, const ExportOptions& o) {
   check_inject(o.inject);
   if (o.type != GgufType::kF32) throw Error("export: --format hf writes f32 weights only; leave --type out");
   const model::ModelConfig& m = c.info.model;

@@ -131,7 +131,7 @@ TEST(Checkpoint, TensorsHaveTheirShapesAndMetaDescribesTheForward) {
   const ckpt::CheckpointInfo info = ckpt::read_checkpoint_info(run);
   EXPECT_EQ(info.version, 3);
   ASSERT_TRUE(info.tokenizer.has_value());
-  EXPECT_EQ(Tokenizer(info.tokenizer_model).serialized(), Tokenizer(tokenizer_path()).serialized());
+  EXPECT_EQ(data::Tokenizer(info.tokenizer_model).serialized(), data::Tokenizer(tokenizer_path()).serialized());
   const LoadedCheckpoint c = load_for_inference(run);
   EXPECT_TRUE(std::equal(m.params().begin(), m.params().end(), c.model->params().begin()));
   // A corrupt tokenizer.model is named by its checksum.
@@ -293,18 +293,6 @@ TEST(Eval, EveryWindowOnceForAnyBatch) {
             std::string::npos);
 }
 
-TEST(Tokenizer, ByteLengthsAddUpToTheText) {
-  Tokenizer tok(tokenizer_path());
-  const std::string text = "the quantized gradient rounds; shared thresholds";
-  int64_t bytes = 0;
-  for (int32_t id : tok.encode(text)) bytes += tok.byte_length(id);
-  EXPECT_EQ(bytes, static_cast<int64_t>(text.size()) + 1);  // + SentencePiece's leading space
-  EXPECT_EQ(tok.byte_length(tok.eos_id()), 0);
-  EXPECT_EQ(tok.type(tok.eos_id()), PieceType::kControl);
-  EXPECT_EQ(tok.document_start_id(), tok.eos_id());  // no BOS in s3r's tokenizers
-  EXPECT_TRUE(tok.adds_space_prefix());               // SentencePiece's default
-}
-
 TEST(Sampler, GreedyTopKTopPAndSeeds) {
   std::vector<float> z = {0.1f, 2.0f, 1.9f, -1.0f, 0.5f};
   EXPECT_EQ(argmax(z), 1);
@@ -359,7 +347,7 @@ TEST(Export, GgufHoldsTransposedMatricesAndTheTokenizer) {
   model::Model m(tiny(), nn::Recipe::make(nn::LinearMode::kS3r, nn::Correction::kDx));
   init_peaky(m, 8);
   const LoadedCheckpoint c = load_for_inference(save("gguf", m));
-  Tokenizer tok(tokenizer_path());
+  data::Tokenizer tok(tokenizer_path());
   const std::string path = temp_dir("gguf_out") + "/m.gguf";
   export_gguf(c, tok, path, {});
   std::ifstream f(path, std::ios::binary);
@@ -441,7 +429,7 @@ TEST(Export, HfPermutationTurnsAdjacentPairsIntoHalfSplit) {
   model::Model m(cfg, nn::Recipe::make(nn::LinearMode::kF32, nn::Correction::kNone));
   init_peaky(m, 9);
   const LoadedCheckpoint c = load_for_inference(save("hf", m));
-  Tokenizer tok(tokenizer_path());
+  data::Tokenizer tok(tokenizer_path());
   const std::string dir = temp_dir("hf_out");
   export_hf(c, tok, dir, {});
   const io::SafetensorsFile hf = io::read_safetensors(dir + "/model.safetensors");

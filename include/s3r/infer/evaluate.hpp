@@ -12,7 +12,7 @@
 //
 // loss = the mean cross-entropy over the W S scored tokens (nats); perplexity = exp(loss);
 // bits per byte = (sum of the tokens' cross-entropies) / ln 2 / (UTF-8 bytes of the scored
-// targets, Tokenizer::byte_length: the text a piece stands for, "▁" one space, control pieces
+// targets, data::Tokenizer::byte_length: the text a piece stands for, "▁" one space, control pieces
 // such as end-of-text none).
 #include <cstdint>
 #include <functional>
@@ -20,7 +20,7 @@
 #include <string>
 
 #include "s3r/infer/decoder.hpp"
-#include "s3r/infer/tokenizer.hpp"
+#include "s3r/data/tokenizer.hpp"
 
 namespace s3r::infer {
 
@@ -39,7 +39,7 @@ struct EvalResult {
 // Throws s3r::Error when the stream is shorter than one window of S + 1 tokens or holds an id
 // outside the vocabulary.
 EvalResult evaluate_stream(const LoadedCheckpoint& checkpoint, std::span<const int32_t> tokens, Precision precision,
-                           int64_t batch, const Tokenizer* tokenizer,
+                           int64_t batch, const data::Tokenizer* tokenizer,
                            const std::function<void(int64_t, int64_t)>& progress);
 
 }  // namespace s3r::infer

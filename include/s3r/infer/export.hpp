@@ -18,7 +18,7 @@
 #include <string>
 
 #include "s3r/infer/decoder.hpp"
-#include "s3r/infer/tokenizer.hpp"
+#include "s3r/data/tokenizer.hpp"
 
 namespace s3r::infer {
 
@@ -38,13 +38,13 @@ struct ExportOptions {
 
 // Writes the GGUF file `path` (atomically: PATH.tmp, then renamed). Throws s3r::Error naming the
 // file on failure.
-void export_gguf(const LoadedCheckpoint& checkpoint, const Tokenizer& tokenizer, const std::string& path,
+void export_gguf(const LoadedCheckpoint& checkpoint, const data::Tokenizer& tokenizer, const std::string& path,
                  const ExportOptions& options);
 
 // Writes the folder `dir` (created; files written atomically): config.json,
 // generation_config.json, model.safetensors (F32, Hugging Face names and orientation),
 // tokenizer.model, tokenizer_config.json, special_tokens_map.json.
-void export_hf(const LoadedCheckpoint& checkpoint, const Tokenizer& tokenizer, const std::string& dir,
+void export_hf(const LoadedCheckpoint& checkpoint, const data::Tokenizer& tokenizer, const std::string& dir,
                const ExportOptions& options);
 
 // IEEE half precision, round to nearest even (what ggml's FP32_TO_FP16 computes).

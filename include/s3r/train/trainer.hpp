@@ -26,13 +26,18 @@
 
 namespace s3r::train {
 
+// The defaults are `s3r train`'s: the command binds its options to a default-constructed
+// TrainOptions (tools/train.cpp), so its --help shows these values.
 struct TrainOptions {
+  static constexpr int64_t kDefaultSteps = 600;
   model::ModelConfig model = model::preset("small");
   nn::Recipe recipe;  // s3r+dx, as `s3r train` without --recipe, --mode or --correction
   uint32_t seed = 0;
-  int64_t steps = 1000;
-  optim::LrSchedule lr{3e-3f, 3e-4f, 50, 1000};
-  optim::AdamWConfig adamw;
+  int64_t steps = kDefaultSteps;
+  // Peak and final learning rate, warm-up steps, and the cosine's length (`s3r train` sets it
+  // to --schedule-steps, else to steps).
+  optim::LrSchedule lr{3e-3f, 3e-4f, 30, kDefaultSteps};
+  optim::AdamWConfig adamw;  // weight decay 0.1, clip 1.0 (--weight-decay, --clip)
   int64_t eval_every = 100;      // 0: only at the end
   int64_t eval_batches = 8;
   int64_t checkpoint_every = 0;  // 0: only at the end
