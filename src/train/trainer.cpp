@@ -82,19 +82,17 @@ std::string gigabytes(double bytes) {
   return buf;
 }
 
-// One rank's memory (model, gradients, activations of its batch, AdamW moments) against
-// MemAvailable; `m` is the rank's model (its batch: the plan's model_batch()).
+// One rank's memory (model, gradients, activations of its batch, AdamW moments) against what
+// this process may take (s3r::check_memory, the tools' check too); `m` is the rank's model (its
+// batch: the plan's model_batch()).
 void check_memory(const TrainOptions& o, const model::ModelConfig& m, int ranks, bool rank0) {
   // AdamW's moments, bytes per parameter: sharded, 8/R, and on rank 0 the whole 8 more while it
   // writes a checkpoint (Optimizer::whole_moments).
   const double moments = !o.shard_optimizer ? 8.0 : 8.0 / ranks + (rank0 ? 8.0 : 0.0);
   const double need = static_cast<double>(model::Model::estimate_bytes(m, o.recipe)) +
                       moments * static_cast<double>(model::Model::parameter_count(m));
-  const double available = static_cast<double>(available_memory_bytes());
-  if (available > 0 && need > 0.9 * available) {
-    throw Error("the run needs about " + gigabytes(need) + " of memory per process (" + m.describe() + "), but only " +
-                gigabytes(available) + " are available; use --micro-batch, a smaller --batch or --seq-len, or a smaller model");
-  }
+  s3r::check_memory(need, "the run (" + m.describe() + ", per process)",
+                    "use --micro-batch, a smaller --batch or --seq-len, or a smaller model");
 }
 
 // The run folder, locked for the whole run (see TrainOptions::overwrite for the rules).
