@@ -161,7 +161,9 @@ TEST(Trainer, NonFiniteOrOutOfRangeOptionsAreRefused) {
   EXPECT_FALSE(fs::exists(out));
   // A model whose activations cannot fit in memory: a clear error, not std::bad_alloc.
   o.model.batch = 1 << 20;
-  EXPECT_NE(error_of([&] { train(o, train_shard, val_shard, "", log); }).find("of memory"), std::string::npos);
+  const std::string oom = error_of([&] { train(o, train_shard, val_shard, "", log); });
+  EXPECT_NE(oom.find("per process) needs about"), std::string::npos) << oom;
+  EXPECT_NE(oom.find("GB are available; use --micro-batch"), std::string::npos) << oom;
 }
 
 // A run folder that holds a run is refused without --resume or --overwrite (and left as it
