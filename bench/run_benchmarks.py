@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Runs the benchmark executables in groups and writes the tables of docs/BENCHMARKS.md (dated ones: docs/journal.md).
+"""Runs the benchmark executables in groups and writes the tables of docs/BENCHMARKS.md
+(dated ones: docs/journal.md).
 
 Usage: bench/run_benchmarks.py [--out DIR] [--build DIR] [--runs R] [--reps N] [--min-time S]
                                [--max-foreign F] [--tries K] [--only GROUP ...]
