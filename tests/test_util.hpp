@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "s3r/core/error.hpp"
 #include "s3r/core/isa.hpp"
 
 namespace s3r::testing {
@@ -124,5 +126,26 @@ inline std::vector<JaxLine> read_jax_file(const std::string& path) {
 }
 
 inline std::string jax_path() { return std::string(S3R_TESTDATA_DIR) + "/jax_threefry.txt"; }
+
+// The message of the s3r::Error that f throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A small English-like corpus for training tiny tokenizers (`s3r data prepare`): 200 documents
+// of 30 words from a 16-word vocabulary, sentences of 9 words, documents separated by blank lines.
+inline void write_word_corpus(std::ostream& text) {
+  const char* words[] = {"the", "quantized", "gradient", "rounds", "shared", "threshold", "token", "error",
+                         "layer", "model", "training", "loss", "correction", "channel", "width", "stochastic"};
+  for (int d = 0; d < 200; ++d) {
+    for (int w = 0; w < 30; ++w) text << words[(d * 7 + w * w * 3) % 16] << (w % 9 == 8 ? ". " : " ");
+    text << "\n\n";
+  }
+}
 
 }  // namespace s3r::testing

@@ -14,6 +14,7 @@
 #include "s3r/data/prepare.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "temp_dir.hpp"
+#include "test_util.hpp"
 
 namespace s3r::data {
 namespace {
@@ -34,12 +35,7 @@ const std::string& tokenizer_path() {
   static const std::string path = [] {
     std::ofstream text(dir() / "corpus.txt");
     text << kFirstDocument << "\n\n";
-    const char* words[] = {"the", "quantized", "gradient", "rounds", "shared", "threshold", "token", "error",
-                           "layer", "model", "training", "loss", "correction", "channel", "width", "stochastic"};
-    for (int d = 0; d < 200; ++d) {
-      for (int w = 0; w < 30; ++w) text << words[(d * 7 + w * w * 3) % 16] << (w % 9 == 8 ? ". " : " ");
-      text << "\n\n";
-    }
+    testing::write_word_corpus(text);
     text.close();
     PrepareOptions o;
     o.inputs = {(dir() / "corpus.txt").string()};
@@ -51,14 +47,7 @@ const std::string& tokenizer_path() {
   return path;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(Tokenizer, ByteLengthsAddUpToTheText) {
   Tokenizer tok(tokenizer_path());

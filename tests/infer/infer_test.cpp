@@ -22,6 +22,7 @@
 #include "s3r/io/safetensors.hpp"
 #include "s3r/ckpt/checkpoint.hpp"
 #include "temp_dir.hpp"
+#include "test_util.hpp"
 
 namespace s3r::infer {
 namespace {
@@ -37,14 +38,7 @@ std::string temp_dir(const std::string& name) {
   return dir.string();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // A tiny model with weights large enough that its next-token distributions are far from uniform.
 model::ModelConfig tiny(int64_t vocab = 300) {
@@ -66,12 +60,7 @@ const std::string& tokenizer_path() {
   static const std::string path = [] {
     const std::string dir = temp_dir("tokenizer");
     std::ofstream text(fs::path(dir) / "corpus.txt");
-    const char* words[] = {"the", "quantized", "gradient", "rounds", "shared", "threshold", "token", "error",
-                           "layer", "model", "training", "loss", "correction", "channel", "width", "stochastic"};
-    for (int d = 0; d < 200; ++d) {
-      for (int w = 0; w < 30; ++w) text << words[(d * 7 + w * w * 3) % 16] << (w % 9 == 8 ? ". " : " ");
-      text << "\n\n";
-    }
+    testing::write_word_corpus(text);
     text.close();
     data::PrepareOptions o;
     o.inputs = {(fs::path(dir) / "corpus.txt").string()};

@@ -17,6 +17,7 @@
 #include "s3r/core/error.hpp"
 #include "s3r/io/folder_lock.hpp"
 #include "temp_dir.hpp"
+#include "test_util.hpp"
 
 namespace s3r::train {
 namespace {
@@ -124,14 +125,7 @@ std::map<std::string, std::string> snapshot(const fs::path& dir) {
   return files;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // A NaN, infinite or absurd option is refused before anything is done.
 TEST(Trainer, NonFiniteOrOutOfRangeOptionsAreRefused) {
