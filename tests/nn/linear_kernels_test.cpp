@@ -17,6 +17,26 @@ namespace {
 
 const int64_t kSizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000};
 
+// dx_epilogue's operands for T rows, K features and B examples: int32 sums, row scales sx, the
+// S3R-EC terms (wa, delta, rowsum) and the output's initial values, drawn in that order.
+struct DxEpilogueOperands {
+  std::vector<int32_t> acc;
+  std::vector<float> sx, wa, delta, rowsum, init;
+  static DxEpilogueOperands random(int64_t T, int64_t K, int64_t B, std::mt19937& gen,
+                                   std::normal_distribution<float>& normal,
+                                   std::uniform_int_distribution<int32_t>& acc_dist) {
+    DxEpilogueOperands o{std::vector<int32_t>(T * K), std::vector<float>(T), std::vector<float>(B * K),
+                         std::vector<float>(T), std::vector<float>(K), std::vector<float>(T * K)};
+    for (auto& v : o.acc) v = acc_dist(gen);
+    for (auto& v : o.sx) v = 0.01f * std::exp(normal(gen));
+    for (auto& v : o.wa) v = 1e-3f * normal(gen);
+    for (auto& v : o.delta) v = 1e-4f * normal(gen);
+    for (auto& v : o.rowsum) v = std::round(300.0f * normal(gen));
+    for (auto& v : o.init) v = normal(gen);
+    return o;
+  }
+};
+
 TEST(LinearKernels, DxEpilogueIsBitExact) {
   const auto tiers = testing::vector_isas();
   S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
@@ -27,14 +47,7 @@ TEST(LinearKernels, DxEpilogueIsBitExact) {
     for (int64_t K : kSizes) {
       const int64_t S = T % 3 == 0 && T > 1 ? T / 3 : T;
       const int64_t B = T / S;
-      std::vector<int32_t> acc(T * K);
-      for (auto& v : acc) v = acc_dist(gen);
-      std::vector<float> sx(T), wa(B * K), delta(T), rowsum(K), init(T * K);
-      for (auto& v : sx) v = 0.01f * std::exp(normal(gen));
-      for (auto& v : wa) v = 1e-3f * normal(gen);
-      for (auto& v : delta) v = 1e-4f * normal(gen);
-      for (auto& v : rowsum) v = std::round(300.0f * normal(gen));
-      for (auto& v : init) v = normal(gen);
+      const auto [acc, sx, wa, delta, rowsum, init] = DxEpilogueOperands::random(T, K, B, gen, normal, acc_dist);
       for (bool correct : {false, true}) {
         for (bool accumulate : {false, true}) {
           std::vector<float> a = init;
@@ -109,14 +122,7 @@ TEST(LinearKernels, BlocksStartingMidRangeGiveTheWholeRangesRows) {
   constexpr float kGuard = -7.0f;
   const int64_t T = 21, S = 7, B = T / S;
   for (int64_t K : {1, 9, 17, 33}) {
-    std::vector<int32_t> acc(T * K);
-    for (auto& v : acc) v = acc_dist(gen);
-    std::vector<float> sx(T), wa(B * K), delta(T), rowsum(K), init(T * K);
-    for (auto& v : sx) v = 0.01f * std::exp(normal(gen));
-    for (auto& v : wa) v = 1e-3f * normal(gen);
-    for (auto& v : delta) v = 1e-4f * normal(gen);
-    for (auto& v : rowsum) v = std::round(300.0f * normal(gen));
-    for (auto& v : init) v = normal(gen);
+    const auto [acc, sx, wa, delta, rowsum, init] = DxEpilogueOperands::random(T, K, B, gen, normal, acc_dist);
     for (bool accumulate : {false, true}) {
       std::vector<float> whole = init;
       ref::dx_epilogue(whole.data(), acc.data(), 0, T, K, 3e-5f, sx.data(), wa.data(), delta.data(),
