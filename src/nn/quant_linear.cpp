@@ -6,6 +6,7 @@
 
 #include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
+#include "nn/linear_backward_steps.hpp"
 #include "nn/phase_clock.hpp"
 #include "nn/probe_backward.hpp"
 #include "s3r/dist/tree_sum.hpp"
@@ -18,8 +19,8 @@ namespace s3r::nn {
 
 namespace {
 
-constexpr int64_t kRowBlock = 16;  // rows per OpenMP task of the elementwise passes
-
+constexpr int64_t kRowBlock = 16;      // rows per OpenMP task of the elementwise passes
+constexpr int64_t kChunk = 1 << 14;    // elements per OpenMP task of the flat elementwise passes
 
 // bf16 operands: the values rounded to bf16 or, when this CPU's bf16 products are emulated in
 // f32 (s3r/gemm/backend.hpp), those values widened back to f32 (exact) instead, so that the
@@ -33,13 +34,15 @@ void to_bf16(std::vector<bf16>& out, std::vector<float>& widened, std::span<cons
   const int64_t n = static_cast<int64_t>(in.size());
   if (widen) {
     float* w = widened.data();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) w[i] = s3r::to_float(s3r::to_bf16(in[i]));
+    parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) w[i] = s3r::to_float(s3r::to_bf16(in[i]));
+    });
     return;
   }
   bf16* o = out.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) o[i] = s3r::to_bf16(in[i]);
+  parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) o[i] = s3r::to_bf16(in[i]);
+  });
 }
 
 gemm::Bf16Operand bf16_operand(const std::vector<bf16>& values, const std::vector<float>& widened) {
@@ -91,12 +94,13 @@ void prepare_weight(LinearWeight& out, std::span<const float> w, int64_t in, int
       quantize_cols_rtne(out.codes, out.scales, w, in, out_features, name);
       out.code_row_sums.resize(static_cast<size_t>(in));
       const int8_t* codes = out.codes.data();
-#pragma omp parallel for schedule(static)
-      for (int64_t k = 0; k < in; ++k) {
-        int32_t sum = 0;  // |sum| <= 127 * N: exact in int32 and in f32 for N < 2^17
-        for (int64_t n = 0; n < out_features; ++n) sum += codes[k * out_features + n];
-        out.code_row_sums[k] = static_cast<float>(sum);
-      }
+      parallel_blocks(in, kRowBlock, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          int32_t sum = 0;  // |sum| <= 127 * N: exact in int32 and in f32 for N < 2^17
+          for (int64_t n = 0; n < out_features; ++n) sum += codes[k * out_features + n];
+          out.code_row_sums[k] = static_cast<float>(sum);
+        }
+      });
     }
   }
 }
@@ -120,12 +124,33 @@ void linear_forward(std::span<float> y, const LinearInput& x, const LinearWeight
 
 namespace {
 
+// The ranks that hold the rest of the batch (D, the int8 dW sums and S3R-EC's dW factors are
+// reduced over them); nullptr when this process holds the whole batch.
+dist::Communicator* reduction_group(const BatchPlacement& place) {
+  return place.group != nullptr && place.group->size() > 1 ? place.group : nullptr;
+}
+
+void check_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
+                    const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config) {
+  check_modes(x, w, "linear_backward");
+  const int64_t T = x.tokens, K = x.features, N = w.out, S = config.tokens_per_example;
+  expect_size("linear_backward", "G", g.size(), T * N);
+  expect_size("linear_backward", "dW", dw.size(), K * N);
+  if (!dx.empty()) expect_size("linear_backward", "dX", dx.size(), T * K);
+  const int64_t leaves = config.placement.leaves;
+  if (leaves < 1 || S < 1 || (T / S) % leaves != 0) {
+    throw Error("linear_backward: " + std::to_string(leaves) + " reduction leaves do not divide the " +
+                std::to_string(S >= 1 ? T / S : 0) + " examples of the batch");
+  }
+}
+
 // dX (T, K) and dW (K, N) of the float modes. dW = X^T G is a float sum over tokens: formed
 // per reduction leaf (rows [l T/leaves, (l+1) T/leaves)) and added in the fixed tree, so that
 // it is the same for any split of the batch over ranks (s3r/dist/tree_sum.hpp).
 void float_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
                     const LinearInput& x, const LinearWeight& w, bool accumulate_dx, int64_t leaves,
                     LinearWorkspace& ws) {
+  PhaseZone zone(ws.times, &PhaseTimes::gemm);
   const int64_t T = x.tokens, K = x.features, N = w.out, rows = T / leaves;
   const gemm::MatmulShape dx_shape{T, K, N, false, true};  // dX = G W^T
   const gemm::MatmulShape dw_shape{K, N, rows, true, false};  // one leaf's dW = X_l^T G_l
@@ -156,166 +181,174 @@ void float_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
   }, ws.tree_scratch);
 }
 
+// S3R-EC's dX term (SPEC section 4) as the dX epilogue reads it: ws.wa = Wq a_b (B, K), one
+// matrix-vector product per example, and ws.delta[t] = c[t] - m[b] (T). Returns ws.wa.
+const float* dx_correction_terms(const ErrorStats& st, const LinearWeight& w, int64_t T, int64_t S,
+                                 LinearWorkspace& ws) {
+  PhaseZone zone(ws.times, &PhaseTimes::correction);
+  const int64_t K = w.in, N = w.out, B = T / S;
+  ws.wa.resize(static_cast<size_t>(B * K));
+  ws.delta.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) ws.delta[t] = st.token_mean[t] - st.grand_mean[t / S];
+  const auto& k = kernels::active_kernels();
+  parallel_blocks(K, 64, [&](int64_t k0, int64_t k1) {
+    k.gemv_s8_f32(ws.wa.data(), w.codes.data(), st.channel_mean.data(), B, K, N, k0, k1);
+  });
+  return ws.wa.data();
+}
+
+// S3R-EC's dW factors of this process's B examples (SPEC section 4): ws.u_local rows 0..B-1
+// are u_b = Xq_b^T 1 and rows B..2B-1 are v_b = Xq_b^T (c_b - m_b), each (K).
+void dw_local_factors(const ErrorStats& st, const LinearInput& x, int64_t S, LinearWorkspace& ws) {
+  const int64_t T = x.tokens, K = x.features, B = T / S;
+  ws.u_local.assign(static_cast<size_t>(2 * B * K), 0.0f);
+  float* u_loc = ws.u_local.data();
+  float* v_loc = u_loc + B * K;
+  const int8_t* xq = x.codes.data();
+  parallel_blocks(K, 256, [&](int64_t k0, int64_t k1) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t b = t / S;
+      const float d = st.token_mean[t] - st.grand_mean[b];
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        const float xv = xq[t * K + kk];
+        u_loc[b * K + kk] += xv;  // exact: integers below 2^24 for S * 127 < 2^24
+        v_loc[b * K + kk] += xv * d;
+      }
+    }
+  });
+}
+
+// The rank-(Bg+1) factors over the Bg examples of the group, gathered from every rank (SPEC
+// section 6) so that every rank forms the same product: ws.u = U = [u_0 .. u_{Bg-1}; sum_b v_b]
+// (Bg+1, K) and ws.a_scaled = A = -[a_b / sw ; 1 / sw] (Bg+1, N). Returns Bg.
+int64_t dw_group_factors(const ErrorStats& st, const LinearWeight& w, int64_t B,
+                         dist::Communicator* group, LinearWorkspace& ws) {
+  const int64_t K = w.in, N = w.out;
+  const int R = group ? group->size() : 1;
+  const int64_t Bg = B * R;
+  std::span<const float> u_all = ws.u_local, a_all = st.channel_mean;
+  if (group != nullptr) {
+    ws.u_all.resize(static_cast<size_t>(R) * ws.u_local.size());
+    ws.a_all.resize(static_cast<size_t>(Bg * N));
+    group->all_gather<float>(ws.u_local, ws.u_all);
+    group->all_gather<float>(st.channel_mean, ws.a_all);
+    u_all = ws.u_all;
+    a_all = ws.a_all;
+  }
+  ws.u.resize(static_cast<size_t>((Bg + 1) * K));
+  float* u = ws.u.data();
+  float* v = u + Bg * K;
+  std::fill(v, v + K, 0.0f);
+  for (int64_t bg = 0; bg < Bg; ++bg) {  // examples in global order: rank r's block r
+    const float* part = u_all.data() + (bg / B) * 2 * B * K;
+    std::copy_n(part + (bg % B) * K, K, u + bg * K);
+    const float* vb = part + (B + bg % B) * K;
+    for (int64_t kk = 0; kk < K; ++kk) v[kk] += vb[kk];
+  }
+  ws.a_scaled.resize(static_cast<size_t>((Bg + 1) * N));
+  for (int64_t b = 0; b <= Bg; ++b) {
+    for (int64_t n = 0; n < N; ++n) {
+      const float a = b < Bg ? a_all[b * N + n] : 1.0f;
+      ws.a_scaled[b * N + n] = -a / w.scales[n];
+    }
+  }
+  return Bg;
+}
+
+// dW[k, n] -= (1/sw[n]) sum_b (u_b[k] a[b, n] + v_b[k]) (SPEC section 4, two-way), as one
+// rank-(Bg+1) f32 product U^T A over the Bg examples of the group.
+void correct_dw(std::span<float> dw, const ErrorStats& st, const LinearInput& x,
+                const LinearWeight& w, const LinearBackwardConfig& config, LinearWorkspace& ws) {
+  PhaseZone zone(ws.times, &PhaseTimes::correction);
+  const int64_t S = config.tokens_per_example;
+  dw_local_factors(st, x, S, ws);
+  const int64_t Bg = dw_group_factors(st, w, x.tokens / S, reduction_group(config.placement), ws);
+  gemm::matmul_f32(dw.data(), ws.u.data(), ws.a_scaled.data(), {x.features, w.out, Bg + 1, true, false},
+                   /*accumulate=*/true);
+}
+
 }  // namespace
+
+void quantize_grad(QuantizedGrad& q, std::span<const float> g, const LinearInput& x,
+                   const LinearWeight& w, const LinearBackwardConfig& config, GradRounding rounding,
+                   Key key, bool stats, PhaseTimes* times) {
+  PhaseZone zone(times, &PhaseTimes::quantize_grad);
+  const BatchPlacement& place = config.placement;
+  quantize_gradient(q, g, x.tokens, w.out, x.scales, w.scales,
+                    GradQuantConfig{rounding, config.tokens_per_example, key, stats, place.first_token,
+                                    reduction_group(place)});
+}
+
+void zero_backward(std::span<float> dx, std::span<float> dw, bool accumulate_dx) {
+  if (!dx.empty() && !accumulate_dx) std::fill(dx.begin(), dx.end(), 0.0f);
+  std::fill(dw.begin(), dw.end(), 0.0f);
+}
+
+void int8_dx(std::span<float> dx, const QuantizedGrad& q, const LinearInput& x,
+             const LinearWeight& w, const LinearBackwardConfig& config, bool correct,
+             LinearWorkspace& ws) {
+  const int64_t T = x.tokens, K = x.features, N = w.out, S = config.tokens_per_example;
+  {
+    PhaseZone zone(ws.times, &PhaseTimes::gemm);
+    ws.acc.resize(static_cast<size_t>(T * K));  // zero-fills when it grows: its time is the product's
+    gemm::matmul_s8(ws.acc.data(), q.codes_for_dx().data(), w.codes.data(), {T, K, N, false, true});
+  }
+  const float* wa = correct ? dx_correction_terms(q.stats_for_dx(), w, T, S, ws) : nullptr;
+  PhaseZone zone(ws.times, &PhaseTimes::gemm);
+  const auto& k = kernels::active_kernels();
+  parallel_blocks(T, kRowBlock, [&](int64_t t0, int64_t t1) {
+    k.dx_epilogue(dx.data(), ws.acc.data(), t0, t1, K, q.step, x.scales.data(), wa, ws.delta.data(),
+                  w.code_row_sums.data(), S, config.accumulate_dx);
+  });
+}
+
+// Over a group of ranks the int32 sums are added first (exact, so the same as one process's) and
+// scaled once: float(sum) * (D / sw), the fused product's contract (s3r/gemm/matmul.hpp).
+void int8_dw(std::span<float> dw, std::span<const int8_t> codes, float D, const LinearInput& x,
+             const LinearWeight& w, const LinearBackwardConfig& config, LinearWorkspace& ws) {
+  PhaseZone zone(ws.times, &PhaseTimes::gemm);
+  const int64_t T = x.tokens, K = x.features, N = w.out;
+  ws.col_scale.resize(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) ws.col_scale[n] = D / w.scales[n];
+  dist::Communicator* group = reduction_group(config.placement);
+  if (group == nullptr) {
+    gemm::matmul_s8_scaled(dw.data(), x.codes.data(), codes.data(), {K, N, T, true, false}, nullptr,
+                           ws.col_scale.data());
+    return;
+  }
+  ws.dw_acc.resize(static_cast<size_t>(K * N));
+  gemm::matmul_s8(ws.dw_acc.data(), x.codes.data(), codes.data(), {K, N, T, true, false});
+  group->sum(ws.dw_acc);
+  const int32_t* acc = ws.dw_acc.data();
+  const float* cs = ws.col_scale.data();
+  parallel_blocks(K, kRowBlock, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      for (int64_t n = 0; n < N; ++n) dw[k * N + n] = static_cast<float>(acc[k * N + n]) * cs[n];
+    }
+  });
+}
+
+void int8_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
+                   const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config,
+                   LinearWorkspace& ws) {
+  const bool correct = config.correction != Correction::kNone;
+  QuantizedGrad& q = ws.grad;  // one quantization (sr: two) for dX and dW
+  quantize_grad(q, g, x, w, config, grad_rounding(x.mode), config.layer_key, correct, ws.times);
+  if (q.step == 0.0f) return zero_backward(dx, dw, config.accumulate_dx);
+  if (!dx.empty()) int8_dx(dx, q, x, w, config, correct, ws);
+  int8_dw(dw, q.codes_for_dw(), q.step, x, w, config, ws);
+  if (config.correction == Correction::kTwoWay) correct_dw(dw, q.stats_for_dw(), x, w, config, ws);
+}
 
 void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
                      const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config,
                      LinearWorkspace& ws) {
-  check_modes(x, w, "linear_backward");
-  const int64_t T = x.tokens, K = x.features, N = w.out, S = config.tokens_per_example;
-  expect_size("linear_backward", "G", g.size(), T * N);
-  expect_size("linear_backward", "dW", dw.size(), K * N);
-  if (!dx.empty()) expect_size("linear_backward", "dX", dx.size(), T * K);
-  const BatchPlacement& place = config.placement;
-  if (place.leaves < 1 || S < 1 || (T / S) % place.leaves != 0) {
-    throw Error("linear_backward: " + std::to_string(place.leaves) + " reduction leaves do not divide the " +
-                std::to_string(S >= 1 ? T / S : 0) + " examples of the batch");
-  }
+  check_backward(dx, dw, g, x, w, config);
   if (!is_int8(x.mode)) {
-    PhaseClock clock(ws.times);
-    float_backward(dx, dw, g, x, w, config.accumulate_dx, place.leaves, ws);
-    clock.lap(&PhaseTimes::gemm);
-    return;
+    return float_backward(dx, dw, g, x, w, config.accumulate_dx, config.placement.leaves, ws);
   }
-  const bool correct_dx = config.correction != Correction::kNone && !dx.empty();
-  const bool correct_dw = config.correction == Correction::kTwoWay;
-  const BackwardProbe* probe = ws.probe;
-  if (probe != nullptr) {
-    if (probe->telemetry != nullptr) {
-      probe->telemetry->push_back(grad_telemetry(g, T, N, x.scales, w.scales, config.layer_index));
-    }
-    if (probe->exact_grad) {
-      exact_int8_backward(dx, dw, g, x, w, config.accumulate_dx, ws);
-      return;
-    }
-    if (probe->dw_rounding && config.correction != Correction::kNone) {
-      throw Error("linear_backward: a probe's separate dW rounding needs correction none");
-    }
-  }
-  PhaseClock clock(ws.times);
-
-  // One (sr: two) quantization of G' = sx G sw, with the statistics when a correction wants them.
-  QuantizedGrad& q = ws.grad;
-  dist::Communicator* group = place.group != nullptr && place.group->size() > 1 ? place.group : nullptr;
-  quantize_gradient(q, g, T, N, x.scales, w.scales,
-                    GradQuantConfig{grad_rounding(x.mode), S, config.layer_key,
-                                    config.correction != Correction::kNone, place.first_token, group});
-  clock.lap(&PhaseTimes::quantize_grad);
-  const float D = q.step;
-  const int64_t B = T / S;
-  const auto& k = kernels::active_kernels();
-
-  if (D == 0.0f) {  // every gradient of this layer is exactly 0
-    if (!dx.empty() && !config.accumulate_dx) std::fill(dx.begin(), dx.end(), 0.0f);
-    std::fill(dw.begin(), dw.end(), 0.0f);
-    return;
-  }
-
-  if (!dx.empty()) {
-    // acc = Q Wq^T exactly in int32, then one pass: dX (+)= (D acc - [Wq a_b + (c - m) rowsum]) / sx.
-    ws.acc.resize(static_cast<size_t>(T * K));
-    gemm::matmul_s8(ws.acc.data(), q.codes_for_dx().data(), w.codes.data(), {T, K, N, false, true});
-    clock.lap(&PhaseTimes::gemm);
-    const float* wa = nullptr;
-    if (correct_dx) {
-      const ErrorStats& st = q.stats_for_dx();
-      ws.wa.resize(static_cast<size_t>(B * K));
-      ws.delta.resize(static_cast<size_t>(T));
-      for (int64_t t = 0; t < T; ++t) ws.delta[t] = st.token_mean[t] - st.grand_mean[t / S];
-      parallel_blocks(K, 64, [&](int64_t k0, int64_t k1) {
-        k.gemv_s8_f32(ws.wa.data(), w.codes.data(), st.channel_mean.data(), B, K, N, k0, k1);
-      });
-      wa = ws.wa.data();
-      clock.lap(&PhaseTimes::correction);
-    }
-    parallel_blocks(T, kRowBlock, [&](int64_t t0, int64_t t1) {
-      k.dx_epilogue(dx.data(), ws.acc.data(), t0, t1, K, D, x.scales.data(), wa, ws.delta.data(),
-                    w.code_row_sums.data(), S, config.accumulate_dx);
-    });
-    clock.lap(&PhaseTimes::gemm);
-  }
-
-  // dW = (D / sw) * Xq^T Q, the column scale fused into the int8 product. Over a group of ranks
-  // the int32 sums are added first (exact, so the same as one process's) and scaled once:
-  // float(sum) * (D / sw), the fused product's contract (s3r/gemm/matmul.hpp).
-  const std::vector<int8_t>* dw_codes = &q.codes_for_dw();
-  if (probe != nullptr && probe->dw_rounding) {  // causal ablation: G quantized again for dW
-    quantize_gradient(ws.grad_dw, g, T, N, x.scales, w.scales,
-                      GradQuantConfig{*probe->dw_rounding, S, fold_in(config.layer_key, 1), false,
-                                      place.first_token, group});
-    dw_codes = &ws.grad_dw.codes_for_dw();  // same D: it depends only on G'
-  }
-  ws.col_scale.resize(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) ws.col_scale[n] = D / w.scales[n];
-  if (group == nullptr) {
-    gemm::matmul_s8_scaled(dw.data(), x.codes.data(), dw_codes->data(), {K, N, T, true, false},
-                           nullptr, ws.col_scale.data());
-  } else {
-    ws.dw_acc.resize(static_cast<size_t>(K * N));
-    gemm::matmul_s8(ws.dw_acc.data(), x.codes.data(), dw_codes->data(), {K, N, T, true, false});
-    group->sum(ws.dw_acc);
-    const int32_t* acc = ws.dw_acc.data();
-    const float* cs = ws.col_scale.data();
-#pragma omp parallel for schedule(static)
-    for (int64_t kk = 0; kk < K; ++kk) {
-      for (int64_t n = 0; n < N; ++n) dw[kk * N + n] = static_cast<float>(acc[kk * N + n]) * cs[n];
-    }
-  }
-  clock.lap(&PhaseTimes::gemm);
-
-  if (correct_dw) {
-    // dW[k, n] -= (1/sw[n]) sum_b (u_b[k] a[b, n] + v_b[k]) as one rank-(Bg+1) f32 product
-    // U^T A with U = [u_0 .. u_{Bg-1}; sum_b v_b] (Bg+1, K) and A = -[a_b / sw ; 1 / sw]
-    // (Bg+1, N), over the Bg examples of the group: the per-example factors u_b, v_b and a_b are
-    // gathered from every rank (SPEC section 6), and every rank forms the same product.
-    const ErrorStats& st = q.stats_for_dw();
-    ws.u_local.assign(static_cast<size_t>(2 * B * K), 0.0f);
-    float* u_loc = ws.u_local.data();
-    float* v_loc = u_loc + B * K;
-    const int8_t* xq = x.codes.data();
-    parallel_blocks(K, 256, [&](int64_t k0, int64_t k1) {
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t b = t / S;
-        const float d = st.token_mean[t] - st.grand_mean[b];
-        for (int64_t kk = k0; kk < k1; ++kk) {
-          const float xv = xq[t * K + kk];
-          u_loc[b * K + kk] += xv;  // exact: integers below 2^24 for S * 127 < 2^24
-          v_loc[b * K + kk] += xv * d;
-        }
-      }
-    });
-    const int R = group ? group->size() : 1;
-    const int64_t Bg = B * R;
-    std::span<const float> u_all = ws.u_local, a_all = st.channel_mean;
-    if (group != nullptr) {
-      ws.u_all.resize(static_cast<size_t>(R) * ws.u_local.size());
-      ws.a_all.resize(static_cast<size_t>(Bg * N));
-      group->all_gather<float>(ws.u_local, ws.u_all);
-      group->all_gather<float>(st.channel_mean, ws.a_all);
-      u_all = ws.u_all;
-      a_all = ws.a_all;
-    }
-    ws.u.resize(static_cast<size_t>((Bg + 1) * K));
-    float* u = ws.u.data();
-    float* v = u + Bg * K;
-    std::fill(v, v + K, 0.0f);
-    for (int64_t bg = 0; bg < Bg; ++bg) {  // examples in global order: rank r's block r
-      const float* part = u_all.data() + (bg / B) * 2 * B * K;
-      std::copy_n(part + (bg % B) * K, K, u + bg * K);
-      const float* vb = part + (B + bg % B) * K;
-      for (int64_t kk = 0; kk < K; ++kk) v[kk] += vb[kk];
-    }
-    ws.a_scaled.resize(static_cast<size_t>((Bg + 1) * N));
-    for (int64_t b = 0; b <= Bg; ++b) {
-      for (int64_t n = 0; n < N; ++n) {
-        const float a = b < Bg ? a_all[b * N + n] : 1.0f;
-        ws.a_scaled[b * N + n] = -a / w.scales[n];
-      }
-    }
-    gemm::matmul_f32(dw.data(), ws.u.data(), ws.a_scaled.data(), {K, N, Bg + 1, true, false},
-                     /*accumulate=*/true);
-    clock.lap(&PhaseTimes::correction);
-  }
+  if (ws.probe != nullptr) return probe_linear_backward(dx, dw, g, x, w, config, ws);  // diagnostics
+  int8_backward(dx, dw, g, x, w, config, ws);
 }
 
 }  // namespace s3r::nn

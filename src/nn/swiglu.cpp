@@ -15,7 +15,6 @@ namespace {
 
 constexpr int64_t kChunk = 1 << 14;  // elements per OpenMP task of the elementwise passes
 
-
 }  // namespace
 
 void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWeights& w,
@@ -31,34 +30,35 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
   st.tokens = T;
   st.width = C;
   st.ffn_width = F;
-  PhaseClock clock(st.times);
-
-  prepare_input(st.x_in, x, T, C, mode, "ffn.X");
-  prepare_weight(st.gate_w, w.gate, C, F, mode, "ffn.W1 (gate)");
-  prepare_weight(st.up_w, w.up, C, F, mode, "ffn.W3 (up)");
-  prepare_weight(st.down_w, w.down, F, C, mode, "ffn.W2 (down)");
-  clock.lap(&PhaseTimes::prepare);
-
   st.h1.resize(static_cast<size_t>(T * F));
   st.h3.resize(static_cast<size_t>(T * F));
   std::vector<float>& hidden = scratch.hidden;
   hidden.resize(static_cast<size_t>(T * F));
-  linear_forward(st.h1, st.x_in, st.gate_w);
-  linear_forward(st.h3, st.x_in, st.up_w);
-  clock.lap(&PhaseTimes::gemm);
-
-  // hidden = silu(h1) * h3
-  const auto& k = kernels::active_kernels();
-  const int64_t n = T * F;
-  parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
-    k.swiglu_forward_ew(hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
-  });
-  clock.lap(&PhaseTimes::elementwise);
-
-  prepare_input(st.hidden_in, hidden, T, F, mode, "ffn.hidden");
-  clock.lap(&PhaseTimes::prepare);
-  linear_forward(y, st.hidden_in, st.down_w);
-  clock.lap(&PhaseTimes::gemm);
+  {
+    PhaseZone zone(st.times, &PhaseTimes::prepare);
+    prepare_input(st.x_in, x, T, C, mode, "ffn.X");
+    prepare_weight(st.gate_w, w.gate, C, F, mode, "ffn.W1 (gate)");
+    prepare_weight(st.up_w, w.up, C, F, mode, "ffn.W3 (up)");
+    prepare_weight(st.down_w, w.down, F, C, mode, "ffn.W2 (down)");
+  }
+  {
+    PhaseZone zone(st.times, &PhaseTimes::gemm);
+    linear_forward(st.h1, st.x_in, st.gate_w);  // h1 = X W1
+    linear_forward(st.h3, st.x_in, st.up_w);    // h3 = X W3
+  }
+  {
+    PhaseZone zone(st.times, &PhaseTimes::elementwise);
+    const auto& k = kernels::active_kernels();
+    parallel_blocks(T * F, kChunk, [&](int64_t i0, int64_t i1) {  // hidden = silu(h1) * h3
+      k.swiglu_forward_ew(hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
+    });
+  }
+  {
+    PhaseZone zone(st.times, &PhaseTimes::prepare);
+    prepare_input(st.hidden_in, hidden, T, F, mode, "ffn.hidden");
+  }
+  PhaseZone zone(st.times, &PhaseTimes::gemm);
+  linear_forward(y, st.hidden_in, st.down_w);  // Y = hidden W2
 }
 
 void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<const float> dy,
@@ -82,14 +82,13 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
 
   // hidden = silu(h1) * h3:  dh3 = d_hidden silu(h1),  dh1 = d_hidden h3 silu'(h1),
   // silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z))).
-  PhaseClock clock(st.times);
-  const auto& k = kernels::active_kernels();
-  const int64_t n = T * F;
-  parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
-    k.swiglu_backward_ew(dh1.data(), dh3.data(), d_hidden.data(), st.h1.data(),
-                         st.h3.data(), i0, i1);
-  });
-  clock.lap(&PhaseTimes::elementwise);
+  {
+    PhaseZone zone(st.times, &PhaseTimes::elementwise);
+    const auto& k = kernels::active_kernels();
+    parallel_blocks(T * F, kChunk, [&](int64_t i0, int64_t i1) {
+      k.swiglu_backward_ew(dh1.data(), dh3.data(), d_hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
+    });
+  }
 
   // h1 = X W1, h3 = X W3: both add into dX.
   cfg.layer_key = fold_in(step_key, first_layer);
