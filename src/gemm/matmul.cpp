@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/parallel_blocks.hpp"
 #include "gemm/onednn_matmul.hpp"
 #include "gemm/s8_gemm.hpp"
 #include "s3r/core/error.hpp"
@@ -67,8 +68,8 @@ void float_product(Type type, float* C, const void* A, const void* B, const Matm
   const int64_t bytes = type == Type::kF32 ? 4 : 2;
   const auto* a_bytes = static_cast<const char*>(A);
   const auto* b_bytes = static_cast<const char*>(B);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t t = 0; t < tiles_m * tiles_n; ++t) {
+  // Tiles one at a time to whichever thread is free: edge tiles cost less than full ones.
+  parallel_blocks_dynamic(tiles_m * tiles_n, 1, [&](int64_t t, int64_t) {
     const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
     MatmulShape tile = s;
     tile.M = std::min(kTileM, s.M - m0);
@@ -77,7 +78,7 @@ void float_product(Type type, float* C, const void* A, const void* B, const Matm
     const char* a = a_bytes + bytes * (s.a_transposed ? m0 : m0 * s.lda);
     const char* b = b_bytes + bytes * (s.b_transposed ? n0 * s.ldb : n0);
     onednn::run({type, type, Type::kF32, tile, nullptr, accumulate}, C + m0 * s.ldc + n0, a, b);
-  }
+  });
 }
 
 // The stored values widened to f32 (exact), into `buf` unless the caller holds them widened.
@@ -86,8 +87,9 @@ const float* widened(std::vector<float>& buf, const Bf16Operand& x, int64_t exte
   buf.resize(static_cast<size_t>(extent));
   float* out = buf.data();
   const bf16* in = x.values;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < extent; ++i) out[i] = to_float(in[i]);
+  parallel_blocks(extent, int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = to_float(in[i]);
+  });
   return out;
 }
 
@@ -135,16 +137,17 @@ void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const 
   const int64_t ldo = product.ldc;
   onednn::run({Type::kS8, Type::kS8, Type::kF32, product, out.col_scale, false}, o, A, B);
   const float* row_scale = out.row_scale;
-#pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < M; ++m) {
-    const float r = row_scale[m];
-    float* c = C + m * ldc;
-    const float* om = o + m * ldo;
-    for (int64_t n = 0; n < N; ++n) {
-      const float v = om[n] * r;
-      c[n] = accumulate ? c[n] + v : v;
+  parallel_blocks(M, 16, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      const float r = row_scale[m];
+      float* c = C + m * ldc;
+      const float* om = o + m * ldo;
+      for (int64_t n = 0; n < N; ++n) {
+        const float v = om[n] * r;
+        c[n] = accumulate ? c[n] + v : v;
+      }
     }
-  }
+  });
 }
 
 }  // namespace

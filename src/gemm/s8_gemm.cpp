@@ -81,10 +81,9 @@ void pack_all(std::vector<uint32_t>& buf, const Operand& x, int64_t rows, int64_
   const int64_t panels = (rows + W - 1) / W;
   buf.resize(static_cast<size_t>(panels * pairs * W));
   uint32_t* out = buf.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t panel = 0; panel < panels; ++panel) {
+  parallel_blocks(panels, 1, [&](int64_t panel, int64_t) {
     pack_panel<W>(out + panel * pairs * W, x, panel, rows, K, pairs);
-  }
+  });
 }
 
 // C rows [m0, m0 + rows), columns [n0, n0 + cols) from int32 sums at acc (ld_acc). One loop per
@@ -161,7 +160,8 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
   // Blocks: at most kMcPanels x kNcPanels micro-panels; smaller when that leaves fewer than four
   // blocks per thread (dW products have few rows and columns and a long K).
   int64_t mc = std::min(kMcPanels, m_panels), nc = std::min(kNcPanels, n_panels);
-  const int64_t want = 4 * static_cast<int64_t>(omp_in_parallel() ? 1 : omp_get_max_threads());
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t want = 4 * threads;
   auto blocks = [&] { return ((m_panels + mc - 1) / mc) * ((n_panels + nc - 1) / nc); };
   while (blocks() < want && (nc > 2 || mc > 2)) {
     if (nc >= mc) {
@@ -180,16 +180,16 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
 #endif
   const uint32_t* bp = b_packed.data();
 
-  // Blocks in row-major order, contiguous ranges per thread (schedule static): a thread packs
-  // the A panels of a block row once, into its own buffer (hot in its L2), and reuses them for
-  // the following blocks of the same row.
-#pragma omp parallel
-  {
+  // Blocks in row-major order, one contiguous run of them per thread (the blocks are cut by
+  // the thread count, which is not numerics: integer sums are exact): a task packs the A panels
+  // of a block row once, into its thread's buffer (hot in its L2), and reuses them for the
+  // following blocks of the same row.
+  const int64_t total = m_blocks * n_blocks;
+  parallel_blocks(total, (total + threads - 1) / threads, [&](int64_t blk0, int64_t blk1) {
     thread_local std::vector<uint32_t> a_block;
     thread_local std::vector<int32_t> acc;
     int64_t packed_row = -1;
-#pragma omp for schedule(static)
-    for (int64_t blk = 0; blk < m_blocks * n_blocks; ++blk) {
+    for (int64_t blk = blk0; blk < blk1; ++blk) {
       const int64_t ib = blk / n_blocks, jb = blk % n_blocks;
       const int64_t i0 = ib * mc, i1 = std::min(m_panels, i0 + mc);
       const int64_t j0 = jb * nc, j1 = std::min(n_panels, j0 + nc);
@@ -216,7 +216,7 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
       epilogue(out, ldc, acc.data(), ld_acc, m0, std::min(M, i1 * kS8Mr) - m0, n0,
                std::min(N, j1 * kS8Nr) - n0);
     }
-  }
+  });
 }
 
 void gemm_reference(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {

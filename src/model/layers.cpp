@@ -55,28 +55,30 @@ void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t hea
   if (head_dim % 2 != 0) throw Error("rope: head dimension must be even, got " + std::to_string(head_dim));
   const int64_t T = static_cast<int64_t>(x.size()) / C, pairs = head_dim / 2;
   std::vector<float> cos_sin(static_cast<size_t>(seq_len * pairs * 2));
-#pragma omp parallel for schedule(static)
-  for (int64_t s = 0; s < seq_len; ++s) {
-    const double pos = static_cast<double>(s);
-    for (int64_t i = 0; i < pairs; ++i) {
-      const double angle = sign * pos * rope_frequency(i, head_dim, theta);
-      cos_sin[(s * pairs + i) * 2] = static_cast<float>(std::cos(angle));
-      cos_sin[(s * pairs + i) * 2 + 1] = static_cast<float>(std::sin(angle));
-    }
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* cs = cos_sin.data() + (t % seq_len) * pairs * 2;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* p = x.data() + t * C + h * head_dim;
+  parallel_blocks(seq_len, 16, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const double pos = static_cast<double>(s);
       for (int64_t i = 0; i < pairs; ++i) {
-        const float c = cs[2 * i], s = cs[2 * i + 1];
-        const float a = p[2 * i], b = p[2 * i + 1];
-        p[2 * i] = a * c - b * s;
-        p[2 * i + 1] = a * s + b * c;
+        const double angle = sign * pos * rope_frequency(i, head_dim, theta);
+        cos_sin[(s * pairs + i) * 2] = static_cast<float>(std::cos(angle));
+        cos_sin[(s * pairs + i) * 2 + 1] = static_cast<float>(std::sin(angle));
       }
     }
-  }
+  });
+  parallel_blocks(T, 64, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* cs = cos_sin.data() + (t % seq_len) * pairs * 2;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* p = x.data() + t * C + h * head_dim;
+        for (int64_t i = 0; i < pairs; ++i) {
+          const float c = cs[2 * i], s = cs[2 * i + 1];
+          const float a = p[2 * i], b = p[2 * i + 1];
+          p[2 * i] = a * c - b * s;
+          p[2 * i + 1] = a * s + b * c;
+        }
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -139,13 +141,13 @@ void embedding_backward(std::span<float> dtable, std::span<const float> dout,
   }
   starts.push_back(T);
   const int64_t runs = static_cast<int64_t>(starts.size()) - 1;
-  // One row per task (rows are disjoint: any thread count, the same bits): its `leaves` partials
-  // from +0 in token order, then the tree over them, then into dtable.
-#pragma omp parallel
-  {
-    std::vector<float> partials(static_cast<size_t>(leaves * width));
-#pragma omp for schedule(dynamic, 8)
-    for (int64_t r = 0; r < runs; ++r) {
+  // One row at a time (rows are disjoint: any thread count, the same bits): its `leaves` partials
+  // from +0 in token order, then the tree over them, then into dtable. Rows hold very different
+  // numbers of tokens, so the blocks of rows are handed out dynamically.
+  parallel_blocks_dynamic(runs, 8, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> partials;  // grown once per thread
+    partials.resize(static_cast<size_t>(leaves * width));
+    for (int64_t r = r0; r < r1; ++r) {
       std::fill(partials.begin(), partials.end(), 0.0f);
       for (int64_t i = starts[r]; i < starts[r + 1]; ++i) {
         const int64_t t = order[i];
@@ -157,7 +159,7 @@ void embedding_backward(std::span<float> dtable, std::span<const float> dout,
       float* row = dtable.data() + tokens[order[starts[r]]] * width;
       for (int64_t c = 0; c < width; ++c) row[c] += partials[c];
     }
-  }
+  });
 }
 
 void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<const float> in,
@@ -197,20 +199,17 @@ void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<
   const int64_t column_blocks = (width + kColumns - 1) / kColumns;
   const int64_t per_leaf = T / leaves;
   std::vector<float> partial(static_cast<size_t>(leaves * width));
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t l = 0; l < leaves; ++l) {
-    for (int64_t cb = 0; cb < column_blocks; ++cb) {
-      const int64_t c0 = cb * kColumns, n = std::min(kColumns, width - c0);
-      double acc[kColumns] = {};
-      for (int64_t t = l * per_leaf; t < (l + 1) * per_leaf; ++t) {
-        const float* dy = dout.data() + t * width + c0;
-        const float* x = in.data() + t * width + c0;
-        const float r = rstd[t];
-        for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(dy[c]) * x[c] * r;
-      }
-      for (int64_t c = 0; c < n; ++c) partial[l * width + c0 + c] = static_cast<float>(acc[c]);
+  parallel_grid(leaves, column_blocks, [&](int64_t l, int64_t cb) {
+    const int64_t c0 = cb * kColumns, n = std::min(kColumns, width - c0);
+    double acc[kColumns] = {};
+    for (int64_t t = l * per_leaf; t < (l + 1) * per_leaf; ++t) {
+      const float* dy = dout.data() + t * width + c0;
+      const float* x = in.data() + t * width + c0;
+      const float r = rstd[t];
+      for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(dy[c]) * x[c] * r;
     }
-  }
+    for (int64_t c = 0; c < n; ++c) partial[l * width + c0 + c] = static_cast<float>(acc[c]);
+  });
   dist::tree_sum_pieces(partial.data(), leaves, width);
   for (int64_t c = 0; c < width; ++c) dweight[c] += partial[c];
 }
@@ -239,30 +238,27 @@ void attention_forward(std::span<float> out, std::span<float> probs, std::span<c
   expect_size("attention_forward", "out", out.size(), T * C);
   expect_size("attention_forward", "probs", probs.size(), B * heads * S * S);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t head = b * S * C + h * HD;  // first element of this head's (S, HD) slice
-      float* p = probs.data() + (b * heads + h) * S * S;
-      // p = q_h k_h^T (S, S)
-      gemm::matmul_f32(p, q.data() + head, k.data() + head, {S, S, HD, false, true, C, C, S});
-      for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over j <= i
-        float* row = p + i * S;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
-        double sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] * scale - mx);
-          sum += row[j];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-        for (int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
+  parallel_grid(B, heads, [&](int64_t b, int64_t h) {
+    const int64_t head = b * S * C + h * HD;  // first element of this head's (S, HD) slice
+    float* p = probs.data() + (b * heads + h) * S * S;
+    // p = q_h k_h^T (S, S)
+    gemm::matmul_f32(p, q.data() + head, k.data() + head, {S, S, HD, false, true, C, C, S});
+    for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over j <= i
+      float* row = p + i * S;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
+      double sum = 0.0;
+      for (int64_t j = 0; j <= i; ++j) {
+        row[j] = std::exp(row[j] * scale - mx);
+        sum += row[j];
       }
-      // out_h = p v_h (S, HD)
-      gemm::matmul_f32(out.data() + head, p, v.data() + head, {S, HD, S, false, false, S, C, C});
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+      for (int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
     }
-  }
+    // out_h = p v_h (S, HD)
+    gemm::matmul_f32(out.data() + head, p, v.data() + head, {S, HD, S, false, false, S, C, C});
+  });
 }
 
 void attention_backward(std::span<float> dq, std::span<float> dk, std::span<float> dv,
@@ -278,30 +274,27 @@ void attention_backward(std::span<float> dq, std::span<float> dk, std::span<floa
   expect_size("attention_backward", "probs", probs.size(), B * heads * S * S);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
   // Each (example, head) owns disjoint slices of dq, dk, dv.
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      thread_local std::vector<float> ds;  // (S, S) scratch, grown once per thread
-      ds.resize(static_cast<size_t>(S * S));
-      const int64_t head = b * S * C + h * HD;
-      const float* p = probs.data() + (b * heads + h) * S * S;
-      // o = p v:  dv = p^T do,  dp = do v^T
-      gemm::matmul_f32(dv.data() + head, p, dout.data() + head, {S, HD, S, true, false, S, C, C});
-      gemm::matmul_f32(ds.data(), dout.data() + head, v.data() + head, {S, S, HD, false, true, C, C, S});
-      // softmax: ds_ij = p_ij (dp_ij - sum_l p_il dp_il) * scale  (s_ij = scale q_i . k_j)
-      for (int64_t i = 0; i < S; ++i) {
-        float* row = ds.data() + i * S;
-        const float* prow = p + i * S;
-        double pdp = 0.0;
-        for (int64_t j = 0; j <= i; ++j) pdp += static_cast<double>(prow[j]) * row[j];
-        for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - static_cast<float>(pdp)) * scale;
-        for (int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
-      }
-      // s = scale q k^T:  dq = ds k,  dk = ds^T q
-      gemm::matmul_f32(dq.data() + head, ds.data(), k.data() + head, {S, HD, S, false, false, S, C, C});
-      gemm::matmul_f32(dk.data() + head, ds.data(), q.data() + head, {S, HD, S, true, false, S, C, C});
+  parallel_grid(B, heads, [&](int64_t b, int64_t h) {
+    thread_local std::vector<float> ds;  // (S, S) scratch, grown once per thread
+    ds.resize(static_cast<size_t>(S * S));
+    const int64_t head = b * S * C + h * HD;
+    const float* p = probs.data() + (b * heads + h) * S * S;
+    // o = p v:  dv = p^T do,  dp = do v^T
+    gemm::matmul_f32(dv.data() + head, p, dout.data() + head, {S, HD, S, true, false, S, C, C});
+    gemm::matmul_f32(ds.data(), dout.data() + head, v.data() + head, {S, S, HD, false, true, C, C, S});
+    // softmax: ds_ij = p_ij (dp_ij - sum_l p_il dp_il) * scale  (s_ij = scale q_i . k_j)
+    for (int64_t i = 0; i < S; ++i) {
+      float* row = ds.data() + i * S;
+      const float* prow = p + i * S;
+      double pdp = 0.0;
+      for (int64_t j = 0; j <= i; ++j) pdp += static_cast<double>(prow[j]) * row[j];
+      for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - static_cast<float>(pdp)) * scale;
+      for (int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
     }
-  }
+    // s = scale q k^T:  dq = ds k,  dk = ds^T q
+    gemm::matmul_f32(dq.data() + head, ds.data(), k.data() + head, {S, HD, S, false, false, S, C, C});
+    gemm::matmul_f32(dk.data() + head, ds.data(), q.data() + head, {S, HD, S, true, false, S, C, C});
+  });
 }
 
 double cross_entropy_fused(std::span<float> logits, std::span<const int32_t> targets, int64_t vocab) {
@@ -350,18 +343,19 @@ double cross_entropy_forward(std::span<float> probs, std::span<const float> logi
   // Per-token losses, then one sum in token order: the same bits for any thread count (an
   // OpenMP reduction would add the threads' partial sums in a thread-count-dependent grouping).
   std::vector<double> token_loss(static_cast<size_t>(T));
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* z = logits.data() + t * vocab;
-    float* p = probs.data() + t * vocab;
-    const int32_t y = targets[t];
-    double mx = -INFINITY;
-    for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(z[i]));
-    double sum = 0.0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(z[i] - mx);
-    for (int64_t i = 0; i < vocab; ++i) p[i] = static_cast<float>(std::exp(z[i] - mx) / sum);
-    token_loss[t] = std::log(sum) + mx - z[y];
-  }
+  parallel_blocks(T, 8, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* z = logits.data() + t * vocab;
+      float* p = probs.data() + t * vocab;
+      const int32_t y = targets[t];
+      double mx = -INFINITY;
+      for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(z[i]));
+      double sum = 0.0;
+      for (int64_t i = 0; i < vocab; ++i) sum += std::exp(z[i] - mx);
+      for (int64_t i = 0; i < vocab; ++i) p[i] = static_cast<float>(std::exp(z[i] - mx) / sum);
+      token_loss[t] = std::log(sum) + mx - z[y];
+    }
+  });
   double total = 0.0;
   for (double l : token_loss) total += l;
   return total / static_cast<double>(T);
@@ -372,13 +366,14 @@ void cross_entropy_backward(std::span<float> dlogits, std::span<const float> pro
   const int64_t T = static_cast<int64_t>(targets.size());
   expect_size("cross_entropy_backward", "dlogits", dlogits.size(), T * vocab);
   const float inv_t = 1.0f / static_cast<float>(T);
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t i = 0; i < vocab; ++i) {
-      const float onehot = i == targets[t] ? 1.0f : 0.0f;
-      dlogits[t * vocab + i] = (probs[t * vocab + i] - onehot) * inv_t;
+  parallel_blocks(T, 8, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t i = 0; i < vocab; ++i) {
+        const float onehot = i == targets[t] ? 1.0f : 0.0f;
+        dlogits[t * vocab + i] = (probs[t * vocab + i] - onehot) * inv_t;
+      }
     }
-  }
+  });
 }
 
 }  // namespace s3r::model

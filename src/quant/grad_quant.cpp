@@ -8,6 +8,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 
 namespace s3r {
@@ -151,6 +152,7 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   // Pass 1: the per-tensor step. max is exact, so the reduction order does not matter.
   float absmax = 0.0f;
   bool nonfinite = false;
+  // Raw OpenMP: a max and an or reduction over per-thread accumulators (exact in any grouping).
 #pragma omp parallel for schedule(static) reduction(max : absmax) reduction(|| : nonfinite)
   for (int64_t b = 0; b < blocks.count; ++b) {
     bool bad = false;
@@ -191,8 +193,7 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   const bool stats = config.want_stats;
   const size_t col_part_size = static_cast<size_t>(blocks.count * channels);
   if (stats) out.workspace.resize(col_part_size * static_cast<size_t>(count));
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks.count; ++b) {
+  parallel_blocks(blocks.count, 1, [&](int64_t b, int64_t) {
     kernels::GradBlockOut bo;
     for (int q = 0; q < count; ++q) {
       bo.codes[q] = out.codes[q].data();
@@ -202,7 +203,7 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
       }
     }
     k.grad_quantize(p, step, blocks.begin(b), blocks.end(b), bo);
-  }
+  });
   if (!stats) return;
 
   // Reduction in double, in a fixed order: E = D * (Q - x).
@@ -210,8 +211,7 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   for (int q = 0; q < count; ++q) {
     ErrorStats& st = out.stats[q];
     const float* part = out.workspace.data() + q * col_part_size;
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < B; ++e) {
+    parallel_blocks(B, 1, [&](int64_t e, int64_t) {
       double total = 0.0;
       for (int64_t t = e * S; t < (e + 1) * S; ++t) {
         total += st.token_mean[t];
@@ -225,7 +225,7 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
         }
         st.channel_mean[e * channels + n] = static_cast<float>(D * sum / static_cast<double>(S));
       }
-    }
+    });
   }
 }
 

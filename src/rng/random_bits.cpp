@@ -1,9 +1,6 @@
-// Batch random words: fixed chunks of the index range, threaded with OpenMP. Every word is a pure
-// function of (key, index), so the result is the same for any thread count and ISA.
-#include <omp.h>
-
-#include <algorithm>
-
+// Batch random words: fixed chunks of the index range, threaded with parallel_blocks. Every word
+// is a pure function of (key, index), so the result is the same for any thread count and ISA.
+#include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "s3r/rng/philox.hpp"
 #include "s3r/rng/threefry.hpp"
@@ -13,15 +10,14 @@ namespace s3r {
 namespace {
 constexpr int64_t kChunk = 1 << 14;  // words per task: 64 KiB of output
 
+// One chunk runs on the calling thread, without starting a parallel region.
 template <typename Fn>
 void for_each_chunk(int64_t n, Fn&& fn) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  if (chunks <= 1) {
+  if (n <= kChunk) {
     fn(int64_t{0}, n);
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(n, (c + 1) * kChunk));
+  parallel_blocks(n, kChunk, fn);
 }
 }  // namespace
 
