@@ -4,10 +4,11 @@
 # bf16) and `s3r bench step`, pooled into one table (tokens/s, median ms, spread, peak memory,
 # speed relative to the peer's fastest mode). About 4-5 minutes for `small` on 2 cores with the
 # defaults; run it on an otherwise idle machine. Per-process JSON and the log in
-# results/bench_peer/PRESET/ (PRESET-CAP/ under --cap).
-# Usage: scripts/bench_peer.sh [--preset small] [--repeats N] [--rounds R] [--warmup W]
+# results/bench_peer/PRESET/ (PRESET-kvN/ with --kv-heads N, PRESET-CAP/ under --cap).
+# Usage: scripts/bench_peer.sh [--preset small] [--kv-heads N] [--repeats N] [--rounds R] [--warmup W]
 #                              [--threads T] [--configs LIST] [--retries K] [--json OUT]
 #                              [--cap avx2|avx512|avx512_bf16]
+#   --kv-heads: grouped-query attention in both models (s3r train --kv-heads; default: the heads)
 #   --repeats: timed steps per configuration per round (default 3; pooled over the 4 rounds)
 #   --retries: a process during which other processes took > 10% of the CPUs runs again (default 2)
 #   --cap: both sides behave as a lesser CPU than this one (s3r: S3R_MAX_ISA; the peer: oneDNN,
@@ -24,8 +25,8 @@ args=()
 while (($#)); do
   case $1 in
     --preset) preset=$2; args+=("$1" "$2"); shift 2 ;;
-    --repeats|--rounds|--warmup|--retries|--threads|--configs|--json|--cap) args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --repeats|--rounds|--warmup|--retries|--threads|--configs|--json|--cap|--kv-heads) args+=("$1" "$2"); shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "bench_peer: unknown option '$1' (see --help)" >&2; exit 1 ;;
   esac
 done

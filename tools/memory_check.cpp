@@ -11,7 +11,9 @@ double model_elements(const model::ModelConfig& cfg) {
                F = static_cast<double>(cfg.ffn_width), V = static_cast<double>(cfg.vocab),
                S = static_cast<double>(cfg.seq_len), B = static_cast<double>(cfg.batch),
                NH = static_cast<double>(cfg.heads), T = B * S;
-  return 2.0 * V * C + L * (4.0 * C * C + 3.0 * C * F) + L * B * NH * S * S + T * (3.0 * V + L * (8.0 * C + 6.0 * F));
+  const double Ckv = static_cast<double>(cfg.kv_heads) * (C / NH);
+  return 2.0 * V * C + L * (2.0 * C * (C + Ckv) + 3.0 * C * F) + L * B * NH * S * S +
+         T * (3.0 * V + L * (6.0 * C + 2.0 * Ckv + 6.0 * F));
 }
 
 double estimate_model_bytes(const model::ModelConfig& cfg, const nn::Recipe& recipe, bool with_optimizer) {

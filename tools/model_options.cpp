@@ -22,6 +22,9 @@ void ModelOptions::add_to(CLI::App* cmd) {
   add_integer_option(cmd, "--layers", layers, "L (default: the preset's)", 1, kMaxDim);
   add_integer_option(cmd, "--width", width, "C", 1, kMaxDim);
   add_integer_option(cmd, "--heads", heads, "attention heads (must divide C; C / heads even)", 1, kMaxDim);
+  add_integer_option(cmd, "--kv-heads", kv_heads,
+                     "key/value heads (must divide the heads; fewer: grouped-query attention; default: the heads)", 1,
+                     kMaxDim);
   add_integer_option(cmd, "--ffn", ffn, "F", 1, kMaxDim);
   add_integer_option(cmd, "--vocab", vocab, "V (training: must equal the tokenizer's)", 1, kMaxVocab);
   add_integer_option(cmd, "--seq-len", seq, "S", 1, kMaxDim);
@@ -38,6 +41,7 @@ model::ModelConfig ModelOptions::config() const {
   if (layers) m.layers = *layers;
   if (width) m.width = *width;
   if (heads) m.heads = *heads;
+  m.kv_heads = kv_heads ? *kv_heads : m.heads;
   if (ffn) m.ffn_width = *ffn;
   if (vocab) m.vocab = *vocab;
   if (seq) m.seq_len = *seq;
@@ -50,7 +54,7 @@ std::string ModelOptions::command_line() const {
   std::ostringstream s;
   s << "--preset '" << preset << "' --head " << head;
   const std::pair<const char*, const std::optional<int64_t>*> fields[] = {
-      {"--layers", &layers}, {"--width", &width}, {"--heads", &heads},  {"--ffn", &ffn},
+      {"--layers", &layers}, {"--width", &width}, {"--heads", &heads}, {"--kv-heads", &kv_heads}, {"--ffn", &ffn},
       {"--vocab", &vocab},   {"--seq-len", &seq}, {"--batch", &batch}};
   for (const auto& [name, value] : fields) {
     if (*value) s << " " << name << " " << **value;

@@ -167,9 +167,7 @@ void run(const TrainCli& c, dist::Communicator& world) {
   }
   std::printf("s3r train\n");
   const model::ModelConfig& m = o.model;
-  std::printf("  %-12s %s (L=%lld C=%lld heads=%lld F=%lld V=%lld S=%lld B=%lld, %lld tokens/step)\n",
-              "model", c.model.preset.c_str(), (long long)m.layers, (long long)m.width, (long long)m.heads,
-              (long long)m.ffn_width, (long long)m.vocab, (long long)m.seq_len, (long long)m.batch,
+  std::printf("  %-12s %s (%s, %lld tokens/step)\n", "model", c.model.preset.c_str(), m.describe().c_str(),
               (long long)m.tokens());
   std::printf("  %-12s %s\n", "recipe", o.recipe.describe().c_str());
   std::printf("  %-12s %lld steps, lr %.2e -> %.2e (warm-up %lld, cosine), AdamW wd %.2f, clip %.2f\n",

@@ -6,7 +6,8 @@ folder's checkpoint in PyTorch and compares it with the val_loss that `s3r train
 
 - weights: DIR/checkpoint/model.safetensors (F32, matrices (in, out); shaped from version 3, flat
   before), config from
-  DIR/checkpoint/meta.json; read by bench/peer/s3r_files.py from docs/FORMATS.md alone;
+  DIR/checkpoint/meta.json (grouped-query attention: config "kv_heads" < "heads", Wk and Wv
+  (C, kv_heads * HD); absent: kv_heads = heads); read by bench/peer/s3r_files.py from docs/FORMATS.md alone;
 - data: the windows of DATA_DIR/val.bin that s3r's `evaluate` reads (a fresh
   DataLoader(val, S, 0x5eed): Fisher-Yates on Threefry words, bench/peer/threefry.py), N batches
   of B windows (N = `s3r train --eval-batches`, default 8);
@@ -35,10 +36,14 @@ Tolerances (relative difference of the mean validation loss) and what limits the
 The tolerances catch plausible bugs (`--inject`, tests/peer), measured on tiny runs: RoPE on
 half-split pairs instead of adjacent ones (1.7-2.1e-4), RMSNorm eps 1e-6 instead of 1e-5
 (2.0-2.5e-4), one weight changed by 0.01 (7e-5), the attention matrices read transposed (6e-2),
-no causal mask (2-3e-3), the windows in file order (3e-4 to 1e-3). Int8 scales of absmax/128
-(2-7e-5) and an f32 LM head in an int8 or bf16 run (2-3e-5) are caught with less margin;
-rounding int8 ties away from zero (8e-7) and SiLU with torch.sigmoid instead of s3r's
-polynomial exp (3e-9) are below the resolution of a loss comparison.
+no causal mask (2-3e-3), the windows in file order (3e-4 to 1e-3); on a grouped-query checkpoint
+(tiny, 4 heads, 2 kv heads), query head h reading kv head h % NKV instead of h // (NH / NKV)
+(1.3e-2). Int8 scales of absmax/128 (2-7e-5) and an f32 LM head in an int8 or bf16 run
+(2-3e-5) are caught with less margin; rounding int8 ties away from zero (8e-7) and SiLU with
+torch.sigmoid instead of s3r's polynomial exp (3e-9) are below the resolution of a loss
+comparison.
+Grouped-query checkpoints take the same tolerances; measured (tiny, 4 heads, 2 kv heads): f32
+2.6e-9 (the plain-PyTorch peer 1.0e-8), s3r + dx 7.7e-7.
 
 Exit status: 0 when every comparison is within its tolerance, 1 on a mismatch (the numbers and
 the relative difference are printed), 2 on unusable inputs.
@@ -72,7 +77,9 @@ def main():
                  "window-order": "validation windows in file order instead of the loader's shuffled order",
                  "peer-norm-eps": "the plain-PyTorch peer model alone (not the s3r-numerics forward) built with "
                                   "RMSNorm eps 1e-6 instead of the checkpoint's: only the peer's comparison "
-                                  "can catch it (f32 checkpoints, without --no-peer)"})
+                                  "can catch it (f32 checkpoints, without --no-peer)",
+                 "peer-gqa-kv-modulo": "the plain-PyTorch peer model alone built with query head h reading kv head "
+                                       "h % NKV instead of h // (NH / NKV) (f32 GQA checkpoints, without --no-peer)"})
     ap.add_argument("--inject", choices=sorted(bugs), metavar="BUG",
                     help="compute with a deliberate bug (the check must then fail, except for the changes "
                          "below its resolution: silu-exact, round-half-away): " +
@@ -81,8 +88,8 @@ def main():
     args = ap.parse_args()
     if args.eval_batches < 1 or args.threads < 1:
         ap.error("--eval-batches and --threads must be >= 1")
-    if args.inject == "peer-norm-eps" and args.no_peer:
-        ap.error("--inject peer-norm-eps changes the peer model only: leave out --no-peer")
+    if args.inject in ("peer-norm-eps", "peer-gqa-kv-modulo") and args.no_peer:
+        ap.error(f"--inject {args.inject} changes the peer model only: leave out --no-peer")
     import torch
 
     import s3r_files
@@ -96,6 +103,7 @@ def main():
         flat = s3r_files.read_safetensors(os.path.join(args.run, "checkpoint", "model.safetensors"))
         tokens, vocab = s3r_files.read_shard(os.path.join(args.data, "val.bin"))
         logged = s3r_files.logged_val_loss(args.run, step)
+        nkv = s3r_forward.kv_heads(cfg)
     except (OSError, ValueError, KeyError, s3r_files.FormatError) as e:
         print(f"check_checkpoint: cannot read the run or the data: {e}", file=sys.stderr)
         return 2
@@ -110,9 +118,13 @@ def main():
     if mode not in ("f32", "bf16") + s3r_forward.INT8_MODES:
         print(f"check_checkpoint: unknown mode '{mode}' in meta.json", file=sys.stderr)
         return 2
-    if args.inject == "peer-norm-eps" and mode != "f32":
-        print(f"check_checkpoint: --inject peer-norm-eps needs an f32 checkpoint (the peer is compared on f32 only), "
+    if args.inject in ("peer-norm-eps", "peer-gqa-kv-modulo") and mode != "f32":
+        print(f"check_checkpoint: --inject {args.inject} needs an f32 checkpoint (the peer is compared on f32 only), "
               f"not {mode}", file=sys.stderr)
+        return 2
+    if args.inject in ("gqa-kv-modulo", "peer-gqa-kv-modulo") and nkv in (1, cfg["heads"]):
+        print(f"check_checkpoint: --inject {args.inject} needs a grouped-query checkpoint with 1 < kv_heads < heads "
+              f"(here {nkv} kv heads, {cfg['heads']} heads: h % NKV = h // (NH / NKV))", file=sys.stderr)
         return 2
     B, S = cfg["batch"], cfg["seq_len"]
     if args.inject == "window-order":
@@ -136,7 +148,7 @@ def main():
         params["lm_head"][0, frequent] += 0.01
     if args.inject == "transpose-attn":
         for l in range(cfg["layers"]):
-            for m in ("q", "k", "v", "o"):
+            for m in ("q", "k", "v", "o") if nkv == cfg["heads"] else ("q", "o"):  # the square ones
                 name = f"blocks.{l}.attn.{m}"
                 params[name] = params[name].t().contiguous()
     bug = args.inject if args.inject in s3r_forward.BUGS else None
@@ -169,7 +181,8 @@ def main():
     print(f"check_checkpoint: {args.run} step {step}, mode {mode}"
           f"{' + ' + cfg.get('correction', 'none') if mode in s3r_forward.INT8_MODES else ''}"
           f"{', int8 LM head' if int8_head else ''}, "
-          f"L={cfg['layers']} C={cfg['width']} heads={cfg['heads']} F={cfg['ffn_width']} V={cfg['vocab']} "
+          f"L={cfg['layers']} C={cfg['width']} heads={cfg['heads']}"
+          f"{f' kv_heads={nkv}' if nkv != cfg['heads'] else ''} F={cfg['ffn_width']} V={cfg['vocab']} "
           f"S={S} B={B}; {len(batches)} validation batches of {args.data}/val.bin")
     if args.inject:
         print(f"  INJECTED BUG: {args.inject}")
@@ -181,12 +194,13 @@ def main():
 
         norm_eps = 1e-6 if args.inject == "peer-norm-eps" else float(torch.tensor(cfg.get("norm_eps", 1e-5),
                                                                                  dtype=torch.float32))
-        model = llama_peer.build_model_classes()(dict(cfg, rope_theta=theta, norm_eps=norm_eps))
+        model = llama_peer.build_model_classes()(dict(cfg, rope_theta=theta, norm_eps=norm_eps, kv_heads=nkv),
+                                                 kv_map="modulo" if args.inject == "peer-gqa-kv-modulo" else "group")
         model.load_s3r(flat)
         with torch.no_grad():
             peer = sum(float(model(*batch_tensors(s))) for s in batches) / len(batches)
         # The bugs that the peer sees too: its inputs (weights, windows) or the peer itself.
-        peer_sees = (None, "perturb-weight", "window-order", "peer-norm-eps")
+        peer_sees = (None, "perturb-weight", "window-order", "peer-norm-eps", "peer-gqa-kv-modulo")
         if mode == "f32" and args.inject in peer_sees:
             compare("PyTorch peer model (plain f32 ops)", peer, 1e-5)
         else:

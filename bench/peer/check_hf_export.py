@@ -4,14 +4,18 @@ LlamaForCausalLM (config.json, model.safetensors) and computes its forward in Py
 following transformers' Llama conventions, written from them and not from s3r: weights (out, in)
 applied as x W^T, RoPE on half-split pairs (rotate_half: (x[i], x[i + HD/2]) with inv_freq
 theta^(-2i/HD)), RMSNorm x / sqrt(mean(x^2) + eps) * w, MLP down(silu(gate(x)) * up(x)), untied
-lm_head. Its next-token log-probabilities after every prompt token are compared with s3r's own
+lm_head; grouped-query attention with num_key_value_heads NKV < num_attention_heads NH
+(k_proj, v_proj (NKV * HD, C); repeat_kv: query head h attends with kv head h // (NH / NKV)). Its next-token log-probabilities after every prompt token are compared with s3r's own
 (`s3r generate --precision f32 --dump-logprobs FILE`).
 
   /usr/bin/python3 bench/peer/check_hf_export.py --hf DIR --logprobs FILE [--tolerance 1e-4]
+                                                  [--inject gqa-kv-modulo]
 
 Tolerance: s3r's forward in f32 against this one in float64; measured 2e-6 on a tiny model. An
 export without the q/k permutation (half-split RoPE applied to adjacent-pair weights) or with
-a matrix left untransposed is off by 1e-2 or more (tests/peer/hf_export_check.sh).
+a matrix left untransposed is off by 1e-2 or more (tests/peer/hf_export_check.sh); so is this
+reader with `--inject gqa-kv-modulo` (query head h reading kv head h % NKV: the wrong repeat_kv)
+on a grouped-query export.
 A non-finite number on either side (NaN or infinity here; NaN, infinity or null, JSON's stand-in
 for NaN, in s3r's dump) is a mismatch: a NaN difference compares false with the tolerance and
 would otherwise pass.
@@ -32,6 +36,9 @@ def main():
     ap.add_argument("--hf", required=True, help="folder written by s3r export --format hf")
     ap.add_argument("--logprobs", required=True, help="JSON of s3r generate --dump-logprobs")
     ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--inject", choices=("gqa-kv-modulo",),
+                    help="a deliberate bug in this reader (the check must then fail): gqa-kv-modulo, query head h "
+                         "reads kv head h %% NKV instead of h // (NH / NKV) (grouped-query exports only)")
     args = ap.parse_args()
     import torch
     import s3r_files
@@ -51,6 +58,15 @@ def main():
         return 2
     L, C, NH = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
     HD = cfg.get("head_dim", C // NH)
+    NKV = cfg.get("num_key_value_heads", NH)  # transformers' default: multi-head attention
+    if not isinstance(NKV, int) or NKV < 1 or NH % NKV != 0:
+        print(f"check_hf_export: num_key_value_heads {NKV!r} does not divide num_attention_heads {NH}",
+              file=sys.stderr)
+        return 2
+    if args.inject == "gqa-kv-modulo" and NKV in (1, NH):
+        print(f"check_hf_export: --inject gqa-kv-modulo needs 1 < num_key_value_heads < num_attention_heads "
+              f"(here {NKV} and {NH})", file=sys.stderr)
+        return 2
     eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
     ids = torch.tensor(dump["prompt_ids"])
     S = len(ids)
@@ -67,14 +83,29 @@ def main():
     cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]  # (S, 1, HD)
     mask = torch.full((S, S), float("-inf"), dtype=torch.float64).triu(1)
 
+    def repeat_kv(t):  # (S, NKV, HD) -> (S, NH, HD): kv head j serves query heads j*G .. j*G + G-1
+        if args.inject == "gqa-kv-modulo":
+            return t.repeat(1, NH // NKV, 1)
+        return t.repeat_interleave(NH // NKV, dim=1)
+
+    for l in range(L):  # Hugging Face's shapes (out, in): a wrong one is an export bug, not a traceback
+        p = f"model.layers.{l}.self_attn."
+        for name, shape in (("q_proj", (NH * HD, C)), ("k_proj", (NKV * HD, C)), ("v_proj", (NKV * HD, C)),
+                            ("o_proj", (C, NH * HD))):
+            got = tuple(w[p + name + ".weight"].shape) if p + name + ".weight" in w else None
+            if got != shape:
+                print(f"MISMATCH: {p}{name}.weight has shape {got}, expected {shape} "
+                      f"({NH} heads, {NKV} kv heads of {HD})")
+                return 1
     x = w["model.embed_tokens.weight"][ids]  # (S, C)
     for l in range(L):
         p = f"model.layers.{l}."
         h = rmsnorm(x, w[p + "input_layernorm.weight"])
         q = (h @ w[p + "self_attn.q_proj.weight"].T).view(S, NH, HD)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(S, NH, HD)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(S, NH, HD)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(S, NKV, HD)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(S, NKV, HD)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = repeat_kv(k), repeat_kv(v)
         scores = torch.einsum("snd,tnd->nst", q, k) / math.sqrt(HD) + mask
         att = torch.einsum("nst,tnd->snd", scores.softmax(-1), v).reshape(S, C)
         x = x + att @ w[p + "self_attn.o_proj.weight"].T

@@ -7,13 +7,15 @@ The model (s3r/model/model.hpp, src/model/layers.cpp): token embedding; per bloc
 Q, K, V (no bias) -> RoPE on adjacent pairs (elements 2i, 2i+1 of each head rotate by
 pos * theta^(-2i/HD)) -> causal softmax attention -> output projection -> residual; RMSNorm ->
 SwiGLU (silu(x W_gate) * (x W_up)) W_down -> residual; final RMSNorm; untied LM head; mean
-cross-entropy. Weights are stored (in, out) as s3r stores them: y = x W. Init as s3r: normal
+cross-entropy. Grouped-query attention with kv_heads NKV < heads NH (`s3r train --kv-heads`):
+W_k and W_v are (C, NKV * HD), RoPE rotates K per kv head, and query head h attends with kv head
+h // (NH / NKV) (K and V heads repeat_interleave'd, as Hugging Face's repeat_kv). Weights are stored (in, out) as s3r stores them: y = x W. Init as s3r: normal
 (0, 0.02), attn.o and ffn.down scaled by 1/sqrt(2L), norm gains 1. AdamW as `s3r train`'s
 defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the matrices (not on the embedding or
 the norm gains), global gradient-norm clip 1.0.
 
 Usage:
-  /usr/bin/python3 bench/peer/llama_peer.py bench --preset small --mode f32|bf16 --threads 2 \\
+  /usr/bin/python3 bench/peer/llama_peer.py bench --preset small [--kv-heads N] --mode f32|bf16 --threads 2 \\
       --warmup 2 --repeats 5 [--json OUT]
   /usr/bin/python3 bench/peer/llama_peer.py info [--threads 2]
 """
@@ -39,10 +41,14 @@ TRAIN_DEFAULTS = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay":
                   "rope_theta": 10000.0, "norm_eps": 1e-5}
 
 
-def preset_config(name):
+def preset_config(name, kv_heads=None):
+    """A preset's model; kv_heads (None: = heads) as `s3r train --kv-heads`, which must divide the heads."""
     L, C, H, F, V, S, B = PRESETS[name]
-    return {"layers": L, "width": C, "heads": H, "ffn_width": F, "vocab": V, "seq_len": S, "batch": B,
-            "rope_theta": TRAIN_DEFAULTS["rope_theta"], "norm_eps": TRAIN_DEFAULTS["norm_eps"]}
+    if kv_heads is not None and (kv_heads < 1 or H % kv_heads != 0):
+        raise ValueError(f"--kv-heads {kv_heads} does not divide the {H} heads of preset {name}")
+    return {"layers": L, "width": C, "heads": H, "kv_heads": H if kv_heads is None else kv_heads, "ffn_width": F,
+            "vocab": V, "seq_len": S, "batch": B, "rope_theta": TRAIN_DEFAULTS["rope_theta"],
+            "norm_eps": TRAIN_DEFAULTS["norm_eps"]}
 
 
 def build_model_classes():
@@ -61,16 +67,23 @@ def build_model_classes():
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
     class Block(nn.Module):
-        def __init__(self, cfg):
+        def __init__(self, cfg, kv_map):
             super().__init__()
             C, Fw = cfg["width"], cfg["ffn_width"]
             self.heads = cfg["heads"]
+            self.kv_heads = cfg.get("kv_heads", self.heads)
+            if self.kv_heads < 1 or self.heads % self.kv_heads != 0:
+                raise ValueError(f"kv_heads {self.kv_heads} does not divide heads {self.heads}")
+            # kv_map "modulo" (query head h reads kv head h % NKV) is a deliberate bug, for
+            # check_checkpoint.py --inject peer-gqa-kv-modulo only.
+            self.kv_map = kv_map
+            kv = self.kv_heads * (C // self.heads)
             self.attn_norm = RMSNorm(C, cfg["norm_eps"])
             self.ffn_norm = RMSNorm(C, cfg["norm_eps"])
-            # (in, out) matrices, y = x W, as s3r stores them
+            # (in, out) matrices, y = x W, as s3r stores them; W_k, W_v (C, NKV * HD)
             self.q = nn.Parameter(torch.empty(C, C))
-            self.k = nn.Parameter(torch.empty(C, C))
-            self.v = nn.Parameter(torch.empty(C, C))
+            self.k = nn.Parameter(torch.empty(C, kv))
+            self.v = nn.Parameter(torch.empty(C, kv))
             self.o = nn.Parameter(torch.empty(C, C))
             self.gate = nn.Parameter(torch.empty(C, Fw))
             self.up = nn.Parameter(torch.empty(C, Fw))
@@ -83,12 +96,17 @@ def build_model_classes():
 
         def forward(self, x, cos, sin, mask):
             B, S, C = x.shape
-            H = self.heads
+            H, KV = self.heads, self.kv_heads
             xn = self.attn_norm(x)
             q = (xn @ self.q).view(B, S, H, C // H).transpose(1, 2)
-            k = (xn @ self.k).view(B, S, H, C // H).transpose(1, 2)
-            v = (xn @ self.v).view(B, S, H, C // H).transpose(1, 2)
-            q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+            k = (xn @ self.k).view(B, S, KV, C // H).transpose(1, 2)  # (B, NKV, S, HD)
+            v = (xn @ self.v).view(B, S, KV, C // H).transpose(1, 2)
+            q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)  # K per kv head
+            if KV != H:  # grouped-query attention: query head h reads kv head h // (H / KV)
+                if self.kv_map == "modulo":
+                    k, v = k.repeat(1, H // KV, 1, 1), v.repeat(1, H // KV, 1, 1)
+                else:
+                    k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
             scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(C // H))
             p = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
             att = (p @ v).transpose(1, 2).reshape(B, S, C)
@@ -97,12 +115,12 @@ def build_model_classes():
             return x + (F.silu(xn @ self.gate) * (xn @ self.up)) @ self.down
 
     class LlamaPeer(nn.Module):
-        def __init__(self, cfg):
+        def __init__(self, cfg, kv_map="group"):
             super().__init__()
             self.cfg = cfg
             C, V, S, H = cfg["width"], cfg["vocab"], cfg["seq_len"], cfg["heads"]
             self.tok_emb = nn.Parameter(torch.empty(V, C))
-            self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg["layers"]))
+            self.blocks = nn.ModuleList(Block(cfg, kv_map) for _ in range(cfg["layers"]))
             self.final_norm = RMSNorm(C, cfg["norm_eps"])
             self.lm_head = nn.Parameter(torch.empty(C, V))
             hd = C // H
@@ -195,7 +213,7 @@ def bench(args, notes):
     import torch
 
     torch.set_num_threads(args.threads)
-    cfg = preset_config(args.preset)
+    cfg = preset_config(args.preset, args.kv_heads)
     LlamaPeer = build_model_classes()
     if args.mode == "bf16" and not peer_env.native_bf16() and not args.allow_emulated_bf16:
         raise SystemExit("llama_peer: this CPU has no native bf16 (avx512_bf16 or amx_bf16); "
@@ -268,6 +286,8 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bench", help="time full training steps on a fixed random batch")
     b.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    b.add_argument("--kv-heads", type=int, help="key/value heads, as `s3r train --kv-heads` (must divide the preset's "
+                   "heads; default: the heads, i.e. multi-head attention)")
     b.add_argument("--mode", choices=("f32", "bf16"), default="f32",
                    help="f32, or bf16 autocast (CPU with native bf16 only)")
     b.add_argument("--threads", type=int, default=os.cpu_count())
@@ -288,6 +308,11 @@ def main():
         ap.error("--threads must be >= 1")
     if args.cmd == "bench" and (args.repeats < 1 or args.warmup < 0):
         ap.error("--repeats must be >= 1 and --warmup >= 0")
+    if args.cmd == "bench" and args.kv_heads is not None:
+        try:
+            preset_config(args.preset, args.kv_heads)
+        except ValueError as e:
+            ap.error(str(e))
     notes = peer_env.ensure(args.threads, malloc_tuning=not args.no_malloc_tuning)
     if args.cmd == "bench":
         bench(args, notes)

@@ -77,6 +77,11 @@ def read_meta(run_dir):
         if not abs(arch["norm"]["eps"] - meta["config"].get("norm_eps", 1e-5)) <= 1e-12 or \
                 arch["rope"]["theta"] != meta["config"].get("rope_theta", 10000.0):
             raise FormatError(f"{path}: architecture and config disagree on norm eps or RoPE theta")
+        # config has "kv_heads" only with grouped-query attention (absent: = heads); the
+        # architecture always states it
+        kv = meta["config"].get("kv_heads", meta["config"].get("heads"))
+        if "kv_heads" in arch and arch["kv_heads"] != kv:
+            raise FormatError(f"{path}: architecture kv_heads {arch['kv_heads']} and config kv_heads {kv} disagree")
     return meta
 
 

@@ -16,6 +16,11 @@ forward is one and the same: per-token x per-output-channel absmax int8, round t
 LM head bf16, or int8 when meta.json says "lm_head": "int8"). Attention products are f32 in
 every mode. Cross-entropy uses s3r's polynomial exp (before the fused kernels, libm's exp in
 double: a difference of about 1e-7 of the loss, far inside the check's tolerances).
+
+Grouped-query attention (meta.json's config "kv_heads" NKV < heads NH; absent: NKV = NH): Wk and
+Wv are (C, NKV * HD) with HD = C / NH, RoPE rotates K per kv head, and query head h attends with
+kv head h // (NH / NKV) (Hugging Face's repeat_kv: consecutive query heads share a kv head),
+written here with torch's repeat_interleave of the K and V heads.
 """
 import math
 
@@ -35,7 +40,19 @@ BUGS = {
     "int8-scale-128": "int8 scales absmax / 128 instead of absmax / 127 (int8 modes)",
     "head-f32": "LM head in f32 instead of bf16 (int8 and bf16 modes)",
     "round-half-away": "int8 codes rounded half away from zero instead of half to even (int8 modes)",
+    "gqa-kv-modulo": "grouped-query attention: query head h uses kv head h % NKV instead of h // (NH / NKV) "
+                     "(GQA checkpoints only)",
 }
+
+
+def kv_heads(cfg):
+    """The checkpoint's key/value heads: meta.json config "kv_heads", written only when it differs
+    from "heads" (absent: multi-head attention, kv_heads = heads)."""
+    nh = cfg["heads"]
+    nkv = cfg.get("kv_heads", nh)
+    if not isinstance(nkv, int) or isinstance(nkv, bool) or nkv < 1 or nh % nkv != 0:
+        raise ValueError(f"kv_heads {nkv!r} does not divide heads {nh}")
+    return nkv
 
 
 def _f32(x):
@@ -81,7 +98,8 @@ def rope_tables(seq_len, head_dim, theta):
 
 
 def rope(x, cos, sin, heads, bug=None):
-    """x (B, S, C): in each head, elements 2i and 2i+1 rotate by the angle of pair i."""
+    """x (B, S, heads * HD) (Q with the query heads, K with the kv heads): in each head, elements
+    2i and 2i+1 rotate by the angle of pair i."""
     B, S, C = x.shape
     hd = C // heads
     xh = x.reshape(B, S, heads, hd)
@@ -100,19 +118,27 @@ def rope(x, cos, sin, heads, bug=None):
     return out.reshape(B, S, C)
 
 
-def attention(q, k, v, heads, bug=None):
+def attention(q, k, v, heads, kv_heads=None, bug=None):
     """Causal softmax attention as s3r's unfused attention_forward computed it: scores in f32
     (products here in f64, rounded once), scaled in f32, max-subtracted, exp in f32 (libm expf;
     here exp in double rounded to f32), the row sum in double, probabilities times f32(1 / sum).
     s3r's fused attention (src/model/attention.cpp) computes the same function in
     another order (an online softmax over key blocks with its polynomial exp); like the order of
     the float products, that is below the check's tolerances (measured: f32 9e-10, s3r + dx
-    3e-7 on tiny runs)."""
+    3e-7 on tiny runs).
+    q (B, S, heads * HD); k, v (B, S, kv_heads * HD): query head h reads kv head
+    h // (heads / kv_heads) (each kv head repeated for its group of consecutive query heads)."""
     B, S, C = q.shape
+    nkv = heads if kv_heads is None else kv_heads
     hd = C // heads
+    group = heads // nkv
     qh = q.reshape(B, S, heads, hd).transpose(1, 2).to(F64)
-    kh = k.reshape(B, S, heads, hd).transpose(1, 2).to(F64)
-    vh = v.reshape(B, S, heads, hd).transpose(1, 2).to(F64)
+    kh = k.reshape(B, S, nkv, hd).transpose(1, 2).to(F64)  # (B, NKV, S, HD)
+    vh = v.reshape(B, S, nkv, hd).transpose(1, 2).to(F64)
+    if bug == "gqa-kv-modulo":  # kv heads 0..NKV-1, 0..NKV-1, ...: query head h reads h % NKV
+        kh, vh = kh.repeat(1, group, 1, 1), vh.repeat(1, group, 1, 1)
+    else:  # kv heads 0,0,..,1,1,..: query head h reads h // group
+        kh, vh = kh.repeat_interleave(group, dim=1), vh.repeat_interleave(group, dim=1)
     scale = _f32(1.0 / math.sqrt(hd))
     scores = (qh @ kh.transpose(-1, -2)).to(F32) * scale
     if bug != "no-causal-mask":
@@ -158,13 +184,14 @@ def linear(x, w, mode, bug=None):
 
 def unflatten(tensors, cfg):
     """{name: f32 torch tensor of its shape} from a checkpoint's tensors: stored with their shapes
-    (version 3; matrices (in, out)) or flat (versions 1 and 2)."""
+    (version 3; matrices (in, out)) or flat (versions 1 and 2). Wk and Wv are (C, kv_heads * HD)."""
     C, F, V = cfg["width"], cfg["ffn_width"], cfg["vocab"]
+    KV = kv_heads(cfg) * (C // cfg["heads"])
     shapes = {"tok_emb": (V, C), "final_norm": (C,), "lm_head": (C, V)}
     for l in range(cfg["layers"]):
         p = f"blocks.{l}."
-        shapes.update({p + "attn_norm": (C,), p + "ffn_norm": (C,), p + "attn.q": (C, C), p + "attn.k": (C, C),
-                       p + "attn.v": (C, C), p + "attn.o": (C, C), p + "ffn.gate": (C, F), p + "ffn.up": (C, F),
+        shapes.update({p + "attn_norm": (C,), p + "ffn_norm": (C,), p + "attn.q": (C, C), p + "attn.k": (C, KV),
+                       p + "attn.v": (C, KV), p + "attn.o": (C, C), p + "ffn.gate": (C, F), p + "ffn.up": (C, F),
                        p + "ffn.down": (F, C)})
     missing = sorted(set(shapes) - set(tensors))
     extra = sorted(set(tensors) - set(shapes))
@@ -184,6 +211,8 @@ def unflatten(tensors, cfg):
 def mean_loss(params, cfg, mode, inputs, targets, bug=None, tables=None):
     """Mean cross-entropy (float) of one batch: inputs, targets (B, S) int64 tensors."""
     C, heads = cfg["width"], cfg["heads"]
+    nkv = kv_heads(cfg)
+    KV = nkv * (C // heads)
     B, S = inputs.shape
     eps = float(torch.tensor(cfg.get("norm_eps", 1e-5), dtype=F32))  # an f32 option, promoted to double
     if bug == "norm-eps":
@@ -203,11 +232,11 @@ def mean_loss(params, cfg, mode, inputs, targets, bug=None, tables=None):
         p = f"blocks.{l}."
         xn = rmsnorm(x, params[p + "attn_norm"], eps)
         q = linear(xn, params[p + "attn.q"], proj, bug).reshape(B, S, C)
-        k = linear(xn, params[p + "attn.k"], proj, bug).reshape(B, S, C)
-        v = linear(xn, params[p + "attn.v"], proj, bug).reshape(B, S, C)
+        k = linear(xn, params[p + "attn.k"], proj, bug).reshape(B, S, KV)
+        v = linear(xn, params[p + "attn.v"], proj, bug).reshape(B, S, KV)
         q = rope(q, cos, sin, heads, bug)
-        k = rope(k, cos, sin, heads, bug)
-        att = attention(q, k, v, heads, bug).reshape(T, C)
+        k = rope(k, cos, sin, nkv, bug)  # per kv head
+        att = attention(q, k, v, heads, nkv, bug).reshape(T, C)
         x_mid = linear(att, params[p + "attn.o"], proj, bug) + x
         xn2 = rmsnorm(x_mid, params[p + "ffn_norm"], eps)
         h1 = linear(xn2, params[p + "ffn.gate"], proj, bug)

@@ -170,12 +170,9 @@ void load_checkpoint_weights(const std::string& dir, model::Model& model) { load
 CheckpointInfo load_checkpoint_for_inference(const std::string& dir, model::Model& model) {
   const fs::path folder = checkpoint_folder(dir);
   const CheckpointInfo info = inspect(folder);
-  model::ModelConfig want = info.model, have = model.config();
-  want.batch = have.batch = 1;
-  want.seq_len = have.seq_len = 1;
-  if (!(want == have)) {
-    throw Error("the checkpoint in '" + folder.string() + "' is of another model: " + info.model.describe() +
-                " (this model: " + model.config().describe() + ")");
+  if (!(info.model.architecture() == model.config().architecture())) {
+    throw Error("the checkpoint in '" + folder.string() + "' is of another model: " +
+                info.model.architecture().describe() + " (this model: " + model.config().architecture().describe() + ")");
   }
   const fs::path weights_path = folder / kFiles[0];
   const io::SafetensorsFile weights = io::read_safetensors(weights_path.string());

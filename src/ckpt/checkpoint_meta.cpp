@@ -18,15 +18,19 @@ namespace detail {
 
 // The run configuration <-> the "config" object of meta.json (the one place that knows its
 // fields). from_json throws s3r::Error naming `where` and the field.
+// "kv_heads" is written only with grouped-query attention (kv_heads < heads): a checkpoint without
+// it has kv_heads = heads, as every checkpoint before grouped-query attention has.
 nlohmann::json to_json(const RunConfig& c) {
   const model::ModelConfig& m = c.model;
-  return {{"layers", m.layers},       {"width", m.width},   {"heads", m.heads},
-          {"ffn_width", m.ffn_width}, {"vocab", m.vocab},   {"seq_len", m.seq_len},
-          {"batch", m.batch},         {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps},
-          {"lm_head", std::string(nn::to_string(c.recipe.head_choice()))},
-          {"mode", std::string(nn::to_string(c.recipe.projections()))},
-          {"correction", std::string(nn::to_string(c.recipe.correction()))},
-          {"recipe", c.recipe.name()}, {"seed", c.seed}};
+  nlohmann::json j = {{"layers", m.layers},       {"width", m.width},   {"heads", m.heads},
+                      {"ffn_width", m.ffn_width}, {"vocab", m.vocab},   {"seq_len", m.seq_len},
+                      {"batch", m.batch},         {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps},
+                      {"lm_head", std::string(nn::to_string(c.recipe.head_choice()))},
+                      {"mode", std::string(nn::to_string(c.recipe.projections()))},
+                      {"correction", std::string(nn::to_string(c.recipe.correction()))},
+                      {"recipe", c.recipe.name()}, {"seed", c.seed}};
+  if (m.kv_heads != m.heads) j["kv_heads"] = m.kv_heads;
+  return j;
 }
 
 // Field `key` of object `j` as T; an s3r::Error naming the file and field when it is missing or
@@ -85,6 +89,7 @@ RunConfig from_json(const nlohmann::json& j, const std::string& where) {
   m.layers = field<int64_t>(j, "layers", where);
   m.width = field<int64_t>(j, "width", where);
   m.heads = field<int64_t>(j, "heads", where);
+  m.kv_heads = j.contains("kv_heads") ? field<int64_t>(j, "kv_heads", where) : m.heads;
   m.ffn_width = field<int64_t>(j, "ffn_width", where);
   m.vocab = field<int64_t>(j, "vocab", where);
   m.seq_len = field<int64_t>(j, "seq_len", where);
@@ -115,7 +120,7 @@ nlohmann::json architecture(const RunConfig& c) {
   const model::ModelConfig& m = c.model;
   const nn::LinearMode mode = c.recipe.projections();
   return {{"family", "llama"},
-          {"layers", m.layers}, {"width", m.width}, {"heads", m.heads}, {"kv_heads", m.heads},
+          {"layers", m.layers}, {"width", m.width}, {"heads", m.heads}, {"kv_heads", m.kv_heads},
           {"head_dim", m.head_dim()}, {"ffn_width", m.ffn_width}, {"vocab", m.vocab},
           {"context_length", m.seq_len},
           {"norm", {{"type", "rmsnorm"}, {"eps", m.norm_eps}, {"formula", "x / sqrt(mean(x^2) + eps) * gain"}}},

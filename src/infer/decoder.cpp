@@ -2,9 +2,11 @@
 #include "s3r/infer/decoder.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
+#include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/model/layers.hpp"
@@ -40,8 +42,9 @@ LoadedCheckpoint load_for_inference(const std::string& dir) {
 struct Decoder::Impl {
   struct Layer {
     const float *attn_norm, *ffn_norm;
-    nn::LinearWeight q, k, v, o, gate, up, down;
-    std::vector<float> k_cache, v_cache;  // (context, C)
+    std::array<nn::LinearWeight, model::kProjectionsPerBlock> w;  // by model::Projection
+    const nn::LinearWeight& operator[](model::Projection p) const { return w[static_cast<size_t>(p)]; }
+    std::vector<float> k_cache, v_cache;  // (context, Ckv)
   };
   model::ModelConfig cfg;
   LinearMode mode, head_mode;
@@ -56,12 +59,10 @@ struct Decoder::Impl {
 
 namespace {
 
-const float* param(const model::Model& m, const std::string& name) {
-  for (const model::ParamInfo& p : m.param_table()) {
-    if (p.name == name) return const_cast<model::Model&>(m).params().data() + p.offset;
-  }
-  throw Error("decoder: the model has no parameter '" + name + "'");
+const float* param(const model::Model& m, const model::ParamInfo& p) {
+  return const_cast<model::Model&>(m).params().data() + p.offset;
 }
+const float* param(const model::Model& m, const std::string& name) { return param(m, m.param_info(name)); }
 
 // RoPE at absolute positions first, first + 1, ...: the model's rope_forward (layers.cpp) with
 // positions taken from the cache instead of t % S; the same operations in the same order.
@@ -83,13 +84,48 @@ void rope_at(std::span<float> x, int64_t first, int64_t n, int64_t heads, int64_
   }
 }
 
+// Causal attention of n new tokens at positions first, first + 1, ... over the cache up to each
+// token's own position: scores as f32 products scaled as the model does (q . k) / sqrt(HD), the
+// softmax and the weighted sum in double. q, att (n, NH HD); caches (context, NKV HD); query head
+// h reads key/value head h / (NH / NKV), as the model's attention does.
+void cached_attention(std::span<float> att, std::span<const float> q, const std::vector<float>& k_cache,
+                      const std::vector<float>& v_cache, int64_t first, int64_t n, const model::Architecture& a) {
+  const int64_t NH = a.heads, HD = a.head_dim(), C = a.width, Ckv = a.kv_width(), group = a.heads / a.kv_heads;
+  const double scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
+  // One (token, head) per task; each task's arithmetic is its own.
+  parallel_blocks(n * NH, 1, [&](int64_t task, int64_t) {
+    const int64_t t = task / NH, h = task % NH, kv_offset = (h / group) * HD;
+    const int64_t upto = first + t + 1;
+    std::vector<double> s(static_cast<size_t>(upto));
+    const float* qv = q.data() + t * C + h * HD;
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < upto; ++j) {
+      const float* kv = k_cache.data() + j * Ckv + kv_offset;
+      double dot = 0;
+      for (int64_t d = 0; d < HD; ++d) dot += static_cast<double>(qv[d]) * kv[d];
+      s[j] = dot * scale;
+      mx = std::max(mx, s[j]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < upto; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    std::vector<double> acc(static_cast<size_t>(HD), 0.0);
+    for (int64_t j = 0; j < upto; ++j) {
+      const float* vv = v_cache.data() + j * Ckv + kv_offset;
+      const double pj = s[j] / sum;
+      for (int64_t d = 0; d < HD; ++d) acc[d] += pj * vv[d];
+    }
+    float* out = att.data() + t * C + h * HD;
+    for (int64_t d = 0; d < HD; ++d) out[d] = static_cast<float>(acc[d]);
+  });
+}
+
 }  // namespace
 
 Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context)
     : impl_(std::make_unique<Impl>()), context_(context) {
   Impl& m = *impl_;
   m.cfg = w.info.model;
-  const int64_t C = m.cfg.width, F = m.cfg.ffn_width, V = m.cfg.vocab;
+  const int64_t C = m.cfg.width, Ckv = m.cfg.kv_width(), V = m.cfg.vocab;
   V_ = V;
   if (context < 1) throw Error("decoder: the context must hold at least one position, got " + std::to_string(context));
   const nn::Recipe recipe = inference_recipe(w.info.recipe, precision);
@@ -105,90 +141,59 @@ Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context
     const std::string p = "blocks." + std::to_string(l) + ".";
     L.attn_norm = param(model, p + "attn_norm");
     L.ffn_norm = param(model, p + "ffn_norm");
-    const auto prep = [&](nn::LinearWeight& dst, const char* name, int64_t in, int64_t out) {
-      nn::prepare_weight(dst, {param(model, p + name), size_t(in * out)}, in, out, m.mode, p + name + ".W");
-    };
-    prep(L.q, "attn.q", C, C);
-    prep(L.k, "attn.k", C, C);
-    prep(L.v, "attn.v", C, C);
-    prep(L.o, "attn.o", C, C);
-    prep(L.gate, "ffn.gate", C, F);
-    prep(L.up, "ffn.up", C, F);
-    prep(L.down, "ffn.down", F, C);
-    L.k_cache.assign(static_cast<size_t>(context * C), 0.0f);
-    L.v_cache.assign(static_cast<size_t>(context * C), 0.0f);
+    L.k_cache.assign(static_cast<size_t>(context * Ckv), 0.0f);
+    L.v_cache.assign(static_cast<size_t>(context * Ckv), 0.0f);
+  }
+  // Every block's projections, with the shapes of the parameter schema.
+  for (const model::ParamInfo& p : model.param_table()) {
+    if (p.role != model::ParamRole::kProjection) continue;
+    nn::prepare_weight(m.layers[p.block].w[static_cast<size_t>(p.projection)], {param(model, p), size_t(p.size)},
+                       p.shape[0], p.shape[1], m.mode, p.name + ".W");
   }
 }
 
 Decoder::~Decoder() = default;
 
 std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
+  using P = model::Projection;
   Impl& m = *impl_;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t C = m.cfg.width, F = m.cfg.ffn_width, V = m.cfg.vocab, NH = m.cfg.heads;
-  const int64_t HD = m.cfg.head_dim();
+  const int64_t C = m.cfg.width, Ckv = m.cfg.kv_width(), F = m.cfg.ffn_width, V = m.cfg.vocab;
+  const int64_t NH = m.cfg.heads, NKV = m.cfg.kv_heads, HD = m.cfg.head_dim();
   if (n < 1) throw Error("decoder: no tokens to feed");
   if (pos_ + n > context_) {
     throw Error("decoder: " + std::to_string(pos_) + " + " + std::to_string(n) + " tokens exceed the context of " +
                 std::to_string(context_) + " positions");
   }
-  for (auto* b : {&m.x, &m.xn, &m.q, &m.k, &m.v, &m.att, &m.o, &m.ff}) b->resize(static_cast<size_t>(n * C));
+  for (auto* b : {&m.x, &m.xn, &m.q, &m.att, &m.o, &m.ff}) b->resize(static_cast<size_t>(n * C));
+  for (auto* b : {&m.k, &m.v}) b->resize(static_cast<size_t>(n * Ckv));
   for (auto* b : {&m.h1, &m.h3, &m.hidden}) b->resize(static_cast<size_t>(n * F));
   m.rstd.resize(static_cast<size_t>(n));
   model::embedding_forward(m.x, tokens, {m.tok_emb, size_t(V * C)}, V, C);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
   const auto& kernels = kernels::active_kernels();
   for (int64_t l = 0; l < m.cfg.layers; ++l) {
     Impl::Layer& L = m.layers[l];
     const std::string p = "blocks." + std::to_string(l) + ".";
     model::rmsnorm_forward(m.xn, m.rstd, m.x, {L.attn_norm, size_t(C)}, C, m.cfg.norm_eps);
     nn::prepare_input(m.in, m.xn, n, C, m.mode, p + "attn.X");
-    nn::linear_forward(m.q, m.in, L.q);
-    nn::linear_forward(m.k, m.in, L.k);
-    nn::linear_forward(m.v, m.in, L.v);
+    nn::linear_forward(m.q, m.in, L[P::kQ]);
+    nn::linear_forward(m.k, m.in, L[P::kK]);
+    nn::linear_forward(m.v, m.in, L[P::kV]);
     rope_at(m.q, pos_, n, NH, HD, m.cfg.rope_theta);
-    rope_at(m.k, pos_, n, NH, HD, m.cfg.rope_theta);
-    std::copy(m.k.begin(), m.k.end(), L.k_cache.begin() + pos_ * C);
-    std::copy(m.v.begin(), m.v.end(), L.v_cache.begin() + pos_ * C);
-    // Causal attention of each new token over the cache up to its own position: scores as f32
-    // products scaled as the model does (q . k) / sqrt(HD), the softmax and the weighted sum in
-    // double.
-#pragma omp parallel for collapse(2) schedule(static) if (n > 1)
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t h = 0; h < NH; ++h) {
-        const int64_t upto = pos_ + t + 1;
-        std::vector<double> s(static_cast<size_t>(upto));
-        const float* qv = m.q.data() + t * C + h * HD;
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < upto; ++j) {
-          const float* kv = L.k_cache.data() + j * C + h * HD;
-          double dot = 0;
-          for (int64_t d = 0; d < HD; ++d) dot += static_cast<double>(qv[d]) * kv[d];
-          s[j] = dot * scale;
-          mx = std::max(mx, s[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < upto; ++j) sum += (s[j] = std::exp(s[j] - mx));
-        std::vector<double> acc(static_cast<size_t>(HD), 0.0);
-        for (int64_t j = 0; j < upto; ++j) {
-          const float* vv = L.v_cache.data() + j * C + h * HD;
-          const double pj = s[j] / sum;
-          for (int64_t d = 0; d < HD; ++d) acc[d] += pj * vv[d];
-        }
-        float* out = m.att.data() + t * C + h * HD;
-        for (int64_t d = 0; d < HD; ++d) out[d] = static_cast<float>(acc[d]);
-      }
-    }
+    rope_at(m.k, pos_, n, NKV, HD, m.cfg.rope_theta);
+    std::copy(m.k.begin(), m.k.end(), L.k_cache.begin() + pos_ * Ckv);
+    std::copy(m.v.begin(), m.v.end(), L.v_cache.begin() + pos_ * Ckv);
+    cached_attention(m.att, m.q, L.k_cache, L.v_cache, pos_, n, m.cfg);
     nn::prepare_input(m.in, m.att, n, C, m.mode, p + "attn.o.X");
-    nn::linear_forward(m.o, m.in, L.o);
+    nn::linear_forward(m.o, m.in, L[P::kO]);
     for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.o[i];  // x is now the block's x_mid
     model::rmsnorm_forward(m.xn, m.rstd, m.x, {L.ffn_norm, size_t(C)}, C, m.cfg.norm_eps);
     nn::prepare_input(m.in, m.xn, n, C, m.mode, "ffn.X");
-    nn::linear_forward(m.h1, m.in, L.gate);
-    nn::linear_forward(m.h3, m.in, L.up);
+    nn::linear_forward(m.h1, m.in, L[P::kGate]);
+    nn::linear_forward(m.h3, m.in, L[P::kUp]);
     kernels.swiglu_forward_ew(m.hidden.data(), m.h1.data(), m.h3.data(), 0, n * F);  // silu(h1) * h3
     nn::prepare_input(m.hid_in, m.hidden, n, F, m.mode, "ffn.hidden");
-    nn::linear_forward(m.ff, m.hid_in, L.down);
+    nn::linear_forward(m.ff, m.hid_in, L[P::kDown]);
     for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.ff[i];
   }
   pos_ += n;

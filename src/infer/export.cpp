@@ -57,26 +57,11 @@ float from_f16(uint16_t h) {
 
 namespace {
 
-// A parameter of the checkpoint's model, as (rows, cols) row-major in s3r's orientation.
-struct Param {
-  const float* data;
-  int64_t rows, cols;
-};
-
-Param param(const LoadedCheckpoint& c, const std::string& name) {
-  for (const model::ParamInfo& p : c.model->param_table()) {
-    if (p.name == name) {
-      return {c.model->params().data() + p.offset, p.shape[0], p.shape.size() > 1 ? p.shape[1] : 1};
-    }
-  }
-  throw Error("export: the model has no parameter '" + name + "'");
-}
-
-// (rows, cols) -> (cols, rows).
-std::vector<float> transposed(const Param& p) {
-  std::vector<float> out(static_cast<size_t>(p.rows * p.cols));
-  for (int64_t r = 0; r < p.rows; ++r) {
-    for (int64_t c = 0; c < p.cols; ++c) out[c * p.rows + r] = p.data[r * p.cols + c];
+// (rows, cols) row-major -> (cols, rows).
+std::vector<float> transposed(const float* data, int64_t rows, int64_t cols) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = data[r * cols + c];
   }
   return out;
 }
@@ -105,54 +90,67 @@ struct OutTensor {
   bool vector = false;
 };
 
-// The model's tensors in Hugging Face orientation (out, in); `hf_names` picks the names, and
-// `half_split` whether Q and K are permuted for half-split RoPE.
+// Each parameter's name in GGUF (llama.cpp's LLM_ARCH_LLAMA) and in Hugging Face's
+// LlamaForCausalLM, by its name in the schema (ParamInfo::local); "#" is the block index.
+struct FormatNames {
+  std::string_view local, gguf, hf;
+};
+constexpr FormatNames kFormatNames[] = {
+    {"tok_emb", "token_embd.weight", "model.embed_tokens.weight"},
+    {"attn_norm", "blk.#.attn_norm.weight", "model.layers.#.input_layernorm.weight"},
+    {"attn.q", "blk.#.attn_q.weight", "model.layers.#.self_attn.q_proj.weight"},
+    {"attn.k", "blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
+    {"attn.v", "blk.#.attn_v.weight", "model.layers.#.self_attn.v_proj.weight"},
+    {"attn.o", "blk.#.attn_output.weight", "model.layers.#.self_attn.o_proj.weight"},
+    {"ffn_norm", "blk.#.ffn_norm.weight", "model.layers.#.post_attention_layernorm.weight"},
+    {"ffn.gate", "blk.#.ffn_gate.weight", "model.layers.#.mlp.gate_proj.weight"},
+    {"ffn.up", "blk.#.ffn_up.weight", "model.layers.#.mlp.up_proj.weight"},
+    {"ffn.down", "blk.#.ffn_down.weight", "model.layers.#.mlp.down_proj.weight"},
+    {"final_norm", "output_norm.weight", "model.norm.weight"},
+    {"lm_head", "output.weight", "lm_head.weight"},
+};
+
+std::string format_name(const model::ParamInfo& p, bool hf_names) {
+  for (const FormatNames& f : kFormatNames) {
+    if (f.local != p.local) continue;
+    std::string name(hf_names ? f.hf : f.gguf);
+    if (const size_t at = name.find('#'); at != std::string::npos) name.replace(at, 1, std::to_string(p.block));
+    return name;
+  }
+  throw Error("export: no GGUF or Hugging Face name for the parameter '" + p.name + "'");
+}
+
+// The model's tensors in schema order, in Hugging Face orientation (out, in): the embedding
+// (V, C) as it is, gains as vectors, every other matrix transposed; `hf_names` picks the names,
+// and `half_split` whether Q and K are permuted for half-split RoPE (per query head and per
+// key/value head).
 std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, bool half_split,
                                       const std::string& inject) {
   const model::ModelConfig& m = c.info.model;
-  std::vector<OutTensor> out;
-  const auto vec = [&](const std::string& name, const std::string& from) {
-    const Param p = param(c, from);
-    out.push_back({name, std::vector<float>(p.data, p.data + p.rows), 1, p.rows, true});
-  };
-  const auto mat = [&](const std::string& name, const std::string& from, bool permute, bool transpose = true) {
-    const Param p = param(c, from);
-    std::vector<float> w = transpose ? transposed(p) : std::vector<float>(p.data, p.data + p.rows * p.cols);
-    const int64_t rows = transpose ? p.cols : p.rows, cols = transpose ? p.rows : p.cols;
-    if (permute) w = permute_for_half_split(w, m.heads, m.head_dim(), cols);
-    out.push_back({name, std::move(w), rows, cols, false});
-  };
   const bool permute_qk = half_split != (inject == "permute-qk");
-  // The embedding is (V, C), a row per token, in every format.
-  mat(hf_names ? "model.embed_tokens.weight" : "token_embd.weight", "tok_emb", false, false);
-  for (int64_t l = 0; l < m.layers; ++l) {
-    const std::string s = "blocks." + std::to_string(l) + ".";
-    if (hf_names) {
-      const std::string d = "model.layers." + std::to_string(l) + ".";
-      vec(d + "input_layernorm.weight", s + "attn_norm");
-      mat(d + "self_attn.q_proj.weight", s + "attn.q", permute_qk);
-      mat(d + "self_attn.k_proj.weight", s + "attn.k", permute_qk);
-      mat(d + "self_attn.v_proj.weight", s + "attn.v", false);
-      mat(d + "self_attn.o_proj.weight", s + "attn.o", false, inject != "transpose-o");
-      vec(d + "post_attention_layernorm.weight", s + "ffn_norm");
-      mat(d + "mlp.gate_proj.weight", s + "ffn.gate", false);
-      mat(d + "mlp.up_proj.weight", s + "ffn.up", false);
-      mat(d + "mlp.down_proj.weight", s + "ffn.down", false);
-    } else {
-      const std::string d = "blk." + std::to_string(l) + ".";
-      vec(d + "attn_norm.weight", s + "attn_norm");
-      mat(d + "attn_q.weight", s + "attn.q", permute_qk);
-      mat(d + "attn_k.weight", s + "attn.k", permute_qk);
-      mat(d + "attn_v.weight", s + "attn.v", false);
-      mat(d + "attn_output.weight", s + "attn.o", false, inject != "transpose-o");
-      vec(d + "ffn_norm.weight", s + "ffn_norm");
-      mat(d + "ffn_gate.weight", s + "ffn.gate", false);
-      mat(d + "ffn_up.weight", s + "ffn.up", false);
-      mat(d + "ffn_down.weight", s + "ffn.down", false);
+  std::vector<OutTensor> out;
+  for (const model::ParamInfo& p : c.model->param_table()) {
+    const float* data = c.model->params().data() + p.offset;
+    OutTensor t{format_name(p, hf_names), {}, 1, p.shape[0], true};
+    if (p.shape.size() == 1) {
+      t.data.assign(data, data + p.size);
+      out.push_back(std::move(t));
+      continue;
     }
+    const int64_t in = p.shape[0], outs = p.shape[1];
+    const bool is = p.role == model::ParamRole::kProjection;
+    const bool transpose = p.role != model::ParamRole::kEmbedding &&
+                           !(is && p.projection == model::Projection::kO && inject == "transpose-o");
+    t.data = transpose ? transposed(data, in, outs) : std::vector<float>(data, data + p.size);
+    t.rows = transpose ? outs : in;
+    t.cols = transpose ? in : outs;
+    t.vector = false;
+    if (permute_qk && is && (p.projection == model::Projection::kQ || p.projection == model::Projection::kK)) {
+      const int64_t heads = p.projection == model::Projection::kQ ? m.heads : m.kv_heads;
+      t.data = permute_for_half_split(t.data, heads, m.head_dim(), t.cols);
+    }
+    out.push_back(std::move(t));
   }
-  vec(hf_names ? "model.norm.weight" : "output_norm.weight", "final_norm");
-  mat(hf_names ? "lm_head.weight" : "output.weight", "lm_head", false);
   // Bugs that a reader's comparison must catch although they make its numbers non-finite rather
   // than merely different. Each changes the first element of every token's embedding row, so that
   // any prompt meets it, and RMSNorm spreads a non-finite element over the whole activation:
@@ -252,7 +250,7 @@ void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const st
   kv.kv_u32("llama.block_count", static_cast<uint32_t>(m.layers));
   kv.kv_u32("llama.feed_forward_length", static_cast<uint32_t>(m.ffn_width));
   kv.kv_u32("llama.attention.head_count", static_cast<uint32_t>(m.heads));
-  kv.kv_u32("llama.attention.head_count_kv", static_cast<uint32_t>(m.heads));
+  kv.kv_u32("llama.attention.head_count_kv", static_cast<uint32_t>(m.kv_heads));
   kv.kv_u32("llama.rope.dimension_count", static_cast<uint32_t>(m.head_dim()));
   kv.kv_f32("llama.rope.freq_base", m.rope_theta);
   kv.kv_f32("llama.attention.layer_norm_rms_epsilon", m.norm_eps);
@@ -350,7 +348,7 @@ void export_hf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std:
   const nlohmann::json config = {
       {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
       {"hidden_size", m.width}, {"intermediate_size", m.ffn_width}, {"num_hidden_layers", m.layers},
-      {"num_attention_heads", m.heads}, {"num_key_value_heads", m.heads}, {"head_dim", m.head_dim()},
+      {"num_attention_heads", m.heads}, {"num_key_value_heads", m.kv_heads}, {"head_dim", m.head_dim()},
       {"max_position_embeddings", m.seq_len}, {"rms_norm_eps", m.norm_eps}, {"rope_theta", m.rope_theta},
       {"rope_scaling", nullptr}, {"vocab_size", m.vocab}, {"hidden_act", "silu"}, {"tie_word_embeddings", false},
       {"attention_bias", false}, {"mlp_bias", false}, {"attention_dropout", 0.0}, {"initializer_range", 0.02},

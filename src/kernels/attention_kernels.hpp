@@ -36,8 +36,10 @@
 //   dv_j  = fma(p_ij, dout_i, dv_j) for i in order (query blocks in order, rows in their range)
 //   dk_j  = fma(ds_ij, q_i, dk_j)   for i in order
 //   dq_i  = fma(ds_ij, k_j, dq_i)   for j in order (key blocks in order, keys in their range)
-// with dq, dk, dv zeroed first, key blocks outermost. exp_poly is kernels/ref/numerics.hpp's
-// Cephes-style exp (relative error <= 2^-21 on [-87, 88], argument clamped to that range).
+// with dq, dk, dv zeroed first, key blocks outermost; a kv head shared by G > 1 query heads
+// gets dk = ((dk_h0 + dk_h1) + dk_h2) + ... over its heads in order (f32 adds; AttnHead), dv alike.
+// exp_poly is kernels/ref/numerics.hpp's Cephes-style exp (relative error <= 2^-21 on [-87, 88],
+// argument clamped to that range).
 #include <cstdint>
 
 #include "s3r/core/isa.hpp"
@@ -47,15 +49,24 @@ namespace s3r::kernels {
 inline constexpr int64_t kAttnBlock = 32;
 inline constexpr int64_t kAttnGroup = 4;
 
-// One (example, head): row s of q, k, v (and of out, dout, dq, dk, dv) starts at s * ld;
-// HD = head_dim columns are used.
+// One (example, query head) and the kv head it reads; HD = head_dim columns of each row are used.
+// Row s of q (and of out, dout, dq) starts at s * ld, row s of k and v at s * ld_kv, row s of dk
+// and dv (the backward's outputs) at s * ld_dkv. The strides change no arithmetic: a kernel's
+// results are the same bits for any strides.
+// Grouped-query attention (s3r/model/attention.hpp): the G = NH / NKV query heads of a group read
+// the same k, v rows (ld = NH * HD, ld_kv = NKV * HD). With G = 1 a head's dk, dv are written in
+// place (ld_dkv = ld_kv); with G > 1 the caller writes the group's first head's dk, dv in place
+// and each later head's into a contiguous (S, HD) scratch (ld_dkv = HD), which it then adds to
+// them in f32, head after head: dk = ((dk_h0 + dk_h1) + dk_h2) + ..., likewise dv.
 struct AttnHead {
   const float* q = nullptr;  // (S, ld)
-  const float* k = nullptr;  // (S, ld)
-  const float* v = nullptr;  // (S, ld)
+  const float* k = nullptr;  // (S, ld_kv)
+  const float* v = nullptr;  // (S, ld_kv)
   int64_t seq_len = 0;       // S >= 1
   int64_t head_dim = 0;      // HD >= 1
-  int64_t ld = 0;            // >= HD (C in the (T, C) layout)
+  int64_t ld = 0;            // >= HD: q, out, dout, dq (NH * HD in the (T, NH * HD) layout)
+  int64_t ld_kv = 0;         // >= HD: k, v (NKV * HD in the (T, NKV * HD) layout)
+  int64_t ld_dkv = 0;        // >= HD: dk, dv (backward only; ld_kv, or HD for a scratch)
   float scale = 1.0f;        // 1 / sqrt(HD)
 };
 
@@ -76,8 +87,8 @@ inline int64_t attention_backward_scratch(int64_t seq_len, int64_t head_dim) {
      h.ld, HD columns written) and of lse (S) are written. scratch: attention_forward_scratch. */ \
   void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,          \
                                float* scratch);                                                   \
-  /* The whole head: dq, dk, dv (S rows, stride h.ld, HD columns) overwritten; dout, out as q;    \
-     lse (S). scratch: attention_backward_scratch. */                                             \
+  /* The whole head: dq (S rows, stride h.ld), dk, dv (S rows, stride h.ld_dkv), HD columns,     \
+     overwritten; dout, out as q; lse (S). scratch: attention_backward_scratch. */                \
   void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,                \
                                const float* out, const float* lse, const AttnHead& h,             \
                                float* scratch);

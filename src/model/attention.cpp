@@ -1,5 +1,6 @@
-// Fused causal attention: size checks, the split into (example, head[, query block]) tasks and
-// per-thread scratch; the arithmetic is in kernels/<tier>/attention_<tier>.cpp.
+// Fused causal attention: size checks, the split into (example, head[, query block]) tasks,
+// grouped-query attention's sum of dk, dv over a group, and per-thread scratch; the arithmetic is
+// in kernels/<tier>/attention_<tier>.cpp.
 #include "s3r/model/attention.hpp"
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel_blocks.hpp"
 #include "kernels/attention_kernels.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/isa.hpp"
@@ -15,14 +17,30 @@ namespace s3r::model {
 
 namespace {
 
-// Checks the dimensions and q's size; returns T.
-int64_t check_shape(const char* fn, size_t q_size, int64_t seq_len, int64_t heads,
-                    int64_t head_dim) {
-  for (auto [name, value] :
-       {std::pair{"seq_len", seq_len}, {"heads", heads}, {"head_dim", head_dim}}) {
+// The dimensions of one call: T = B*S tokens, NH query heads, NKV kv heads, G = NH / NKV.
+struct Dims {
+  int64_t T, B, S, NH, NKV, HD;
+  int64_t C() const { return NH * HD; }    // q, out, dout, dq: (T, C)
+  int64_t Ckv() const { return NKV * HD; }  // k, v, dk, dv: (T, Ckv)
+  int64_t G() const { return NH / NKV; }
+};
+
+// Checks the dimensions and q's size.
+Dims check_shape(const char* fn, size_t q_size, int64_t seq_len, int64_t heads, int64_t kv_heads,
+                 int64_t head_dim) {
+  for (auto [name, value] : {std::pair{"seq_len", seq_len},
+                             {"heads", heads},
+                             {"kv_heads", kv_heads},
+                             {"head_dim", head_dim}}) {
     if (value < 1) {
       throw Error(std::string(fn) + ": " + name + " must be >= 1, got " + std::to_string(value));
     }
+  }
+  if (heads % kv_heads != 0) {
+    std::ostringstream msg;
+    msg << fn << ": kv_heads = " << kv_heads << " does not divide heads = " << heads
+        << " (each kv head serves heads / kv_heads query heads)";
+    throw Error(msg.str());
   }
   const int64_t C = heads * head_dim;
   if (q_size % static_cast<size_t>(C * seq_len) != 0) {
@@ -31,7 +49,8 @@ int64_t check_shape(const char* fn, size_t q_size, int64_t seq_len, int64_t head
         << C << " (whole examples of S tokens, C = heads * head_dim)";
     throw Error(msg.str());
   }
-  return static_cast<int64_t>(q_size) / C;
+  const int64_t T = static_cast<int64_t>(q_size) / C;
+  return {T, T / seq_len, seq_len, heads, kv_heads, head_dim};
 }
 
 float* thread_scratch(int64_t floats) {
@@ -40,72 +59,96 @@ float* thread_scratch(int64_t floats) {
   return scratch.data();
 }
 
-kernels::AttnHead head_of(const float* q, const float* k, const float* v, int64_t offset, int64_t S,
-                          int64_t HD, int64_t C) {
-  return {q + offset,
-          k + offset,
-          v + offset,
-          S,
-          HD,
-          C,
-          static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)))};
+// Query head h of example b and its kv head h / G; dk, dv written in place (ld_dkv = Ckv).
+kernels::AttnHead head_of(const Dims& d, const float* q, const float* k, const float* v, int64_t b,
+                          int64_t h) {
+  const int64_t q_offset = b * d.S * d.C() + h * d.HD;
+  const int64_t kv_offset = b * d.S * d.Ckv() + h / d.G() * d.HD;
+  return {q + q_offset,
+          k + kv_offset,
+          v + kv_offset,
+          d.S,
+          d.HD,
+          d.C(),
+          d.Ckv(),
+          d.Ckv(),
+          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.HD)))};
+}
+
+// dst (rows, stride ld) += src (rows, HD contiguous), element by element in f32.
+void add_rows(float* dst, int64_t ld, const float* src, int64_t rows, int64_t HD) {
+  for (int64_t s = 0; s < rows; ++s) {
+    for (int64_t c = 0; c < HD; ++c) dst[s * ld + c] += src[s * HD + c];
+  }
 }
 
 }  // namespace
 
 void flash_attention_forward(std::span<float> out, std::span<float> lse, std::span<const float> q,
                              std::span<const float> k, std::span<const float> v, int64_t seq_len,
-                             int64_t heads, int64_t head_dim) {
+                             int64_t heads, int64_t kv_heads, int64_t head_dim) {
   const char* fn = "flash_attention_forward";
-  const int64_t T = check_shape(fn, q.size(), seq_len, heads, head_dim);
-  const int64_t S = seq_len, NH = heads, HD = head_dim, C = NH * HD, B = T / S;
-  expect_size(fn, "k", k.size(), T * C);
-  expect_size(fn, "v", v.size(), T * C);
-  expect_size(fn, "out", out.size(), T * C);
-  expect_size(fn, "lse", lse.size(), B * NH * S);
+  const Dims d = check_shape(fn, q.size(), seq_len, heads, kv_heads, head_dim);
+  expect_size(fn, "k", k.size(), d.T * d.Ckv());
+  expect_size(fn, "v", v.size(), d.T * d.Ckv());
+  expect_size(fn, "out", out.size(), d.T * d.C());
+  expect_size(fn, "lse", lse.size(), d.B * d.NH * d.S);
   const kernels::AttentionKernels& kern = kernels::attention_kernels_for(active_isa());
-  const int64_t blocks = (S + kernels::kAttnBlock - 1) / kernels::kAttnBlock;
-  const int64_t tasks = B * NH * blocks;
+  const int64_t blocks = (d.S + kernels::kAttnBlock - 1) / kernels::kAttnBlock;
+  const int64_t tasks = d.B * d.NH * blocks;
   // Query block `blk` of head (b, h) is one task; its arithmetic does not depend on which
-  // thread runs it. Later blocks cost more (more keys): dynamic scheduling balances them.
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t task = 0; task < tasks; ++task) {
-    const int64_t blk = task % blocks, bh = task / blocks, b = bh / NH, h = bh % NH;
-    const int64_t offset = b * S * C + h * HD;
-    float* scratch = thread_scratch(kernels::attention_forward_scratch(HD));
-    kern.forward_block(out.data() + offset, lse.data() + bh * S,
-                       head_of(q.data(), k.data(), v.data(), offset, S, HD, C), blk, scratch);
-  }
+  // thread runs it. Later blocks cost more (more keys): handed out dynamically to balance them.
+  parallel_blocks_dynamic(tasks, 1, [&](int64_t task, int64_t) {
+    const int64_t blk = task % blocks, bh = task / blocks, b = bh / d.NH, h = bh % d.NH;
+    float* scratch = thread_scratch(kernels::attention_forward_scratch(d.HD));
+    kern.forward_block(out.data() + b * d.S * d.C() + h * d.HD, lse.data() + bh * d.S,
+                       head_of(d, q.data(), k.data(), v.data(), b, h), blk, scratch);
+  });
 }
 
 void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::span<float> dv,
                               std::span<const float> dout, std::span<const float> out,
                               std::span<const float> q, std::span<const float> k,
                               std::span<const float> v, std::span<const float> lse, int64_t seq_len,
-                              int64_t heads, int64_t head_dim) {
+                              int64_t heads, int64_t kv_heads, int64_t head_dim) {
   const char* fn = "flash_attention_backward";
-  const int64_t T = check_shape(fn, q.size(), seq_len, heads, head_dim);
-  const int64_t S = seq_len, NH = heads, HD = head_dim, C = NH * HD, B = T / S;
-  expect_size(fn, "k", k.size(), T * C);
-  expect_size(fn, "v", v.size(), T * C);
-  expect_size(fn, "out", out.size(), T * C);
-  expect_size(fn, "dout", dout.size(), T * C);
-  expect_size(fn, "dq", dq.size(), T * C);
-  expect_size(fn, "dk", dk.size(), T * C);
-  expect_size(fn, "dv", dv.size(), T * C);
-  expect_size(fn, "lse", lse.size(), B * NH * S);
+  const Dims d = check_shape(fn, q.size(), seq_len, heads, kv_heads, head_dim);
+  expect_size(fn, "k", k.size(), d.T * d.Ckv());
+  expect_size(fn, "v", v.size(), d.T * d.Ckv());
+  expect_size(fn, "out", out.size(), d.T * d.C());
+  expect_size(fn, "dout", dout.size(), d.T * d.C());
+  expect_size(fn, "dq", dq.size(), d.T * d.C());
+  expect_size(fn, "dk", dk.size(), d.T * d.Ckv());
+  expect_size(fn, "dv", dv.size(), d.T * d.Ckv());
+  expect_size(fn, "lse", lse.size(), d.B * d.NH * d.S);
   const kernels::AttentionKernels& kern = kernels::attention_kernels_for(active_isa());
-  // One (example, head) per task: it owns its slices of dq, dk, dv and accumulates them in a
-  // fixed order.
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * NH; ++bh) {
-    const int64_t b = bh / NH, h = bh % NH;
-    const int64_t offset = b * S * C + h * HD;
-    float* scratch = thread_scratch(kernels::attention_backward_scratch(S, HD));
-    kern.backward_head(dq.data() + offset, dk.data() + offset, dv.data() + offset,
-                       dout.data() + offset, out.data() + offset, lse.data() + bh * S,
-                       head_of(q.data(), k.data(), v.data(), offset, S, HD, C), scratch);
-  }
+  const int64_t S = d.S, HD = d.HD, G = d.G();
+  const int64_t kernel_scratch = kernels::attention_backward_scratch(S, HD);
+  // One (example, kv head) per task: it owns its slices of dk, dv and those of dq of its G query
+  // heads, and runs the heads in order: the first writes dk, dv in place, each later one into
+  // (S, HD) scratch that is then added to them (dk = ((dk_h0 + dk_h1) + dk_h2) + ..., f32).
+  parallel_blocks(d.B * d.NKV, 1, [&](int64_t begin, int64_t end) {
+    float* scratch = thread_scratch(kernel_scratch + (G > 1 ? 2 * S * HD : 0));
+    float* dk_h = scratch + kernel_scratch;  // (S, HD)
+    float* dv_h = dk_h + S * HD;             // (S, HD)
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / d.NKV, kv = task % d.NKV;
+      float* dk_kv = dk.data() + b * S * d.Ckv() + kv * HD;
+      float* dv_kv = dv.data() + b * S * d.Ckv() + kv * HD;
+      for (int64_t h = kv * G; h < (kv + 1) * G; ++h) {
+        const int64_t offset = b * S * d.C() + h * HD;
+        kernels::AttnHead head = head_of(d, q.data(), k.data(), v.data(), b, h);
+        const bool first = h == kv * G;
+        if (!first) head.ld_dkv = HD;
+        kern.backward_head(dq.data() + offset, first ? dk_kv : dk_h, first ? dv_kv : dv_h,
+                           dout.data() + offset, out.data() + offset,
+                           lse.data() + (b * d.NH + h) * S, head, scratch);
+        if (first) continue;
+        add_rows(dk_kv, d.Ckv(), dk_h, S, HD);
+        add_rows(dv_kv, d.Ckv(), dv_h, S, HD);
+      }
+    }
+  });
 }
 
 }  // namespace s3r::model

@@ -7,33 +7,55 @@
 
 namespace s3r::model {
 
+namespace {
+
+// Bounds far beyond any machine, so that every size computed from a configuration (a corrupt
+// meta.json can hold anything) fits in int64 and no allocation is attempted for it.
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+
+void check_range(const char* name, int64_t v, int64_t max = kMaxDim) {
+  if (v < 1) throw Error(std::string("model config: ") + name + " must be >= 1, got " + std::to_string(v));
+  if (v > max) {
+    throw Error(std::string("model config: ") + name + " must be <= " + std::to_string(max) + ", got " +
+                std::to_string(v));
+  }
+}
+
+}  // namespace
+
+void Architecture::validate() const {
+  check_range("layers", layers);
+  check_range("width", width);
+  check_range("heads", heads);
+  check_range("kv_heads", kv_heads);
+  check_range("ffn_width", ffn_width);
+  check_range("vocab", vocab, (int64_t{1} << 31) - 1);
+  if (width % heads != 0) {
+    throw Error("model config: width C = " + std::to_string(width) + " is not divisible by heads = " +
+                std::to_string(heads));
+  }
+  if (head_dim() % 2 != 0) {
+    throw Error("model config: head size C / heads = " + std::to_string(head_dim()) +
+                " must be even for RoPE");
+  }
+  if (heads % kv_heads != 0) {
+    throw Error("model config: kv_heads = " + std::to_string(kv_heads) + " does not divide heads = " +
+                std::to_string(heads) + " (each key/value head serves heads / kv_heads query heads)");
+  }
+}
+
+std::string Architecture::describe() const {
+  std::ostringstream s;
+  s << "L=" << layers << " C=" << width << " heads=" << heads;
+  if (kv_heads != heads) s << "/kv=" << kv_heads;
+  s << " F=" << ffn_width << " V=" << vocab;
+  return s.str();
+}
+
 void ModelConfig::validate() const {
-  auto positive = [](const char* name, int64_t v) {
-    if (v < 1) throw Error(std::string("model config: ") + name + " must be >= 1, got " + std::to_string(v));
-  };
-  positive("layers", layers);
-  positive("width", width);
-  positive("heads", heads);
-  positive("ffn_width", ffn_width);
-  positive("vocab", vocab);
-  positive("seq_len", seq_len);
-  positive("batch", batch);
-  // Bounds far beyond any machine, so that every size computed from a configuration (a corrupt
-  // meta.json can hold anything) fits in int64 and no allocation is attempted for it.
-  auto at_most = [](const char* name, int64_t v, int64_t max) {
-    if (v > max) {
-      throw Error(std::string("model config: ") + name + " must be <= " + std::to_string(max) + ", got " +
-                  std::to_string(v));
-    }
-  };
-  constexpr int64_t kMaxDim = int64_t{1} << 24;
-  at_most("layers", layers, kMaxDim);
-  at_most("width", width, kMaxDim);
-  at_most("heads", heads, kMaxDim);
-  at_most("ffn_width", ffn_width, kMaxDim);
-  at_most("vocab", vocab, (int64_t{1} << 31) - 1);
-  at_most("seq_len", seq_len, kMaxDim);
-  at_most("batch", batch, kMaxDim);
+  Architecture::validate();
+  check_range("seq_len", seq_len);
+  check_range("batch", batch);
   const double T = static_cast<double>(batch) * static_cast<double>(seq_len);
   const double widest = std::max({static_cast<double>(width), static_cast<double>(ffn_width), static_cast<double>(vocab)});
   const double per_layer = static_cast<double>(width) * (4.0 * width + 3.0 * ffn_width);
@@ -43,28 +65,30 @@ void ModelConfig::validate() const {
     throw Error("model config: " + describe() + " needs more than 1e15 values (tensors of T x max(C, F, V), " +
                 "parameters, or attention), beyond any machine");
   }
-  if (width % heads != 0) {
-    throw Error("model config: width C = " + std::to_string(width) + " is not divisible by heads = " +
-                std::to_string(heads));
-  }
-  if (head_dim() % 2 != 0) {
-    throw Error("model config: head size C / heads = " + std::to_string(head_dim()) +
-                " must be even for RoPE");
-  }
 }
 
 std::string ModelConfig::describe() const {
-  std::ostringstream s;
-  s << "L=" << layers << " C=" << width << " heads=" << heads << " F=" << ffn_width
-    << " V=" << vocab << " S=" << seq_len << " B=" << batch;
-  return s.str();
+  return Architecture::describe() + " S=" + std::to_string(seq_len) + " B=" + std::to_string(batch);
 }
 
 ModelConfig preset(std::string_view name) {
-  if (name == "tiny") return ModelConfig{2, 64, 4, 192, 256, 32, 4};
-  if (name == "small") return ModelConfig{6, 256, 4, 768, 4096, 256, 16};
-  if (name == "wide") return ModelConfig{4, 1024, 8, 4096, 4096, 256, 8};
-  if (name == "paper") return ModelConfig{12, 768, 12, 2048, 32000, 2048, 8};
+  const auto make = [](Architecture a, RunShape s) { return ModelConfig{a, s}; };
+  if (name == "tiny") {
+    return make({.layers = 2, .width = 64, .heads = 4, .kv_heads = 4, .ffn_width = 192, .vocab = 256},
+                {.seq_len = 32, .batch = 4});
+  }
+  if (name == "small") {
+    return make({.layers = 6, .width = 256, .heads = 4, .kv_heads = 4, .ffn_width = 768, .vocab = 4096},
+                {.seq_len = 256, .batch = 16});
+  }
+  if (name == "wide") {
+    return make({.layers = 4, .width = 1024, .heads = 8, .kv_heads = 8, .ffn_width = 4096, .vocab = 4096},
+                {.seq_len = 256, .batch = 8});
+  }
+  if (name == "paper") {
+    return make({.layers = 12, .width = 768, .heads = 12, .kv_heads = 12, .ffn_width = 2048, .vocab = 32000},
+                {.seq_len = 2048, .batch = 8});
+  }
   throw Error("unknown preset '" + std::string(name) + "'; expected one of: tiny, small, wide, paper");
 }
 

@@ -17,12 +17,16 @@ namespace s3r::model {
 
 using nn::LinearMode;
 
-// Per-block parameters (offsets into the arenas) and saved activations.
+// Per-block parameters (offsets into the arenas) and saved activations. Ckv = NKV HD: the width
+// of K and V (C without grouped-query attention).
 struct Model::Block {
   int64_t attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-  std::vector<float> x_in;              // (T, C) residual stream entering the block
-  std::vector<float> xn1, rstd1;        // attention RMSNorm
-  std::vector<float> q, k, v, att, lse;  // lse (B, NH, S): the fused attention's log-sum-exp
+  std::string prefix;                    // "blocks.l.": names of quantized operands in errors
+  std::vector<float> x_in;               // (T, C) residual stream entering the block
+  std::vector<float> xn1, rstd1;         // attention RMSNorm
+  std::vector<float> q, att;             // (T, C)
+  std::vector<float> k, v;               // (T, Ckv)
+  std::vector<float> lse;                // (B, NH, S): the fused attention's log-sum-exp
   std::vector<float> x_mid, xn2, rstd2;  // after the attention residual; FFN RMSNorm
   nn::LinearInput qkv_in, o_in;
   nn::LinearWeight wq_w, wk_w, wv_w, wo_w;
@@ -30,13 +34,14 @@ struct Model::Block {
   std::vector<float> x_in_grad;  // dL/d(x_in), kept when capture_input_grads_ (diagnostics)
 };
 
-int64_t Model::add_param(const std::string& name, std::vector<int64_t> shape, ParamRole role, int64_t block,
+int64_t Model::add_param(const std::string& local, std::vector<int64_t> shape, ParamRole role, int64_t block,
                          Projection projection) {
   const int64_t offset = table_.empty() ? 0 : table_.back().offset + table_.back().size;
   int64_t size = 1;
   for (int64_t d : shape) size *= d;
   const bool decay = role == ParamRole::kProjection || role == ParamRole::kHead;
-  table_.push_back(ParamInfo{name, offset, size, std::move(shape), role, block, projection, decay});
+  const std::string name = block >= 0 ? "blocks." + std::to_string(block) + "." + local : local;
+  table_.push_back(ParamInfo{name, local, offset, size, std::move(shape), role, block, projection, decay});
   return offset;
 }
 
@@ -53,13 +58,14 @@ std::string_view to_string(Projection p) {
   return kNames[static_cast<uint32_t>(p)];
 }
 
-int64_t Model::parameter_count(const ModelConfig& c) {
-  const int64_t C = c.width, F = c.ffn_width, V = c.vocab;
-  return 2 * V * C + C + c.layers * (2 * C + 4 * C * C + 3 * C * F);
+int64_t Model::parameter_count(const Architecture& a) {
+  const int64_t C = a.width, Ckv = a.kv_width(), F = a.ffn_width, V = a.vocab;
+  return 2 * V * C + C + a.layers * (2 * C + 2 * C * C + 2 * C * Ckv + 3 * C * F);
 }
 
 int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
   const double C = static_cast<double>(c.width), F = static_cast<double>(c.ffn_width);
+  const double Ckv = static_cast<double>(c.kv_width());
   const double V = static_cast<double>(c.vocab), T = static_cast<double>(c.tokens());
   const double S = static_cast<double>(c.seq_len), B = static_cast<double>(c.batch);
   const double NH = static_cast<double>(c.heads), L = static_cast<double>(c.layers);
@@ -70,12 +76,12 @@ int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
   const double operand = nn::is_int8(mode) ? 1.0 : mode == nn::LinearMode::kBf16 ? (emulated ? 6.0 : 2.0) : 4.0;
   const double head = head_mode == LinearMode::kF32 ? 4.0 : nn::is_int8(head_mode) ? 1.0 : (emulated ? 6.0 : 2.0);
   double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
-  f32 += L * (8.0 * T * C + 2.0 * T + B * NH * S);             // per block: saved activations
+  f32 += L * (6.0 * T * C + 2.0 * T * Ckv + 2.0 * T + B * NH * S);  // per block: saved activations
   f32 += L * 2.0 * T * F + 4.0 * T * F;  // SwiGLU: h1, h3 per block; one scratch (hidden, gradients)
-  f32 += 8.0 * T * C + T + 1.0 * T * V;                         // final norm, gradients, logits
+  f32 += 6.0 * T * C + 2.0 * T * Ckv + T + 1.0 * T * V;         // final norm, gradients, logits
   double bytes = 4.0 * f32;
   bytes += L * operand * (3.0 * T * C + T * F);              // quantized or rounded inputs
-  bytes += L * operand * (4.0 * C * C + 3.0 * C * F);        // quantized or rounded weights
+  bytes += L * operand * (2.0 * C * C + 2.0 * C * Ckv + 3.0 * C * F);  // quantized or rounded weights
   bytes += (4.0 + 1.0 + (nn::is_int8(mode) ? 0.0 : operand)) * T * F;  // the SwiGLU workspace
   bytes += head * (T * C + C * V);                           // LM head operands
   return static_cast<int64_t>(bytes);
@@ -85,27 +91,29 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
     : cfg_(config), recipe_(recipe), mode_(recipe.projections()), head_mode_(recipe.head()),
       correction_(recipe.correction()) {
   cfg_.validate();
-  const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
+  const int64_t C = cfg_.width, Ckv = cfg_.kv_width(), F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
   const int64_t S = cfg_.seq_len, B = cfg_.batch, NH = cfg_.heads;
   // The parameter schema (s3r/model/params.hpp), in arena order.
   tok_emb_ = add_param("tok_emb", {V, C}, ParamRole::kEmbedding);
   blocks_.resize(static_cast<size_t>(cfg_.layers));
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     Block& b = blocks_[l];
-    const std::string p = "blocks." + std::to_string(l) + ".";
+    b.prefix = "blocks." + std::to_string(l) + ".";
     const auto projection = [&](Projection j, int64_t in, int64_t out) {
-      return add_param(p + std::string(to_string(j)), {in, out}, ParamRole::kProjection, l, j);
+      return add_param(std::string(to_string(j)), {in, out}, ParamRole::kProjection, l, j);
     };
-    b.attn_norm = add_param(p + "attn_norm", {C}, ParamRole::kNorm, l);
+    b.attn_norm = add_param("attn_norm", {C}, ParamRole::kNorm, l);
     b.wq = projection(Projection::kQ, C, C);
-    b.wk = projection(Projection::kK, C, C);
-    b.wv = projection(Projection::kV, C, C);
+    b.wk = projection(Projection::kK, C, Ckv);
+    b.wv = projection(Projection::kV, C, Ckv);
     b.wo = projection(Projection::kO, C, C);
-    b.ffn_norm = add_param(p + "ffn_norm", {C}, ParamRole::kNorm, l);
+    b.ffn_norm = add_param("ffn_norm", {C}, ParamRole::kNorm, l);
     b.w_gate = projection(Projection::kGate, C, F);
     b.w_up = projection(Projection::kUp, C, F);
     b.w_down = projection(Projection::kDown, F, C);
-    for (auto* v : {&b.x_in, &b.xn1, &b.q, &b.k, &b.v, &b.att, &b.x_mid, &b.xn2}) v->resize(T * C);
+    for (auto* v : {&b.x_in, &b.xn1, &b.q, &b.att, &b.x_mid, &b.xn2}) v->resize(T * C);
+    b.k.resize(T * Ckv);
+    b.v.resize(T * Ckv);
     b.rstd1.resize(T);
     b.rstd2.resize(T);
     b.lse.resize(B * NH * S);
@@ -114,7 +122,9 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
   lm_head_ = add_param("lm_head", {C, V}, ParamRole::kHead);
   params_.assign(static_cast<size_t>(table_.back().offset + table_.back().size), 0.0f);
   grads_.assign(params_.size(), 0.0f);
-  for (auto* v : {&x_final_, &xn_final_, &dx_, &dxn_, &dq_, &dk_, &dv_, &datt_}) v->resize(T * C);
+  for (auto* v : {&x_final_, &xn_final_, &dx_, &dxn_, &dq_, &datt_}) v->resize(T * C);
+  dk_.resize(T * Ckv);
+  dv_.resize(T * Ckv);
   rstd_final_.resize(T);
   logits_.resize(T * V);
   set_data_parallel(DataParallel{});
@@ -150,9 +160,9 @@ void Model::init_weights(uint32_t seed) {
   const float residual_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(cfg_.layers));
   for (const ParamInfo& p : table_) {
     float* w = param(p.offset);
-    const bool gain = p.name.find("norm") != std::string::npos;
-    const bool residual = p.name.find("attn.o") != std::string::npos ||
-                          p.name.find("ffn.down") != std::string::npos;
+    const bool gain = p.role == ParamRole::kNorm;
+    const bool residual = p.role == ParamRole::kProjection &&
+                          (p.projection == Projection::kO || p.projection == Projection::kDown);
     for (int64_t i = 0; i < p.size; ++i) {
       w[i] = gain ? 1.0f : normal(gen) * (residual ? residual_scale : 1.0f);
     }
@@ -204,89 +214,167 @@ double Model::forward(std::span<const int32_t> inputs, std::span<const int32_t> 
   return group_loss();
 }
 
+// The passes below read as the layer list: one statement per phase, each timed by a scoped zone
+// of the breakdown (no-ops without one).
+using Zone = nn::PhaseZone<StepBreakdown>;
+using B = StepBreakdown;
+
 void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32_t> targets) {
   leaf_loss_.assign(static_cast<size_t>(dp_.leaves), std::nan(""));
-  const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
-  const int64_t S = cfg_.seq_len, NH = cfg_.heads, HD = cfg_.head_dim();
+  const int64_t C = cfg_.width, V = cfg_.vocab, T = cfg_.tokens();
   if (inputs.size() != static_cast<size_t>(T) || targets.size() != static_cast<size_t>(T)) {
     throw Error("model forward: inputs and targets must hold B*S = " + std::to_string(T) + " tokens");
   }
-  using B = StepBreakdown;
-  nn::PhaseClock clock(breakdown_);
-  // The attention projections' forward split into operand preparation and GEMMs, as the
-  // backward's and the FFN's are (inside the `projections` phase, which `clock` still times).
-  nn::PhaseTimes* const projection_phases = breakdown_ != nullptr ? &breakdown_->projection_phases : nullptr;
   inputs_.assign(inputs.begin(), inputs.end());
   targets_.assign(targets.begin(), targets.end());
-  embedding_forward(blocks_.empty() ? x_final_ : blocks_[0].x_in, inputs,
-                    {param(tok_emb_), size_t(V * C)}, V, C);
-  clock.lap(&B::embedding);
+  {
+    const Zone z(breakdown_, &B::embedding);
+    embedding_forward(blocks_.empty() ? x_final_ : blocks_[0].x_in, inputs, {param(tok_emb_), size_t(V * C)}, V, C);
+  }
   for (int64_t l = 0; l < cfg_.layers; ++l) {
-    Block& b = blocks_[l];
-    const std::string p = "blocks." + std::to_string(l) + ".";
+    attention_forward(blocks_[l]);
+    ffn_forward(blocks_[l], l + 1 < cfg_.layers ? blocks_[l + 1].x_in : x_final_);
+  }
+  {
+    const Zone z(breakdown_, &B::norms);
+    rmsnorm_forward(xn_final_, rstd_final_, x_final_, {param(final_norm_), size_t(C)}, C, cfg_.norm_eps);
+  }
+  {
+    const Zone z(breakdown_, &B::lm_head);
+    nn::prepare_input(head_in_, xn_final_, T, C, head_mode_, "lm_head.X");
+    nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode_, "lm_head.W");
+    nn::linear_forward(logits_, head_in_, head_w_);
+  }
+  // logits_ becomes dL/dlogits here: the backward starts from it, divided by the step's tokens.
+  const Zone z(breakdown_, &B::cross_entropy);
+  const int64_t step_tokens = dp_.step_tokens ? dp_.step_tokens : T;
+  cross_entropy_fused(logits_, targets_, V, 1.0f / static_cast<float>(step_tokens), leaf_loss_);
+}
+
+// x_mid = x_in + attention(rmsnorm(x_in)) W_o.
+void Model::attention_forward(Block& b) {
+  const int64_t C = cfg_.width, T = cfg_.tokens(), S = cfg_.seq_len;
+  const int64_t NH = cfg_.heads, NKV = cfg_.kv_heads, HD = cfg_.head_dim();
+  {
+    const Zone z(breakdown_, &B::norms);
     rmsnorm_forward(b.xn1, b.rstd1, b.x_in, {param(b.attn_norm), size_t(C)}, C, cfg_.norm_eps);
-    clock.lap(&B::norms);
-    nn::PhaseClock qkv_clock(projection_phases);
+  }
+  {
+    const Zone z(breakdown_, &B::projections);
+    qkv_forward(b);
+  }
+  {
+    const Zone z(breakdown_, &B::rope);
+    rope_forward(b.q, S, NH, HD, cfg_.rope_theta);
+    rope_forward(b.k, S, NKV, HD, cfg_.rope_theta);
+  }
+  {
+    const Zone z(breakdown_, &B::attention);
+    flash_attention_forward(b.att, b.lse, b.q, b.k, b.v, S, NH, NKV, HD);
+  }
+  {
+    const Zone z(breakdown_, &B::projections);
+    const nn::PhaseZone<nn::PhaseTimes> prepare(projection_phases(), &nn::PhaseTimes::prepare);
+    nn::prepare_input(b.o_in, b.att, T, C, mode_, b.prefix + "attn.o.X");
+  }
+  {
+    const Zone z(breakdown_, &B::projections);
+    const nn::PhaseZone<nn::PhaseTimes> gemm(projection_phases(), &nn::PhaseTimes::gemm);
+    nn::linear_forward(b.x_mid, b.o_in, b.wo_w);
+  }
+  const Zone z(breakdown_, &B::residual);
+  dist::add_into(b.x_mid, b.x_in);  // threaded, one addition per element
+}
+
+// q, k, v = X Wq, X Wk, X Wv with X = xn1 prepared once; all four weights prepared here (W_o's
+// too: its input comes after the attention). Timed as operand preparation and GEMMs inside the
+// `projections` phase, as the backward's and the FFN's projections are.
+void Model::qkv_forward(Block& b) {
+  const int64_t C = cfg_.width, Ckv = cfg_.kv_width(), T = cfg_.tokens();
+  const std::string& p = b.prefix;
+  {
+    const nn::PhaseZone<nn::PhaseTimes> prepare(projection_phases(), &nn::PhaseTimes::prepare);
     nn::prepare_input(b.qkv_in, b.xn1, T, C, mode_, p + "attn.X");
     nn::prepare_weight(b.wq_w, {param(b.wq), size_t(C * C)}, C, C, mode_, p + "attn.q.W");
-    nn::prepare_weight(b.wk_w, {param(b.wk), size_t(C * C)}, C, C, mode_, p + "attn.k.W");
-    nn::prepare_weight(b.wv_w, {param(b.wv), size_t(C * C)}, C, C, mode_, p + "attn.v.W");
+    nn::prepare_weight(b.wk_w, {param(b.wk), size_t(C * Ckv)}, C, Ckv, mode_, p + "attn.k.W");
+    nn::prepare_weight(b.wv_w, {param(b.wv), size_t(C * Ckv)}, C, Ckv, mode_, p + "attn.v.W");
     nn::prepare_weight(b.wo_w, {param(b.wo), size_t(C * C)}, C, C, mode_, p + "attn.o.W");
-    qkv_clock.lap(&nn::PhaseTimes::prepare);
-    nn::linear_forward(b.q, b.qkv_in, b.wq_w);
-    nn::linear_forward(b.k, b.qkv_in, b.wk_w);
-    nn::linear_forward(b.v, b.qkv_in, b.wv_w);
-    qkv_clock.lap(&nn::PhaseTimes::gemm);
-    clock.lap(&B::projections);
-    rope_forward(b.q, S, NH, HD, cfg_.rope_theta);
-    rope_forward(b.k, S, NH, HD, cfg_.rope_theta);
-    clock.lap(&B::rope);
-    flash_attention_forward(b.att, b.lse, b.q, b.k, b.v, S, NH, HD);
-    clock.lap(&B::attention);
-    nn::PhaseClock o_clock(projection_phases);
-    nn::prepare_input(b.o_in, b.att, T, C, mode_, p + "attn.o.X");
-    o_clock.lap(&nn::PhaseTimes::prepare);
-    nn::linear_forward(b.x_mid, b.o_in, b.wo_w);
-    o_clock.lap(&nn::PhaseTimes::gemm);
-    clock.lap(&B::projections);
-    dist::add_into(b.x_mid, b.x_in);  // threaded, one addition per element
-    clock.lap(&B::residual);
+  }
+  const nn::PhaseZone<nn::PhaseTimes> gemm(projection_phases(), &nn::PhaseTimes::gemm);
+  nn::linear_forward(b.q, b.qkv_in, b.wq_w);
+  nn::linear_forward(b.k, b.qkv_in, b.wk_w);
+  nn::linear_forward(b.v, b.qkv_in, b.wv_w);
+}
+
+// out = x_mid + swiglu(rmsnorm(x_mid)).
+void Model::ffn_forward(Block& b, std::vector<float>& out) {
+  const int64_t C = cfg_.width, F = cfg_.ffn_width, T = cfg_.tokens();
+  {
+    const Zone z(breakdown_, &B::norms);
     rmsnorm_forward(b.xn2, b.rstd2, b.x_mid, {param(b.ffn_norm), size_t(C)}, C, cfg_.norm_eps);
-    clock.lap(&B::norms);
-    std::vector<float>& out = l + 1 < cfg_.layers ? blocks_[l + 1].x_in : x_final_;
+  }
+  {
+    const Zone z(breakdown_, &B::ffn);
     nn::swiglu_forward(out, b.xn2,
                        {{param(b.w_gate), size_t(C * F)}, {param(b.w_up), size_t(C * F)},
                         {param(b.w_down), size_t(F * C)}},
                        T, C, F, mode_, b.ffn, ffn_scratch_);
-    clock.lap(&B::ffn);
-    dist::add_into(out, b.x_mid);
-    clock.lap(&B::residual);
   }
-  rmsnorm_forward(xn_final_, rstd_final_, x_final_, {param(final_norm_), size_t(C)}, C, cfg_.norm_eps);
-  clock.lap(&B::norms);
-  nn::prepare_input(head_in_, xn_final_, T, C, head_mode_, "lm_head.X");
-  nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode_, "lm_head.W");
-  nn::linear_forward(logits_, head_in_, head_w_);
-  clock.lap(&B::lm_head);
-  // logits_ becomes dL/dlogits here: the backward starts from it, divided by the step's tokens.
-  const int64_t step_tokens = dp_.step_tokens ? dp_.step_tokens : T;
-  cross_entropy_fused(logits_, targets_, V, 1.0f / static_cast<float>(step_tokens), leaf_loss_);
-  clock.lap(&B::cross_entropy);
+  const Zone z(breakdown_, &B::residual);
+  dist::add_into(out, b.x_mid);
+}
+
+nn::PhaseTimes* Model::projection_phases() const {
+  return breakdown_ != nullptr ? &breakdown_->projection_phases : nullptr;
+}
+
+// The configuration of projection j's backward in block l: its threshold layer and key.
+nn::LinearBackwardConfig Model::layer_backward(int64_t l, Projection j, bool accumulate_dx) const {
+  const uint32_t index = layer_index(l, j);
+  return nn::LinearBackwardConfig{correction_, cfg_.seq_len, fold_in(step_key_, index), accumulate_dx, index, place_};
 }
 
 void Model::backward(Key step_key) {
-  const int64_t C = cfg_.width, F = cfg_.ffn_width, V = cfg_.vocab;
-  const int64_t S = cfg_.seq_len, NH = cfg_.heads, HD = cfg_.head_dim();
-  using B = StepBreakdown;
-  nn::PhaseClock clock(breakdown_);
-  // Every projection's and the LM head's backward overwrites its weight gradient; the embedding
-  // and the RMSNorm gains add into theirs (layers.hpp), and dx_ (dL/d(residual stream)) is
-  // accumulated: only those are cleared (the embedding's V x C and dx_'s T x C, not 4 bytes per
-  // parameter).
+  const int64_t C = cfg_.width, V = cfg_.vocab;
+  step_key_ = step_key;
+  // Where this batch sits in the step: global token indices, the group, the reduction leaves.
+  place_ = nn::BatchPlacement{dp_.group, static_cast<uint64_t>(dp_.first_example * cfg_.seq_len), dp_.leaves};
+  {
+    const Zone z(breakdown_, &B::zeroing);
+    clear_accumulated_grads();
+  }
+  {
+    const Zone z(breakdown_, &B::lm_head);
+    // The bf16/f32 head draws no random bits; an int8 head is the layer after the blocks'.
+    const uint32_t head_index = head_layer_index(cfg_.layers);
+    const nn::LinearBackwardConfig head_cfg =
+        nn::is_int8(head_mode_)
+            ? nn::LinearBackwardConfig{correction_, cfg_.seq_len, fold_in(step_key, head_index), false, head_index, place_}
+            : nn::LinearBackwardConfig{nn::Correction::kNone, cfg_.seq_len, step_key, false, -1, place_};
+    nn::linear_backward(dxn_, {grad(lm_head_), size_t(C * V)}, logits_, head_in_, head_w_, head_cfg, head_ws_);
+  }
+  {
+    const Zone z(breakdown_, &B::norms);
+    rmsnorm_backward(dx_, {grad(final_norm_), size_t(C)}, dxn_, x_final_, {param(final_norm_), size_t(C)},
+                     rstd_final_, C, dp_.leaves);
+  }
+  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+    ffn_backward(l);
+    attention_backward(l);
+    if (capture_input_grads_) blocks_[l].x_in_grad = dx_;
+  }
+  const Zone z(breakdown_, &B::embedding);
+  embedding_backward({grad(tok_emb_), size_t(V * C)}, dx_, inputs_, C, dp_.leaves, &embedding_scratch_);
+}
+
+// Every projection's and the LM head's backward overwrites its weight gradient; the embedding
+// and the RMSNorm gains add into theirs (layers.hpp), and dx_ (dL/d(residual stream)) is
+// accumulated: only those are cleared (the embedding's V x C and dx_'s T x C, not 4 bytes per
+// parameter).
+void Model::clear_accumulated_grads() {
+  const int64_t C = cfg_.width, V = cfg_.vocab;
   const auto clear = [](float* data, int64_t n) {
-    parallel_blocks(n, int64_t{1} << 16, [&](int64_t i0, int64_t i1) {
-      std::fill(data + i0, data + i1, 0.0f);
-    });
+    parallel_blocks(n, int64_t{1} << 16, [&](int64_t i0, int64_t i1) { std::fill(data + i0, data + i1, 0.0f); });
   };
   clear(grad(tok_emb_), V * C);
   clear(dx_.data(), static_cast<int64_t>(dx_.size()));
@@ -295,55 +383,53 @@ void Model::backward(Key step_key) {
     std::fill_n(grad(b.attn_norm), C, 0.0f);
     std::fill_n(grad(b.ffn_norm), C, 0.0f);
   }
-  clock.lap(&B::zeroing);
-  // The bf16/f32 head draws no random bits; an int8 head is the layer after the blocks'.
-  const uint32_t head_index = head_layer_index(cfg_.layers);
-  // Where this batch sits in the step: global token indices, the group, the reduction leaves.
-  const nn::BatchPlacement place{dp_.group, static_cast<uint64_t>(dp_.first_example * S), dp_.leaves};
-  const int64_t leaves = dp_.leaves;
-  nn::LinearBackwardConfig head_cfg = nn::is_int8(head_mode_)
-      ? nn::LinearBackwardConfig{correction_, S, fold_in(step_key, head_index), false, head_index, place}
-      : nn::LinearBackwardConfig{nn::Correction::kNone, S, step_key, false, -1, place};
-  nn::linear_backward(dxn_, {grad(lm_head_), size_t(C * V)}, logits_, head_in_, head_w_, head_cfg, head_ws_);
-  clock.lap(&B::lm_head);
-  rmsnorm_backward(dx_, {grad(final_norm_), size_t(C)}, dxn_, x_final_, {param(final_norm_), size_t(C)},
-                   rstd_final_, C, leaves);
-  clock.lap(&B::norms);
-  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
-    Block& b = blocks_[l];
-    // The layer config of projection j of this block (its threshold layer and key).
-    const auto layer = [&](Projection j, bool accumulate_dx) {
-      const uint32_t index = layer_index(l, j);
-      return nn::LinearBackwardConfig{correction_, S, fold_in(step_key, index), accumulate_dx, index, place};
-    };
-    // out = x_mid + swiglu(xn2): dx_ is d(out); the FFN adds into d(x_mid) through xn2. Its
-    // three projections are layers gate, up, down: consecutive (params.hpp).
+}
+
+// out = x_mid + swiglu(xn2): dx_ is d(out) and becomes d(x_mid).
+void Model::ffn_backward(int64_t l) {
+  const int64_t C = cfg_.width, F = cfg_.ffn_width;
+  Block& b = blocks_[l];
+  {
+    // The FFN adds into d(x_mid) through xn2. Its three projections are the consecutive layers
+    // gate, up, down (params.hpp).
+    const Zone z(breakdown_, &B::ffn);
     nn::swiglu_backward(dxn_, {{grad(b.w_gate), size_t(C * F)}, {grad(b.w_up), size_t(C * F)},
                                {grad(b.w_down), size_t(F * C)}},
-                        dx_, correction_, S, step_key, layer_index(l, Projection::kGate), b.ffn, ffn_scratch_, place);
-    clock.lap(&B::ffn);
-    rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, {param(b.ffn_norm), size_t(C)},
-                     b.rstd2, C, leaves);
-    clock.lap(&B::norms);
-    // x_mid = x_in + att W_o: dx_ is d(x_mid).
-    nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, layer(Projection::kO, false), ws_);
-    clock.lap(&B::projections);
-    flash_attention_backward(dq_, dk_, dv_, datt_, b.att, b.q, b.k, b.v, b.lse, S, NH, HD);
-    clock.lap(&B::attention);
-    rope_backward(dq_, S, NH, HD, cfg_.rope_theta);
-    rope_backward(dk_, S, NH, HD, cfg_.rope_theta);
-    clock.lap(&B::rope);
-    nn::linear_backward(dxn_, {grad(b.wq), size_t(C * C)}, dq_, b.qkv_in, b.wq_w, layer(Projection::kQ, false), ws_);
-    nn::linear_backward(dxn_, {grad(b.wk), size_t(C * C)}, dk_, b.qkv_in, b.wk_w, layer(Projection::kK, true), ws_);
-    nn::linear_backward(dxn_, {grad(b.wv), size_t(C * C)}, dv_, b.qkv_in, b.wv_w, layer(Projection::kV, true), ws_);
-    clock.lap(&B::projections);
-    rmsnorm_backward(dx_, {grad(b.attn_norm), size_t(C)}, dxn_, b.x_in, {param(b.attn_norm), size_t(C)},
-                     b.rstd1, C, leaves);
-    clock.lap(&B::norms);
-    if (capture_input_grads_) b.x_in_grad = dx_;
+                        dx_, correction_, cfg_.seq_len, step_key_, layer_index(l, Projection::kGate), b.ffn,
+                        ffn_scratch_, place_);
   }
-  embedding_backward({grad(tok_emb_), size_t(V * C)}, dx_, inputs_, C, leaves, &embedding_scratch_);
-  clock.lap(&B::embedding);
+  const Zone z(breakdown_, &B::norms);
+  rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, {param(b.ffn_norm), size_t(C)}, b.rstd2, C,
+                   dp_.leaves);
+}
+
+// x_mid = x_in + attention(rmsnorm(x_in)) W_o: dx_ is d(x_mid) and becomes d(x_in).
+void Model::attention_backward(int64_t l) {
+  const int64_t C = cfg_.width, Ckv = cfg_.kv_width(), S = cfg_.seq_len;
+  const int64_t NH = cfg_.heads, NKV = cfg_.kv_heads, HD = cfg_.head_dim();
+  Block& b = blocks_[l];
+  {
+    const Zone z(breakdown_, &B::projections);
+    nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, layer_backward(l, Projection::kO, false), ws_);
+  }
+  {
+    const Zone z(breakdown_, &B::attention);
+    flash_attention_backward(dq_, dk_, dv_, datt_, b.att, b.q, b.k, b.v, b.lse, S, NH, NKV, HD);
+  }
+  {
+    const Zone z(breakdown_, &B::rope);
+    rope_backward(dq_, S, NH, HD, cfg_.rope_theta);
+    rope_backward(dk_, S, NKV, HD, cfg_.rope_theta);
+  }
+  {
+    const Zone z(breakdown_, &B::projections);
+    nn::linear_backward(dxn_, {grad(b.wq), size_t(C * C)}, dq_, b.qkv_in, b.wq_w, layer_backward(l, Projection::kQ, false), ws_);
+    nn::linear_backward(dxn_, {grad(b.wk), size_t(C * Ckv)}, dk_, b.qkv_in, b.wk_w, layer_backward(l, Projection::kK, true), ws_);
+    nn::linear_backward(dxn_, {grad(b.wv), size_t(C * Ckv)}, dv_, b.qkv_in, b.wv_w, layer_backward(l, Projection::kV, true), ws_);
+  }
+  const Zone z(breakdown_, &B::norms);
+  rmsnorm_backward(dx_, {grad(b.attn_norm), size_t(C)}, dxn_, b.x_in, {param(b.attn_norm), size_t(C)}, b.rstd1, C,
+                   dp_.leaves);
 }
 
 }  // namespace s3r::model

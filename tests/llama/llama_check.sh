@@ -13,16 +13,21 @@
 # - f16 and q8_0 exports broken by a weight beyond f16's range (`--inject f16-overflow`: inf in
 #   f16, an inf block scale in q8_0) give NaN logits in llama.cpp, and must fail for that reason,
 #   with other greedy tokens; a NaN must never pass as a small difference;
-# - a NaN on s3r's side (a null in the log-probabilities it dumped) fails the f32 comparison.
+# - a NaN on s3r's side (a null in the log-probabilities it dumped) fails the f32 comparison;
+# - grouped-query attention: the model of cli.infer_smoke with 4 heads and 2 kv heads (RUN_DIR-gqa;
+#   llama.attention.head_count_kv 2, K's rows permuted per kv head) exported as f32 matches s3r
+#   within 1e-4 with the same greedy tokens, and fails without the q/k permutation.
 # Usage: llama_check.sh S3R_BINARY RUN_DIR DATA_DIR WORK_DIR REPO_ROOT
 set -uo pipefail
 s3r=$1; run=$2; data=$3; work=$4; root=$5
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 tok=(--tokenizer "$data/tokenizer.model")
-export_gguf() {  # NAME [OPTIONS...]
+gqa_run=$run-gqa  # trained by tests/tools/infer_smoke.sh beside RUN_DIR
+[ -f "$gqa_run/checkpoint/meta.json" ] || fail "no grouped-query run $gqa_run (cli.infer_smoke trains it)"
+export_gguf() {  # NAME [OPTIONS...] (the run: $from)
   local name=$1; shift
-  "$s3r" export --checkpoint "$run" --format gguf --out "$work/$name.gguf" "${tok[@]}" "$@" > "$work/$name.log" 2>&1 \
+  "$s3r" export --checkpoint "${from:-$run}" --format gguf --out "$work/$name.gguf" "${tok[@]}" "$@" > "$work/$name.log" 2>&1 \
     || fail "export $name: $(cat "$work/$name.log")"
 }
 export_gguf f32
@@ -32,18 +37,28 @@ export_gguf bug-permute-qk --inject permute-qk
 export_gguf bug-transpose-o --inject transpose-o
 export_gguf bug-f16-overflow-f16 --type f16 --inject f16-overflow
 export_gguf bug-f16-overflow-q8_0 --type q8_0 --inject f16-overflow
+from=$gqa_run export_gguf gqa-f32
+from=$gqa_run export_gguf bug-gqa-permute-qk --inject permute-qk
 # The prompt plus the generated tokens stay within the trained context (S = 32).
-"$s3r" generate --checkpoint "$run" "${tok[@]}" --prompt "The gradient, 'rounds'" --precision f32 --temperature 0 \
-  --max-tokens 12 --ignore-eos --print-ids --dump-logprobs "$work/logprobs.json" > "$work/generate.out" 2> "$work/generate.err" \
-  || fail "generate: $(cat "$work/generate.err")"
-ids=$(grep '^ids:' "$work/generate.err" | sed 's/.*| *//' | tr ' ' ',')
-[ -n "$ids" ] || fail "no generated ids in $(cat "$work/generate.err")"
+generate() {  # RUN NAME: s3r's log-probabilities ($work/NAME.json) and greedy tokens ($work/NAME.ids)
+  "$s3r" generate --checkpoint "$1" "${tok[@]}" --prompt "The gradient, 'rounds'" --precision f32 --temperature 0 \
+    --max-tokens 12 --ignore-eos --print-ids --dump-logprobs "$work/$2.json" > "$work/$2.out" 2> "$work/$2.err" \
+    || fail "generate $1: $(cat "$work/$2.err")"
+  grep '^ids:' "$work/$2.err" | sed 's/.*| *//' | tr ' ' ',' > "$work/$2.ids"
+  [ -s "$work/$2.ids" ] || fail "no generated ids in $(cat "$work/$2.err")"
+}
+generate "$run" logprobs
+generate "$gqa_run" logprobs-gqa
+ids=$(cat "$work/logprobs.ids"); gqa_ids=$(cat "$work/logprobs-gqa.ids")
 cd "$root/tests/llama" || fail "no $root/tests/llama"
 node check_gguf.mjs "$work/logprobs.json" "$ids" \
   "$work/f32.gguf:1e-4:match:greedy" "$work/f16.gguf:5e-3:match:greedy" "$work/q8_0.gguf:5e-2:match:greedy" \
   "$work/bug-permute-qk.gguf:1e-4:mismatch" "$work/bug-transpose-o.gguf:1e-4:mismatch" \
   "$work/bug-f16-overflow-f16.gguf:5e-3:nonfinite:greedy" "$work/bug-f16-overflow-q8_0.gguf:5e-2:nonfinite:greedy" \
   || fail "llama.cpp check (above)"
+node check_gguf.mjs "$work/logprobs-gqa.json" "$gqa_ids" \
+  "$work/gqa-f32.gguf:1e-4:match:greedy" "$work/bug-gqa-permute-qk.gguf:1e-4:mismatch" \
+  || fail "llama.cpp check of the grouped-query model (above)"
 # s3r's side: one log-probability null (what s3r writes for a NaN) must fail the comparison.
 /usr/bin/python3 -c 'import json, sys
 d = json.load(open(sys.argv[1])); d["logprobs"][3][7] = None; json.dump(d, open(sys.argv[2], "w"))' \

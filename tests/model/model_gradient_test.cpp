@@ -37,10 +37,11 @@ Vec rmsnorm(const Vec& x, const double* g, int64_t T, int64_t C, double eps) {
   return y;
 }
 
-void rope(Vec& x, const ModelConfig& m) {
-  const int64_t C = m.width, HD = m.head_dim();
+// x (T, heads HD).
+void rope(Vec& x, const ModelConfig& m, int64_t heads) {
+  const int64_t HD = m.head_dim(), C = heads * HD;
   for (int64_t t = 0; t < m.tokens(); ++t)
-    for (int64_t h = 0; h < m.heads; ++h)
+    for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < HD / 2; ++i) {
         const double ang = static_cast<double>(t % m.seq_len) * std::pow(double(m.rope_theta), -2.0 * i / HD);
         double* p = &x[t * C + h * HD + 2 * i];
@@ -50,23 +51,25 @@ void rope(Vec& x, const ModelConfig& m) {
       }
 }
 
+// q (T, C); k, v (T, NKV HD): query head h reads key/value head h / (NH / NKV).
 Vec attention(const Vec& q, const Vec& k, const Vec& v, const ModelConfig& m) {
-  const int64_t C = m.width, HD = m.head_dim(), S = m.seq_len;
+  const int64_t C = m.width, HD = m.head_dim(), S = m.seq_len, Ckv = m.kv_heads * HD;
   Vec out(q.size(), 0.0);
   for (int64_t b = 0; b < m.batch; ++b)
     for (int64_t h = 0; h < m.heads; ++h)
       for (int64_t i = 0; i < S; ++i) {
+        const int64_t g = h / (m.heads / m.kv_heads);
         Vec s(i + 1);
         double mx = -1e300, sum = 0.0;
         for (int64_t j = 0; j <= i; ++j) {
           double d = 0.0;
-          for (int64_t e = 0; e < HD; ++e) d += q[(b * S + i) * C + h * HD + e] * k[(b * S + j) * C + h * HD + e];
+          for (int64_t e = 0; e < HD; ++e) d += q[(b * S + i) * C + h * HD + e] * k[(b * S + j) * Ckv + g * HD + e];
           s[j] = d / std::sqrt(double(HD));
           mx = std::max(mx, s[j]);
         }
         for (auto& x : s) sum += (x = std::exp(x - mx));
         for (int64_t j = 0; j <= i; ++j)
-          for (int64_t e = 0; e < HD; ++e) out[(b * S + i) * C + h * HD + e] += s[j] / sum * v[(b * S + j) * C + h * HD + e];
+          for (int64_t e = 0; e < HD; ++e) out[(b * S + i) * C + h * HD + e] += s[j] / sum * v[(b * S + j) * Ckv + g * HD + e];
       }
   return out;
 }
@@ -83,10 +86,11 @@ double reference_loss(const ModelConfig& m, const std::map<std::string, ParamInf
   for (int64_t l = 0; l < m.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
     const Vec xn = rmsnorm(x, P(p + "attn_norm"), T, C, m.norm_eps);
-    Vec q = matmul(xn, P(p + "attn.q"), T, C, C), k = matmul(xn, P(p + "attn.k"), T, C, C);
-    const Vec v = matmul(xn, P(p + "attn.v"), T, C, C);
-    rope(q, m);
-    rope(k, m);
+    const int64_t Ckv = m.kv_width();
+    Vec q = matmul(xn, P(p + "attn.q"), T, C, C), k = matmul(xn, P(p + "attn.k"), T, C, Ckv);
+    const Vec v = matmul(xn, P(p + "attn.v"), T, C, Ckv);
+    rope(q, m, m.heads);
+    rope(k, m, m.kv_heads);
     const Vec o = matmul(attention(q, k, v, m), P(p + "attn.o"), T, C, C);
     for (int64_t i = 0; i < T * C; ++i) x[i] += o[i];
     const Vec xn2 = rmsnorm(x, P(p + "ffn_norm"), T, C, m.norm_eps);
@@ -110,16 +114,19 @@ double reference_loss(const ModelConfig& m, const std::map<std::string, ParamInf
 // For a few entries of every parameter tensor: central differences (h = 1e-4 (|w| + 0.1)) of the
 // double loss against the f32 model's analytic gradient; allowed error 2e-3 of the tensor's
 // gradient RMS plus 1e-3 relative (f32 rounding through two blocks is ~1e-5 relative; a wrong
-// term or factor shows at O(RMS)).
-TEST(ModelGradient, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
-  ModelConfig m{2, 16, 2, 24, 19, 6, 2};
+// term or factor shows at O(RMS)). With 4 heads and 4, 2 or 1 key/value heads (multi-head,
+// grouped-query and multi-query attention).
+class ModelGradientKv : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(ModelGradientKv, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
+  ModelConfig m{{2, 16, 4, GetParam(), 24, 19}, {6, 2}};
   Model model(m, nn::Recipe::make(nn::LinearMode::kF32, nn::Correction::kNone));
   model.init_weights(5);
   // Larger weights than the 0.02 init so that every path carries a visible gradient.
   std::mt19937 gen(3);
   std::normal_distribution<float> normal(0.0f, 0.3f);
   for (const ParamInfo& p : model.param_table()) {
-    if (p.name.find("norm") != std::string::npos) continue;
+    if (p.role == ParamRole::kNorm) continue;
     for (int64_t i = 0; i < p.size; ++i) model.params()[p.offset + i] = normal(gen);
   }
   std::vector<int32_t> in(m.tokens()), tg(m.tokens());
@@ -153,12 +160,14 @@ TEST(ModelGradient, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(KvHeads, ModelGradientKv, ::testing::Values(4, 2, 1));
+
 // /head-int8: the LM head becomes a quantized projection of an int8 model. The same weights and
 // batch give a loss within 1% of the bf16 head's (int8 codes carry ~2^-8 relative error) but not
 // equal to it (a choice that is ignored fails), a head gradient that points the same way (cosine
 // > 0.99) without being the same. f32 and bf16 recipes cannot ask for it (nn::Recipe::make).
 TEST(ModelGradient, Int8HeadQuantizesOnlyTheHeadOfInt8Models) {
-  ModelConfig m{2, 32, 2, 48, 64, 16, 2};
+  ModelConfig m{{2, 32, 2, 2, 48, 64}, {16, 2}};
   std::vector<int32_t> in(m.tokens()), tg(m.tokens());
   std::mt19937 gen(8);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.vocab - 1));
@@ -201,7 +210,7 @@ TEST(ModelGradient, Int8HeadQuantizesOnlyTheHeadOfInt8Models) {
 // a gradient that is added into without being cleared, or an element no layer writes, keeps
 // some of the garbage. Batch 8: eight reduction leaves, tokens repeated, some rows never named.
 TEST(ModelGradient, BackwardWritesEveryGradientWhateverTheBufferHeld) {
-  ModelConfig m{2, 32, 2, 48, 64, 16, 8};
+  ModelConfig m{{2, 32, 2, 2, 48, 64}, {16, 8}};
   std::vector<int32_t> in(m.tokens()), tg(m.tokens());
   std::mt19937 gen(9);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.vocab - 9));

@@ -128,7 +128,7 @@ TEST(BackwardProbe, TelemetryStepIsTheQuantizersAndShareIsCounted) {
 TEST(BackwardProbe, ModelCapturesTheGradientEnteringEachBlock) {
   // f32 model: the embedding gradient of token v is the sum of dL/d(input of block 0) over the
   // positions holding v, so the captured block-0 gradient must reproduce it.
-  model::ModelConfig cfg{2, 32, 4, 64, 50, 8, 2};
+  model::ModelConfig cfg{{2, 32, 4, 4, 64, 50}, {8, 2}};
   model::Model m(cfg, Recipe::make(LinearMode::kF32, Correction::kNone));
   m.init_weights(3);
   m.set_capture_input_grads(true);

@@ -3,6 +3,9 @@
 # tiny models trained in f32, s3r + dx, bf16 and rtne with an int8 LM head must match s3r's logged val_loss (f32 to 1e-6
 # relative, the others to 1e-5), and the same check with a deliberate bug must fail (exit 1,
 # MISMATCH): so the tolerances are tight enough to catch these bugs, and the check can fail.
+# Grouped-query attention (4 heads, 2 kv heads; f32 and s3r + dx) to the same tolerances, and the
+# same checks with query head h reading kv head h % 2 instead of h // 2 must fail (in the
+# s3r-numerics forward, and in the plain-PyTorch peer alone).
 # Most bugs run with --no-peer (the s3r-numerics comparison alone); the plain-PyTorch peer's own
 # comparison is shown to fail too: on a bug that both see, and on one in the peer alone.
 # Usage: checkpoint_check.sh S3R_BINARY DATA_DIR WORK_DIR REPO_ROOT
@@ -25,13 +28,16 @@ train s3r-dx s3r dx 30   # 30 batches of 4 windows: more than the 95 windows of 
                          # loader's second epoch (a new permutation) is part of the check
 train bf16 bf16 none 8
 train rtne-int8-head rtne none 8 --head int8  # the LM head as an int8 projection (meta.json lm_head)
+train f32-gqa f32 none 8 --heads 4 --kv-heads 2  # grouped-query attention: Wk, Wv (C, 2 * HD)
+train s3r-dx-gqa s3r dx 8 --heads 4 --kv-heads 2
 
-expect_match() {  # RUN EVAL_BATCHES
+expect_match() {  # RUN EVAL_BATCHES [PATTERN: must be in the check's header line too]
   local out
   out=$("${check[@]}" --run "$work/$1" --data "$data" --eval-batches "$2" 2>&1) \
     || fail "check of $1 failed:"$'\n'"$out"
   echo "$out"
   grep -q "check_checkpoint: ok" <<<"$out" || fail "no 'ok' line for $1"
+  [ $# -lt 3 ] || grep -q "^check_checkpoint: .*$3" <<<"$out" || fail "$1: no '$3' in the check's header"
 }
 expect_mismatch() {  # RUN EVAL_BATCHES BUG (or '-' for none) [EXTRA...]
   local run=$1 batches=$2 bug=$3 out rc
@@ -61,6 +67,8 @@ expect_match f32 8
 expect_match s3r-dx 30
 expect_match bf16 8
 expect_match rtne-int8-head 8
+expect_match f32-gqa 8 "heads=4 kv_heads=2 "  # the checkpoint is one of grouped-query attention
+expect_match s3r-dx-gqa 8 "heads=4 kv_heads=2 "
 
 # Plausible bugs, each caught by the tolerance of its mode (measured on these runs: 7e-5 to 6e-2
 # relative, 10x or more above the tolerance; `--inject int8-scale-128` and `head-f32` move an int8
@@ -81,8 +89,14 @@ expect_mismatch bf16 8 rope-half-split
 expect_mismatch bf16 8 norm-eps
 expect_mismatch bf16 8 no-causal-mask
 expect_mismatch rtne-int8-head 8 head-f32     # the head computed in f32 instead of int8
+# Grouped-query attention: query head h reading kv head h % NKV (0,1,0,1) instead of h // 2 (0,0,1,1).
+expect_mismatch f32-gqa 8 gqa-kv-modulo
+expect_peer_mismatch f32-gqa 8 peer-gqa-kv-modulo ok  # the same bug in the peer model alone
 
 # Unusable inputs: exit status 2 with a message, not a traceback.
 out=$("${check[@]}" --run "$work/nonexistent" --data "$data" 2>&1); rc=$?
 [ $rc = 2 ] && grep -q "cannot read the run" <<<"$out" || fail "missing run: exit $rc: $out"
+# A GQA bug asked of a multi-head checkpoint (where h % NKV = h // G) is refused, not passed.
+out=$("${check[@]}" --run "$work/f32" --data "$data" --no-peer --inject gqa-kv-modulo 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "needs a grouped-query checkpoint" <<<"$out" || fail "gqa-kv-modulo on MHA: exit $rc: $out"
 echo "checkpoint check: ok"

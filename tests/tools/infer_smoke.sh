@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `s3r generate`, `s3r eval` and `s3r export` end to end on a tiny model trained here,
-# and their errors. The run and its data stay in WORK_DIR for tests/llama and tests/peer.
+# and their errors, and the same on a grouped-query model (4 heads, 2 kv heads). The runs (run,
+# run-gqa) and their data stay in WORK_DIR for tests/llama and tests/peer.
 # Usage: infer_smoke.sh S3R_BINARY WORK_DIR
 set -uo pipefail
 s3r=$1; work=$2
@@ -106,4 +107,41 @@ for f in config.json model.safetensors tokenizer.model tokenizer_config.json; do
 done
 expect_error "unknown --format 'onnx'; expected gguf or hf" "$s3r" export --checkpoint "$work/run" --format onnx --out x
 expect_error "unknown weight type 'q4'" "$s3r" export --checkpoint "$work/run" "${tok[@]}" --format gguf --type q4 --out x
+# Grouped-query attention (4 heads, 2 kv heads): meta.json's config has kv_heads only then (the
+# architecture always); generation (greedy deterministic, past the context: the KV cache of 2
+# heads), eval and both exports. run-gqa stays for tests/llama and tests/peer.
+"$s3r" train --preset tiny --heads 4 --kv-heads 2 --vocab 300 --data "$work/data" --steps 40 --warmup 3 --lr 3e-3 \
+  --eval-every 40 --eval-batches 4 --out "$work/run-gqa" > "$work/train-gqa.log" 2>&1 \
+  || fail "train --kv-heads 2: $(tail -3 "$work/train-gqa.log")"
+python3 - "$work/run/checkpoint/meta.json" "$work/run-gqa/checkpoint/meta.json" <<'PY' || fail "kv_heads in meta.json"
+import json, sys
+mha, gqa = (json.load(open(p)) for p in sys.argv[1:])
+got = (mha["config"].get("kv_heads"), mha["architecture"]["kv_heads"], gqa["config"].get("kv_heads"),
+       gqa["architecture"]["kv_heads"])
+print(f"kv_heads in meta.json: MHA config {got[0]}, architecture {got[1]}; GQA config {got[2]}, architecture {got[3]}")
+sys.exit(0 if got == (None, 4, 2, 2) else 1)
+PY
+for i in 1 2; do
+  "$s3r" generate --checkpoint "$work/run-gqa" --prompt "the gradient" --max-tokens 10 --temperature 0 --ignore-eos \
+    > "$work/gqa$i.out" 2> "$work/gqa$i.err" || fail "generate (GQA): $(cat "$work/gqa$i.err")"
+done
+cat "$work/gqa1.out"
+grep -q "^the gradient." "$work/gqa1.out" && [ "$(wc -w < "$work/gqa1.out")" -gt 2 ] \
+  || fail "GQA: no continuation of the prompt: $(cat "$work/gqa1.out")"
+cmp -s "$work/gqa1.out" "$work/gqa2.out" || fail "GQA: greedy generation is not deterministic"
+"$s3r" generate --checkpoint "$work/run-gqa" --prompt "the" --max-tokens 70 --ignore-eos --seed 1 \
+  > /dev/null 2> "$work/gqa-long.err" || fail "GQA: generate past the context: $(cat "$work/gqa-long.err")"
+grep -q " 70 new tokens" "$work/gqa-long.err" || fail "GQA: not 70 tokens past the context: $(cat "$work/gqa-long.err")"
+"$s3r" eval --checkpoint "$work/run-gqa" --data "$work/data" > "$work/gqa-eval.out" 2> "$work/gqa-eval.err" \
+  || fail "GQA: eval: $(cat "$work/gqa-eval.err")"
+loss=$(sed -n 's/^loss \([0-9.]*\) nats.*/\1/p' "$work/gqa-eval.out")
+logged=$(grep val_loss "$work/run-gqa/metrics.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.e+-]*\).*/\1/')
+echo "GQA eval: loss $loss (logged val_loss $logged)"
+python3 -c "import sys; a, b = float('$loss'), float('$logged'); sys.exit(0 if abs(a - b) <= 0.1 * b else 1)" \
+  || fail "GQA: eval loss $loss is far from the logged val_loss $logged"
+"$s3r" export --checkpoint "$work/run-gqa" "${tok[@]}" --format gguf --out "$work/tiny-gqa.gguf" > /dev/null || fail "GQA: export gguf"
+"$s3r" export --checkpoint "$work/run-gqa" "${tok[@]}" --format hf --out "$work/hf-gqa" > /dev/null || fail "GQA: export hf"
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); sys.exit(0 if (c["num_attention_heads"],
+  c["num_key_value_heads"]) == (4, 2) else 1)' "$work/hf-gqa/config.json" \
+  || fail "GQA: hf config.json: $(cat "$work/hf-gqa/config.json")"
 echo "infer smoke: ok"

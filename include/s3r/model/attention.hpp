@@ -1,10 +1,16 @@
 #pragma once
-// Fused causal multi-head attention ("flash attention"): the same function as
-// attention_forward / attention_backward of layers.hpp, without the (B, NH, S, S) probabilities.
+// Fused causal multi-head and grouped-query attention ("flash attention"): the same function as
+// attention_forward / attention_backward of layers.hpp (on k, v repeated over each group of query
+// heads), without the (B, NH, S, S) probabilities.
 //
-// Shapes and layout as in layers.hpp: T = B*S tokens, C = NH * HD; q, k, v, out and their
-// gradients are row-major (T, C), head h of token t in columns [h*HD, (h+1)*HD); examples are
-// contiguous blocks of S tokens and attend causally within themselves only.
+// Shapes and layout as in layers.hpp: T = B*S tokens, C = NH * HD; q, out and their gradients
+// are row-major (T, C), head h of token t in columns [h*HD, (h+1)*HD); examples are contiguous
+// blocks of S tokens and attend causally within themselves only.
+// Grouped-query attention: k, v, dk, dv are (T, Ckv), Ckv = NKV * HD, with NKV = kv_heads
+// dividing NH; query head h reads kv head h / G, G = NH / NKV (consecutive query heads share a
+// kv head: Hugging Face's repeat_kv, llama.cpp's GQA). NKV = NH is multi-head attention. A kv
+// head's dk, dv sum its G query heads' contributions in f32 in head order, each head's computed
+// whole first: dk = ((dk_h0 + dk_h1) + dk_h2) + ... (likewise dv; G = 1 writes them directly).
 //
 // Numerics (kernels/attention_kernels.hpp has the exact operation order): f32 throughout, with
 // fused multiply-adds in fixed orders; queries and keys in blocks of 32, key blocks above the
@@ -21,28 +27,29 @@
 // attention's (B, NH, S, S) probabilities.
 //
 // Threads: OpenMP inside each call; the forward over (example, head, query block), the backward
-// over (example, head). Each thread keeps one scratch buffer, grown once (O(S HD) floats).
+// over (example, kv head). Each thread keeps one scratch buffer, grown once (O(S HD) floats).
 // Outputs must not alias inputs. Sizes are checked: a wrong one is an s3r::Error naming the
-// function, the tensor, its size and the expected size.
+// function, the tensor, its size and the expected size; so is kv_heads < 1 or not dividing heads.
 #include <cstdint>
 #include <span>
 
 namespace s3r::model {
 
-// out (T, C) = causal softmax(q k^T / sqrt(HD)) v per (example, head), overwritten;
-// lse (B, NH, S) = log sum_{j <= i} exp(q_i . k_j / sqrt(HD)) of each query row i (f32), saved
-// for the backward, overwritten. q, k, v (T, C).
+// out (T, C) = causal softmax(q k^T / sqrt(HD)) v per (example, query head, with its kv head),
+// overwritten; lse (B, NH, S) = log sum_{j <= i} exp(q_i . k_j / sqrt(HD)) of each query row i
+// (f32), saved for the backward, overwritten. q (T, C); k, v (T, Ckv).
 void flash_attention_forward(std::span<float> out, std::span<float> lse, std::span<const float> q,
                              std::span<const float> k, std::span<const float> v, int64_t seq_len,
-                             int64_t heads, int64_t head_dim);
+                             int64_t heads, int64_t kv_heads, int64_t head_dim);
 
-// dq, dk, dv (T, C) overwritten (not accumulated), from dout (T, C) and the forward's out (T, C)
-// and lse (B, NH, S): probabilities recomputed block by block as P = exp(s - lse),
-// D_i = dout_i . out_i, dS = P (dP - D) / sqrt(HD).
+// dq (T, C), dk, dv (T, Ckv) overwritten (not accumulated), from dout (T, C) and the forward's
+// out (T, C) and lse (B, NH, S): probabilities recomputed block by block as P = exp(s - lse),
+// D_i = dout_i . out_i, dS = P (dP - D) / sqrt(HD); dk, dv summed over each kv head's group as
+// above.
 void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::span<float> dv,
                               std::span<const float> dout, std::span<const float> out,
                               std::span<const float> q, std::span<const float> k,
                               std::span<const float> v, std::span<const float> lse, int64_t seq_len,
-                              int64_t heads, int64_t head_dim);
+                              int64_t heads, int64_t kv_heads, int64_t head_dim);
 
 }  // namespace s3r::model

@@ -1,34 +1,57 @@
 #pragma once
-// Llama-style decoder configuration and presets.
+// A decoder's configuration, in two parts: its architecture (every size a parameter has: what a
+// checkpoint records and inference needs) and the shape of a training step's batch (which sizes
+// no parameter: a checkpoint resumes, evaluates or generates with another). ModelConfig holds
+// both, for the code that builds a training model.
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace s3r::model {
 
-struct ModelConfig {
+// The decoder's architecture: Llama-style blocks (s3r/model/model.hpp); the parameter schema
+// (s3r/model/params.hpp) is a function of it alone.
+struct Architecture {
   int64_t layers = 2;       // L
   int64_t width = 64;       // C
-  int64_t heads = 4;        // NH (head size C / NH, even)
+  int64_t heads = 4;        // NH query heads; head size HD = C / NH (even, for RoPE)
+  int64_t kv_heads = 4;     // NKV key/value heads, dividing NH; NKV < NH: grouped-query attention
   int64_t ffn_width = 192;  // F
   int64_t vocab = 256;      // V
-  int64_t seq_len = 32;     // S
-  int64_t batch = 4;        // B
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
-  // The numerics (projections, correction, LM head) are not part of the shape: nn::Recipe.
 
-  int64_t head_dim() const { return width / heads; }
-  int64_t tokens() const { return batch * seq_len; }  // T
+  int64_t head_dim() const { return width / heads; }         // HD
+  int64_t kv_width() const { return kv_heads * head_dim(); }  // columns of K and V: NKV HD
   // Throws s3r::Error naming the first invalid field (e.g. C not divisible by heads).
   void validate() const;
-  std::string describe() const;  // one line: L, C, heads, F, V, S, B
+  std::string describe() const;  // "L=2 C=64 heads=4 F=192 V=256" ("heads=4/kv=2" with GQA)
+  friend bool operator==(const Architecture&, const Architecture&) = default;
+};
+
+// The shape of one training step's batch on this process.
+struct RunShape {
+  int64_t seq_len = 32;  // S
+  int64_t batch = 4;     // B
+  int64_t tokens() const { return batch * seq_len; }  // T
+  friend bool operator==(const RunShape&, const RunShape&) = default;
+};
+
+// An architecture with the batch shape a model is built for. The numerics (projections,
+// correction, LM head) are a separate value: nn::Recipe.
+struct ModelConfig : Architecture, RunShape {
+  const Architecture& architecture() const { return *this; }
+  const RunShape& shape() const { return *this; }
+  // Both parts, and their sizes together (tensors of T x max(C, F, V), parameters, attention)
+  // within what any machine holds; throws s3r::Error naming the first problem.
+  void validate() const;
+  std::string describe() const;  // the architecture's line, then " S=32 B=4"
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
 // "tiny" (tests; seconds), "small" (the default main job), "wide" (4 blocks of C = 1024, F = 4096,
 // the FFN shape W2 of the paper's Table III: GEMM-bound, for `s3r bench step`), "paper" (the
-// paper's 12-layer decoder).
+// paper's 12-layer decoder). Every preset has kv_heads = heads.
 ModelConfig preset(std::string_view name);
 
 }  // namespace s3r::model

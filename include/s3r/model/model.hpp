@@ -3,7 +3,9 @@
 // attention -> output projection -> residual; RMSNorm -> SwiGLU (gate, up, down) -> residual;
 // final RMSNorm; untied LM head; mean cross-entropy.
 //
-// Attention is fused (s3r/model/attention.hpp): no (B, NH, S, S) tensor is kept.
+// Attention is fused (s3r/model/attention.hpp): no (B, NH, S, S) tensor is kept. With
+// kv_heads < heads (grouped-query attention) K and V have NKV HD columns and query head h reads
+// key/value head h / (NH / NKV); Wk and Wv are (C, NKV HD).
 // All seven projections of every block are QuantLinear in the recipe's mode and correction
 // (s3r/nn/recipe.hpp). The embedding and the attention products run in f32 and the LM head in
 // bf16 (f32 in f32 mode) in every mode, so mode comparisons measure only the quantized
@@ -74,7 +76,7 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   // Parameters of a model of this configuration (the size of params()).
-  static int64_t parameter_count(const ModelConfig& config);
+  static int64_t parameter_count(const Architecture& architecture);
   // Bytes a Model of this configuration and recipe holds once it has run a training step
   // (parameters, gradients, activations, quantized copies, workspaces), within about 30%
   // (tests/model checks it against the measured resident memory). The trainer adds AdamW's
@@ -127,9 +129,19 @@ class Model {
   struct Block;
   float* param(int64_t offset) { return params_.data() + offset; }
   float* grad(int64_t offset) { return grads_.data() + offset; }
-  int64_t add_param(const std::string& name, std::vector<int64_t> shape, ParamRole role, int64_t block = -1,
+  // Appends a parameter named `local` (inside block `block` when >= 0) to the schema.
+  int64_t add_param(const std::string& local, std::vector<int64_t> shape, ParamRole role, int64_t block = -1,
                     Projection projection = {});
+  // The passes, one function per sub-block (model.cpp).
   void forward_local(std::span<const int32_t> inputs, std::span<const int32_t> targets);
+  void attention_forward(Block& b);
+  void qkv_forward(Block& b);
+  void ffn_forward(Block& b, std::vector<float>& out);
+  void clear_accumulated_grads();
+  void ffn_backward(int64_t layer);
+  void attention_backward(int64_t layer);
+  nn::LinearBackwardConfig layer_backward(int64_t layer, Projection p, bool accumulate_dx) const;
+  nn::PhaseTimes* projection_phases() const;
   double group_loss();  // the mean of the group's leaf losses (all-gathered in rank order)
 
   ModelConfig cfg_;
@@ -147,7 +159,10 @@ class Model {
   std::vector<int32_t> inputs_, targets_;
   std::vector<float> x_final_, xn_final_, rstd_final_;
   std::vector<float> logits_;  // (T, V): the logits, then (cross_entropy_fused) their gradient
-  std::vector<float> dx_, dxn_, dq_, dk_, dv_, datt_;
+  std::vector<float> dx_, dxn_, dq_, datt_;  // (T, C)
+  std::vector<float> dk_, dv_;               // (T, Ckv)
+  Key step_key_{};                           // the running backward's step key
+  nn::BatchPlacement place_;                 // ... and this batch's place in the step
   nn::LinearInput head_in_;
   nn::LinearWeight head_w_;
   nn::LinearWorkspace ws_, head_ws_;  // attention projections; LM head

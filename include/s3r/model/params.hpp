@@ -34,6 +34,7 @@ std::string_view to_string(Projection p);
 
 struct ParamInfo {
   std::string name;            // "tok_emb", "blocks.L.attn.q", ..., "final_norm", "lm_head"
+  std::string local;           // the name inside its block ("attn_norm", "attn.q", ...); = name outside
   int64_t offset = 0;          // into Model::params() / grads()
   int64_t size = 0;            // the product of shape
   std::vector<int64_t> shape;  // row-major; matrices are (in, out): y = x W

@@ -225,7 +225,7 @@ void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t l
 
 void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,
                              float* scratch) {
-  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld;
+  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, ldkv = h.ld_kv;
   const int64_t i0 = block * kB, ni = std::min(kB, S - i0);
   float* qt = scratch;        // (HD, 32)
   float* acc = qt + HD * kB;  // (32, HD)
@@ -240,7 +240,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   for (int64_t j0 = 0; j0 <= i0; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
-    score_tile(p, h.k + j0 * ld, ld, qt, kB, HD, nj, diagonal, h.scale);
+    score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
     for (int64_t g = 0; g < kB; g += 8) {  // lanes g..g+7 of the 32 query rows
       // In the diagonal pair, keys past the 16-row half's last row: masked, scores not computed.
       const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
@@ -265,7 +265,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       _mm256_storeu_ps(ms + g, mn);
       _mm256_storeu_ps(alpha + g, a);
     }
-    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ld, ld, nj, HD, j0 == 0, alpha,
+    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == 0, alpha,
                diagonal ? Range::kKeysUpToGroup : Range::kAll);
   }
   for (int64_t r = 0; r < ni; ++r) {
@@ -280,6 +280,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
 void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
                              const float* lse, const AttnHead& h, float* scratch) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, Sp = attention_padded(S);
+  const int64_t ldkv = h.ld_kv, lddkv = h.ld_dkv;
   // q and dout transposed block by block: block b's (HD, 32) at b * HD * 32, rows past S zero.
   float* qt = scratch;        // (Sp / 32, HD, 32)
   float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32)
@@ -304,8 +305,8 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
     for (int64_t i0 = j0; i0 < S; i0 += kB) {
       const int64_t ni = std::min(kB, S - i0);
       const bool diagonal = i0 == j0;
-      score_tile(p, h.k + j0 * ld, ld, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
-      score_tile(ds, h.v + j0 * ld, ld, dot + i0 * HD, kB, HD, nj, diagonal, 1.0f);
+      score_tile(p, h.k + j0 * ldkv, ldkv, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
+      score_tile(ds, h.v + j0 * ldkv, ldkv, dot + i0 * HD, kB, HD, nj, diagonal, 1.0f);
       for (int64_t g = 0; g < kB; g += 8) {
         const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
         const __m256 Lg = _mm256_loadu_ps(L + i0 + g), Dg = _mm256_loadu_ps(D + i0 + g);
@@ -321,11 +322,11 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
       }
       const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
       const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;
-      accum_rows(dv + j0 * ld, ld, nj, p, kB, 1, dout + i0 * ld, ld, ni, HD, diagonal, nullptr,
-                 rows);
-      accum_rows(dk + j0 * ld, ld, nj, ds, kB, 1, h.q + i0 * ld, ld, ni, HD, diagonal, nullptr,
-                 rows);
-      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, h.k + j0 * ld, ld, nj, HD, j0 == 0, nullptr,
+      accum_rows(dv + j0 * lddkv, lddkv, nj, p, kB, 1, dout + i0 * ld, ld, ni, HD, diagonal,
+                 nullptr, rows);
+      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, h.q + i0 * ld, ld, ni, HD, diagonal,
+                 nullptr, rows);
+      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, h.k + j0 * ldkv, ldkv, nj, HD, j0 == 0, nullptr,
                  keys);
     }
   }

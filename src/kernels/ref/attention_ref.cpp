@@ -50,7 +50,7 @@ float attention_lse(float m, float l) {
 
 void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,
                              float* scratch) {
-  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld;
+  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, ldkv = h.ld_kv;
   const int64_t i0 = block * kB, ni = std::min(kB, S - i0);
   float* acc = scratch;      // (32, HD)
   float* p = acc + kB * HD;  // (32, 32): p[j * 32 + r]
@@ -67,7 +67,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       float mb = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < nj; ++j) {
         if (j0 + j > i0 + r) continue;  // masked: no score needed
-        const float s = dot_scaled(h.k + (j0 + j) * ld, qi, HD, h.scale);
+        const float s = dot_scaled(h.k + (j0 + j) * ldkv, qi, HD, h.scale);
         p[j * kB + r] = s;
         mb = s > mb ? s : mb;
       }
@@ -87,7 +87,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       float* a = acc + r * HD;
       for (int64_t d = 0; d < HD; ++d) {
         float x = a[d] * alpha[r];
-        for (int64_t j = 0; j < jn; ++j) x = std::fma(p[j * kB + r], h.v[(j0 + j) * ld + d], x);
+        for (int64_t j = 0; j < jn; ++j) x = std::fma(p[j * kB + r], h.v[(j0 + j) * ldkv + d], x);
         a[d] = x;
       }
     }
@@ -100,14 +100,14 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
 
 void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
                              const float* lse, const AttnHead& h, float* scratch) {
-  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld;
+  const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, ldkv = h.ld_kv, lddkv = h.ld_dkv;
   float* D = scratch;       // (S)
   float* p = D + S;         // (32, 32): p[j * 32 + r]
   float* ds = p + kB * kB;  // (32, 32)
   for (int64_t i = 0; i < S; ++i) {
     std::fill(dq + i * ld, dq + i * ld + HD, 0.0f);
-    std::fill(dk + i * ld, dk + i * ld + HD, 0.0f);
-    std::fill(dv + i * ld, dv + i * ld + HD, 0.0f);
+    std::fill(dk + i * lddkv, dk + i * lddkv + HD, 0.0f);
+    std::fill(dv + i * lddkv, dv + i * lddkv + HD, 0.0f);
   }
   row_dots(D, dout, out, S, ld, HD);
   for (int64_t j0 = 0; j0 < S; j0 += kB) {
@@ -122,16 +122,16 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
             p[j * kB + r] = ds[j * kB + r] = 0.0f;
             continue;
           }
-          const float s = dot_scaled(h.k + (j0 + j) * ld, h.q + i * ld, HD, h.scale);
-          const float dp = dot_scaled(h.v + (j0 + j) * ld, dout + i * ld, HD, 1.0f);
+          const float s = dot_scaled(h.k + (j0 + j) * ldkv, h.q + i * ld, HD, h.scale);
+          const float dp = dot_scaled(h.v + (j0 + j) * ldkv, dout + i * ld, HD, 1.0f);
           const float e = exp_poly(s - lse[i]);
           p[j * kB + r] = e;
           ds[j * kB + r] = (e * (dp - D[i])) * h.scale;
         }
       }
       for (int64_t j = 0; j < nj; ++j) {  // dv_j += p_ij dout_i, dk_j += ds_ij q_i (i in order)
-        float* dvj = dv + (j0 + j) * ld;
-        float* dkj = dk + (j0 + j) * ld;
+        float* dvj = dv + (j0 + j) * lddkv;
+        float* dkj = dk + (j0 + j) * lddkv;
         const int64_t r0 = row_start(diagonal, j);
         for (int64_t d = 0; d < HD; ++d) {
           float xv = dvj[d], xk = dkj[d];
@@ -148,7 +148,9 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
         float* dqi = dq + (i0 + r) * ld;
         for (int64_t d = 0; d < HD; ++d) {
           float x = dqi[d];
-          for (int64_t j = 0; j < jn; ++j) x = std::fma(ds[j * kB + r], h.k[(j0 + j) * ld + d], x);
+          for (int64_t j = 0; j < jn; ++j) {
+            x = std::fma(ds[j * kB + r], h.k[(j0 + j) * ldkv + d], x);
+          }
           dqi[d] = x;
         }
       }
