@@ -1,12 +1,13 @@
 // The fixed-block OpenMP loops (src/core/parallel_blocks.hpp): every block of [0, n) exactly
 // once, with the documented boundaries, on several threads; the all-of variant runs every block
-// and is false when any block is.
+// and is false when any block is; the dynamic variant and the grid visit the same blocks / cells.
 #include "core/parallel_blocks.hpp"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "test_util.hpp"
@@ -59,6 +60,48 @@ TEST(ParallelBlocks, AllOfRunsEveryBlockAndIsFalseWhenOneIs) {
   }
   EXPECT_TRUE(parallel_blocks_all(0, block, [](int64_t, int64_t) { return false; }))
       << "no blocks: vacuously true";
+}
+
+// The dynamic schedule hands out the same blocks; on 1, 2 and 3 threads, every block once with
+// its boundaries (blocks of very uneven cost, so that the hand-out order varies).
+TEST(ParallelBlocks, DynamicVisitsTheSameBlocksOnAnyThreadCount) {
+  for (int t : {1, 2, 3}) {
+    testing::ScopedThreads threads(t);
+    for (int64_t block : {1, 5}) {
+      for (int64_t n : {int64_t{0}, int64_t{1}, 4 * block + 2}) {
+        Visits v(n, block);
+        parallel_blocks_dynamic(n, block, [&](int64_t i0, int64_t i1) {
+          volatile double spin = 0;
+          for (int64_t k = 0; k < (i0 % 3) * 20000; ++k) spin = spin + 1.0;
+          v.record(i0, i1);
+        });
+        EXPECT_EQ(v.bad_bounds.load(), 0) << "threads=" << t << " n=" << n << " block=" << block;
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(v.visits[static_cast<size_t>(i)].load(), 1) << "threads=" << t << " n=" << n << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+// parallel_grid calls f(i, j) once for every cell of a rows x cols grid, empty grids included.
+TEST(ParallelBlocks, GridVisitsEveryCellOnce) {
+  testing::ScopedThreads threads(2);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{0, 3}, {3, 0}, {1, 1}, {3, 5}, {7, 2}}) {
+    std::vector<std::atomic<int>> visits(static_cast<size_t>(rows * cols));
+    std::atomic<int> outside{0};
+    parallel_grid(rows, cols, [&](int64_t i, int64_t j) {
+      if (i < 0 || i >= rows || j < 0 || j >= cols) {
+        ++outside;
+        return;
+      }
+      ++visits[static_cast<size_t>(i * cols + j)];
+    });
+    EXPECT_EQ(outside.load(), 0) << rows << " x " << cols;
+    for (int64_t c = 0; c < rows * cols; ++c) {
+      ASSERT_EQ(visits[static_cast<size_t>(c)].load(), 1) << rows << " x " << cols << " cell " << c;
+    }
+  }
 }
 
 }  // namespace
