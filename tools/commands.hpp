@@ -36,6 +36,9 @@ void register_bench_step(CLI::App& bench);
 // `s3r diag grad-error`: gradient errors per configuration on a checkpoint (paper, Table II).
 void register_diag_grad_error(CLI::App& diag);
 
+// `s3r diag second-moment`: the rounding's share of AdamW's second moment on a checkpoint.
+void register_diag_second_moment(CLI::App& diag);
+
 // `s3r data prepare`: text -> tokenizer -> token shards.
 void register_data_prepare(CLI::App& data);
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "diag_common.hpp"
 #include "memory_check.hpp"
 #include "option_checks.hpp"
 #include "s3r/core/error.hpp"
@@ -144,12 +145,6 @@ struct Options {
   uint32_t seed = 0;
 };
 
-std::string layer_name(int64_t index) {
-  const int64_t per = model::kProjectionsPerBlock;
-  return "blocks." + std::to_string(index / per) + "." +
-         std::string(model::to_string(static_cast<model::Projection>(index % per)));
-}
-
 // The mean and the sample standard deviation of v (sd 0 for a single value); of_mean is left 0.
 Stat mean_and_sd(const std::vector<double>& v) {
   Stat s;
@@ -178,58 +173,22 @@ void divide_grads(Grads& g, int n) {
   for (auto& w : g.w_first) scale(w);
 }
 
-// What the input checks read and the rest of the run uses.
-struct Inputs {
-  ckpt::CheckpointInfo info;
-  data::TokenShard val;  // --data's val.bin
-};
-
 // Every check that needs neither the batch nor the weights, in this order, throwing s3r::Error
 // at the first that fails: --reference, --json's file, the checkpoint's info, --data's val.bin
 // and its vocabulary against the checkpoint's, and the memory of the whole diagnostic. (--keys,
 // --seed and --batch-index were range-checked as they were parsed.)
-Inputs read_and_check_inputs(const Options& o) {
+DiagInputs read_and_check_inputs(const Options& o) {
   if (o.reference != "quantized-forward" && o.reference != "bf16") {
     throw Error("diag grad-error: --reference must be quantized-forward or bf16, got '" +
                 o.reference + "'");
   }
   if (!o.json_path.empty()) check_output_file("diag grad-error", "--json", o.json_path);
-  Inputs in;
-  in.info = ckpt::read_checkpoint_info(o.checkpoint);
-  in.val = data::read_shard((std::filesystem::path(o.data_dir) / "val.bin").string());
+  DiagInputs in = read_diag_inputs("diag grad-error", o.checkpoint, o.data_dir);
   const model::ModelConfig& cfg = in.info.model;
-  if (static_cast<int64_t>(in.val.vocab) != cfg.vocab) {
-    throw Error("diag grad-error: the data's vocabulary (" + std::to_string(in.val.vocab) +
-                ") differs from the checkpoint's V = " + std::to_string(cfg.vocab));
-  }
   check_memory(estimate_diag_bytes(cfg, in.info.recipe, o.reference == "bf16"),
                "diag grad-error: the checkpoint's model (" + cfg.describe() + ")",
                "run it on a machine with more memory", 1.0);
   return in;
-}
-
-// One batch of B windows of S tokens: the inputs and their next-token targets (B*S each).
-struct Batch {
-  std::vector<int32_t> in, tg;
-};
-
-// Validation batch --batch-index of val, in the order `s3r train` validates on. Throws
-// s3r::Error when the index is not below the batches of one pass over val's windows.
-Batch load_validation_batch(const Options& o, const data::TokenShard& val,
-                            const model::ModelConfig& cfg) {
-  data::DataLoader loader(val, cfg.seq_len, 0x5eed);
-  // Batches past the first epoch of the validation windows repeat its windows (reshuffled), and
-  // a huge index would only spin here; so the index stays within one epoch.
-  const int64_t batches = std::max<int64_t>(1, loader.windows() / cfg.batch);
-  if (o.batch_index >= batches) {
-    throw Error("diag grad-error: --batch-index must be < " + std::to_string(batches) + " (the " +
-                o.data_dir + "/val.bin windows of S+1 tokens make " + std::to_string(batches) +
-                " batches of B = " + std::to_string(cfg.batch) + "), got " +
-                std::to_string(o.batch_index));
-  }
-  Batch b{std::vector<int32_t>(cfg.tokens()), std::vector<int32_t>(cfg.tokens())};
-  for (int64_t i = 0; i <= o.batch_index; ++i) loader.next_batch(b.in, b.tg, cfg.batch);
-  return b;
 }
 
 // The configurations a comma-separated list names, in its order (an empty list: all_configs()):
@@ -288,15 +247,6 @@ void print_header(const Options& o, const ckpt::CheckpointInfo& info) {
                                         : "unquantized gradients through the same int8 forward");
   std::printf("  machine     %s\n", machine_line().c_str());
   std::fflush(stdout);
-}
-
-// The checkpoint's weights, loaded into a model of its own configuration, mode and correction
-// (load_checkpoint_weights refuses any other); every model of the run starts from a copy.
-std::vector<float> load_trained_weights(const std::string& checkpoint,
-                                        const ckpt::CheckpointInfo& info) {
-  model::Model trained(info.model, info.recipe);
-  ckpt::load_checkpoint_weights(checkpoint, trained);
-  return {trained.params().begin(), trained.params().end()};
 }
 
 // What every model of the run is built from and runs on.
@@ -511,9 +461,9 @@ void write_json(const Options& o, const ckpt::CheckpointInfo& info, const Refere
 // All the input checks come first (read_and_check_inputs, the batch index, the configuration
 // names), before any model is built; then the work, printing as it goes. Throws s3r::Error.
 void run(const Options& o) {
-  const Inputs inputs = read_and_check_inputs(o);
+  const DiagInputs inputs = read_and_check_inputs(o);
   const model::ModelConfig& cfg = inputs.info.model;
-  const Batch batch = load_validation_batch(o, inputs.val, cfg);
+  const Batch batch = load_validation_batch("diag grad-error", o.data_dir, o.batch_index, inputs.val, cfg);
   const std::vector<DiagConfig> configs = table_configs(o);
   print_header(o, inputs.info);
   const std::vector<float> weights = load_trained_weights(o.checkpoint, inputs.info);
@@ -533,12 +483,7 @@ void register_diag_grad_error(CLI::App& diag) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = diag.add_subcommand(
       "grad-error", "gradient errors of every rounding configuration on one checkpoint (paper, Table II)");
-  cmd->add_option("--checkpoint", o->checkpoint, "run folder (or its checkpoint/) of s3r train")->required();
-  cmd->add_option("--data", o->data_dir, "folder with val.bin: the batch comes from it")->capture_default_str();
-  add_integer_option(cmd, "--keys", o->keys, "threshold keys to average over", 1, kMaxKeys);
-  add_integer_option(cmd, "--seed", o->seed, "keys are fold_in(key(seed), k)", 0, UINT32_MAX);
-  add_integer_option(cmd, "--batch-index", o->batch_index,
-                     "which validation batch (less than the batches in one pass over val.bin)", 0);
+  add_source_options(cmd, o->checkpoint, o->data_dir, o->keys, kMaxKeys, o->seed, o->batch_index);
   cmd->add_option("--reference", o->reference,
                   "quantized-forward (unquantized gradients, same int8 forward) | bf16 (full bf16 model)")
       ->capture_default_str();

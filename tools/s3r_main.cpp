@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   CLI::App* diag = app.add_subcommand("diag", "diagnostics of the rounding on a trained checkpoint");
   diag->require_subcommand(1);
   s3r::tools::register_diag_grad_error(*diag);
+  s3r::tools::register_diag_second_moment(*diag);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
