@@ -1,0 +1,720 @@
+#!/usr/bin/env python3
+"""Table I, decisive version: two pre-registered sub-studies over scripts/convergence.py.
+
+Width study: sr, s3r, s3r + dx, s3r + two-way at C = 512, 8 seeds. Length study: bf16, rtne, sr
+at C = 256 for 1600 steps (4x the tokens of the 400-step study), 8 seeds. Each is an ordinary
+convergence.py study (lr sweep on seed 0, then the seeds at the best lr; run folders reused and
+resumed); the width study also trains bf16 on seed 0 at sr's best lr (Table II's checkpoint).
+
+The decision: 8 paired comparisons (a seed fixes the initial weights and the data order in every
+configuration), each a two-sided paired t-test over seeds, one Holm family at family-wise alpha
+0.05; W4 and W5 also as an equivalence test (TOST, margin +-0.03 nats, i.e. the 98.75% CI of the
+paired mean difference inside the margin). The plan (sizes, power, budget) is printed by `plan`.
+
+Subcommands: plan; run (train or resume); diag (s3r diag second-moment on each configuration's
+seed-0 checkpoint, s3r diag grad-error on the bf16 checkpoint); report (convergence.py's report
+per study, then OUT_ROOT/decision.md / .csv / .json, copied with the summaries to --docs);
+all = run, diag, report. --part limits run, diag and each study's own report; the decision always
+covers both studies (one Holm family), with whatever runs exist.
+
+Usage: scripts/table1.py [plan|run|diag|report|all] [--part width|length|both] [--out-root DIR]
+                         [--docs DIR] [--s3r BIN] [--data DIR] [--jobs 2] [--threads 1]
+"""
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import convergence as cv  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------
+# The pre-registered plan (data). Each study: convergence.py's --configs and the options that
+# differ from its defaults; --out, --s3r, --data, --jobs and --threads are added per invocation.
+# The width study's lr grid is convergence.py's moved down by a factor of 2: on the default grid
+# (7.5e-4, 1.5e-3, 3e-3) sr's best lr at C = 512 was its lower edge (5.608, 5.686, 5.825).
+PLAN = {
+    "width": {"configs": ["sr", "s3r", "s3r+dx", "s3r+two-way"],
+              "options": ["--width", "512", "--lrs", "0.000375,0.00075,0.0015", "--seeds", "8", "--widths", ""]},
+    "length": {"configs": ["bf16", "rtne", "sr"],
+               "options": ["--width", "256", "--steps", "1600", "--eval-every", "100",
+                           "--checkpoint-every", "200", "--seeds", "8", "--widths", ""]},
+}
+# Only for tests/tools/table1_test.py (hidden flag --tiny-plan-for-tests): the same studies, tiny.
+_TINY = ["--preset", "tiny", "--seq-len", "0", "--batch", "0", "--width", "64", "--warmup", "2",
+         "--lrs", "1e-3,3e-3", "--seeds", "3", "--eval-every", "6", "--eval-batches", "2",
+         "--checkpoint-every", "6", "--widths", ""]
+TINY_PLAN = {"width": {"configs": PLAN["width"]["configs"], "options": _TINY + ["--steps", "12"]},
+             "length": {"configs": PLAN["length"]["configs"], "options": _TINY + ["--steps", "24"]}}
+EXTRA = ("width", "bf16")  # seed 0 at sr's best lr in the width study: Table II's checkpoint
+
+ALPHA = 0.05      # family-wise, Holm over the 8 comparisons
+DELTA = 0.03      # effect of interest and equivalence margin, nats
+SIGMA = 0.015     # planning sd of a paired difference
+PRIOR_SDS = (0.015, 0.018, 0.012, 0.005, 0.011)  # 3-seed study, non-bcast paired sds (2 df each)
+PRIOR_DF_EACH = 2
+# (id, study, a, b, claim, kind, expected sign of a - b, statement)
+COMPARISONS = [
+    ("W1", "width", "s3r", "sr", "a", "difference", +1, "s3r without correction ends worse than sr"),
+    ("W2", "width", "s3r+dx", "s3r", "b", "difference", -1, "the dX correction repairs s3r"),
+    ("W3", "width", "s3r+two-way", "s3r", "b", "difference", -1, "the two-way correction repairs s3r"),
+    ("W4", "width", "s3r+dx", "sr", "c", "equivalence", 0, "s3r + dx returns to sr's quality"),
+    ("W5", "width", "s3r+two-way", "sr", "c", "equivalence", 0, "s3r + two-way returns to sr's quality"),
+    ("L1", "length", "rtne", "sr", "d", "difference", +1, "rtne ends worse than sr when trained longer"),
+    ("L2", "length", "rtne", "bf16", "d-context", "difference", +1, "rtne ends worse than bf16"),
+    ("L3", "length", "sr", "bf16", "d-context", "difference", +1, "sr ends worse than bf16"),
+]
+CLAIMS = [("a", "s3r (per-token threshold, no correction) ends worse than sr", ["W1"]),
+          ("b", "S3R-EC repairs s3r", ["W2", "W3"]),
+          ("c", "S3R-EC returns to sr's quality (equivalence within +-0.03)", ["W4", "W5"]),
+          ("d", "rtne ends worse than sr with longer training (L2, L3: context)", ["L1"])]
+# Seconds per training step, measured on this machine (one thread per run, two runs at a time).
+SEC_PER_STEP = {512: {"sr": 0.42, "s3r": 0.40, "s3r+dx": 0.40, "s3r+two-way": 0.40, "bf16": 0.52},
+                256: {"sr": 0.19, "bf16": 0.18, "rtne": 0.18}}
+EVAL_BATCH_COST = 1.0 / 3.0  # one validation batch, in training steps
+KINDS = ["attn.q", "attn.k", "attn.v", "attn.o", "ffn.gate", "ffn.up", "ffn.down"]
+GRAD_QUANTITIES = [("dx_first_block", "dX block 0"), ("dx_last_block", "dX last block"),
+                   ("dw_first_block", "dW block 0"), ("embedding", "embedding")]
+
+
+def fail(msg):
+    sys.exit(f"table1: error: {msg}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics (standard library only): power of the paired t-test by integration over the chi
+# distribution of sqrt(V), V ~ chi2(df) the scaled sample variance (the same as integrating over
+# V's chi-square density, without the singularity at 0 for df = 1).
+
+def phi(x):
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def simpson(f, a, b, n=2000):
+    h = (b - a) / n
+    s = f(a) + f(b) + sum((4 if i % 2 else 2) * f(a + i * h) for i in range(1, n))
+    return s * h / 3.0
+
+
+def chi_pdf(u, df):
+    """Density of sqrt(V), V ~ chi2(df)."""
+    if u <= 0.0:
+        return math.sqrt(2.0 / math.pi) if df == 1 else 0.0
+    return math.exp((df - 1) * math.log(u) - u * u / 2 - (df / 2 - 1) * math.log(2) - math.lgamma(df / 2))
+
+
+def over_chi(g, df):
+    """E[g(sqrt(V / df))], V ~ chi2(df)."""
+    return simpson(lambda u: chi_pdf(u, df) * g(u / math.sqrt(df)), 0.0, math.sqrt(df) + 12.0)
+
+
+def bisect(below, lo, hi, steps=100):
+    """The x in [lo, hi] where the monotone predicate below(x) turns from True to False."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if below(mid) else (lo, mid)
+    return (lo + hi) / 2
+
+
+def chi2_quantile(q, df):
+    """x with P(chi2(df) <= x) = q, by bisection on the integrated chi density."""
+    cdf = lambda x: simpson(lambda u: chi_pdf(u, df), 0.0, math.sqrt(x), 1000)
+    return bisect(lambda x: cdf(x) < q, 0.0, df + 20.0 * math.sqrt(2.0 * df) + 20.0, 80)
+
+
+def t_crit(alpha, df):
+    """c with P(|T| >= c) = alpha for Student's t (bisection on convergence.t_two_sided_p)."""
+    hi = 1.0
+    while cv.t_two_sided_p(hi, df) > alpha:
+        hi *= 2.0
+    return bisect(lambda t: cv.t_two_sided_p(t, df) > alpha, 0.0, hi, 200)
+
+
+def power_paired(delta, sigma, n, alpha):
+    """Power of the two-sided paired (one-sample) t-test at level alpha with n pairs when the
+    mean difference is delta and its sd sigma: P(|T'| > c), T' = (Z + ncp) / sqrt(V / df)."""
+    if n < 2 or not sigma > 0:
+        return float("nan")
+    df, ncp = n - 1, delta / sigma * math.sqrt(n)
+    c = t_crit(alpha, df)
+    return over_chi(lambda s: phi(-c * s - ncp) + phi(ncp - c * s), df)
+
+
+def tost_power(margin, sigma, n, alpha, true_diff=0.0):
+    """Power of TOST (each one-sided test at alpha: the (1 - 2 alpha) CI inside +-margin):
+    P(|m + Z| + c s < k), k = margin sqrt(n) / sigma, m = true_diff sqrt(n) / sigma."""
+    if n < 2 or not sigma > 0:
+        return float("nan")
+    df, k, m = n - 1, margin * math.sqrt(n) / sigma, true_diff * math.sqrt(n) / sigma
+    c = t_crit(2 * alpha, df)
+    return over_chi(lambda s: max(0.0, phi(k - c * s - m) - phi(c * s - k - m)), df)
+
+
+def seeds_needed(power_of_n, target=0.8, cap=1000):
+    """Smallest n (2..cap) with power_of_n(n) >= target (power grows with n); None above cap."""
+    if power_of_n(cap) < target:
+        return None
+    lo, hi = 1, cap
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if power_of_n(mid) >= target else (mid, hi)
+    return hi
+
+
+def mde(sigma, n, alpha, target=0.8):
+    """The smallest mean difference detected with power `target`."""
+    return bisect(lambda d: power_paired(d, sigma, n, alpha) < target, 0.0, 20.0 * sigma, 50)
+
+
+def holm(ps):
+    """Holm's step-down adjusted p-values (monotone, capped at 1), in the order given."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    adj, run = [0.0] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        run = max(run, min(1.0, (len(ps) - rank) * ps[i]))
+        adj[i] = run
+    return adj
+
+
+def pooled_prior():
+    """(pooled sd, df, one-sided 80% upper confidence bound) of the earlier study's paired sds."""
+    df = PRIOR_DF_EACH * len(PRIOR_SDS)
+    s = math.sqrt(sum(PRIOR_DF_EACH * x * x for x in PRIOR_SDS) / df)
+    return s, df, s * math.sqrt(df / chi2_quantile(0.20, df))
+
+
+# ---------------------------------------------------------------------------------------------
+# The studies.
+
+class WidthStudy(cv.Study):
+    """The width study plus bf16 on seed 0 at sr's best lr (planned once sr's sweep is done)."""
+
+    def extra_runs(self):
+        lr = self.best_lr("sr")
+        return [] if lr is None else [cv.Run(self, "runs", EXTRA[1], lr, 0)]
+
+    def planned(self):
+        runs = super().planned()
+        for r in self.extra_runs():
+            runs[r.key()] = r
+        return runs
+
+    def total_runs(self):
+        return super().total_runs() + 1
+
+
+def study_argv(name, a):
+    """convergence.py's arguments of sub-study NAME."""
+    spec = (TINY_PLAN if a.tiny_plan_for_tests else PLAN)[name]
+    return (["--out", os.path.join(a.out_root, name), "--configs", ",".join(spec["configs"])]
+            + spec["options"] + ["--s3r", a.s3r, "--data", a.data, "--jobs", str(a.jobs),
+                                 "--threads", str(a.threads)])
+
+
+def make_studies(a):
+    out = {}
+    for name in PLAN:
+        args = cv.parse_args(study_argv(name, a))
+        out[name] = (WidthStudy if name == EXTRA[0] else cv.Study)(args)
+    return out
+
+
+def parts(a):
+    return list(PLAN) if a.part == "both" else [a.part]
+
+
+def seed_finals(study, config):
+    """{seed: final loss (NaN: diverged)} of CONFIG's finished runs at its best lr."""
+    return {r.seed: r.result()[0] for r in study.seed_runs(config) if r.done()}
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+
+def run_seconds(a, config):
+    """Predicted wall seconds of one run (SEC_PER_STEP, validation included); None if unmeasured."""
+    per = SEC_PER_STEP.get(a.width, {}).get(config)
+    return None if per is None else per * (a.steps + a.eval_batches * EVAL_BATCH_COST * (a.steps // a.eval_every))
+
+
+def budget_lines(studies):
+    lines, total = [], 0.0
+    for name, st in studies.items():
+        a = st.args
+        runs = {c: len(a.lrs) + a.seeds - 1 for c in a.configs}
+        runs.update({EXTRA[1]: runs.get(EXTRA[1], 0) + 1} if name == EXTRA[0] else {})
+        if any(run_seconds(a, c) is None for c in runs):
+            lines.append(f"- {name}: {st.total_runs()} runs; no measured speed at C={a.width}")
+            continue
+        sec = sum(k * run_seconds(a, c) for c, k in runs.items())
+        total += sec / a.jobs
+        lines.append(f"- {name}: {st.total_runs()} runs of {a.steps} steps at C={a.width} (runs x s/step: " + ", ".join(
+            f"{c} {k} x {SEC_PER_STEP[a.width][c]:.2f}" for c, k in runs.items())
+            + f"; validation {a.steps // a.eval_every} x {a.eval_batches} batches at {EVAL_BATCH_COST:.2f} step "
+            f"each): {sec / 3600:.2f} run-hours, {sec / 3600 / a.jobs:.2f} h wall on {a.jobs} lanes")
+    lines.append(f"- both: about {total / 3600:.1f} h wall")
+    for name, st in studies.items():
+        done = [r for r in st.planned().values() if r.done()]
+        if done:
+            wall = sum(r.result()[1] for r in done)
+            pred = sum(run_seconds(st.args, r.config) or float("nan") for r in done)
+            lines.append(f"- measured so far, {name}: {len(done)} of {st.total_runs()} runs done in "
+                         f"{wall / 3600:.2f} run-hours (predicted {cv.fmt(pred / 3600, '.2f') or 'n/a'}), "
+                         f"{wall / 3600 / st.args.jobs:.2f} h wall on {st.args.jobs} lanes")
+    return lines
+
+
+def plan_numbers(n_plan):
+    """The plan's statistics: prior sd, power table, minimal detectable effect, TOST power."""
+    s, df, upper = pooled_prior()
+    al = ALPHA / len(COMPARISONS)
+    return {"alpha": ALPHA, "alpha_per_test": al, "delta": DELTA, "sigma": SIGMA, "prior_sds": PRIOR_SDS,
+            "pooled_sd": s, "pooled_df": df, "sigma_upper80": upper, "seeds": n_plan,
+            "power": {n: [power_paired(DELTA, x, n, al) for x in (SIGMA, upper)]
+                      for n in range(min(5, n_plan), max(10, n_plan) + 1)},
+            "mde80": [mde(x, n_plan, al) for x in (SIGMA, upper)],
+            "tost_power_at_0": [tost_power(DELTA, x, n_plan, al) for x in (SIGMA, upper)],
+            "method": "exact: integration over the chi distribution of the sample sd"}
+
+
+def power_lines(p):
+    n, al, up, (pw, pwu) = p["seeds"], p["alpha_per_test"], p["sigma_upper80"], p["power"][p["seeds"]]
+    lines = [f"Planning sd of a paired difference: sigma = {SIGMA} (earlier 3-seed study, paired sds "
+             f"{', '.join(f'{x:.3f}' for x in PRIOR_SDS)}: pooled {p['pooled_sd']:.4f} with {p['pooled_df']} df; "
+             f"one-sided 80% upper confidence bound sigma sqrt(df / chi2(0.20, df)) = {up:.4f}).",
+             f"Power of one comparison: two-sided paired t at level {ALPHA}/{len(COMPARISONS)} = {al:.5f} "
+             f"(Bonferroni: a lower bound for Holm's), effect delta = {DELTA} nats; noncentral t, {p['method']}.", "",
+             f"| seeds n | power at sigma {SIGMA} | power at sigma {up:.4f} (upper bound) |", "|---:|---:|---:|"]
+    lines += [f"| {k}{' (plan)' if k == n else ''} | {a:.3f} | {b:.3f} |" for k, (a, b) in p["power"].items()]
+    return lines + [
+        "", f"Chosen n = {n}: power {pw:.3f} at sigma {SIGMA}, {pwu:.3f} at {up:.4f}. Minimal detectable effect at "
+        f"80% power, n = {n}: {p['mde80'][0]:.4f} nats at sigma {SIGMA}, {p['mde80'][1]:.4f} at {up:.4f}.",
+        f"Equivalence (W4, W5): TOST with margin +-{DELTA}, each one-sided test at {al:.5f}, i.e. the "
+        f"{100 * (1 - 2 * al):.2f}% CI of the paired mean difference inside (-{DELTA}, +{DELTA}); power at a true "
+        f"difference 0 ({p['method']}): {p['tost_power_at_0'][0]:.3f} at sigma {SIGMA}, "
+        f"{p['tost_power_at_0'][1]:.3f} at {up:.4f}."]
+
+
+def plan_text(a, studies, numbers):
+    lines = ["# Table I, decisive version: the pre-registered plan", "",
+             "Studies (scripts/convergence.py; lr sweep on seed 0, then the seeds at the best lr):", ""]
+    lines += [f"- {name}: `scripts/convergence.py {shlex.join(study_argv(name, a))}`" for name in studies]
+    lines += ["- plus bf16 at C=512, seed 0, at sr's best lr of the width study (Table II's checkpoint; in no "
+              "comparison)", "", "Comparisons: two-sided paired t-tests over seeds of the final validation loss (a "
+              "seed fixes the initial weights and the data order in every configuration); one Holm family of "
+              f"{len(COMPARISONS)} at family-wise alpha {ALPHA}:", ""]
+    for cid, study, x, y, claim, kind, sign, text in COMPARISONS:
+        exp = {1: "> 0", -1: "< 0", 0: f"inside +-{DELTA} (TOST)"}[sign]
+        lines.append(f"- {cid} ({study}, claim {claim}): {x} - {y}, expected {exp}: {text}")
+    lines += ["", "Decision per comparison: reproduced = Holm-significant in the claimed direction (W4, W5: the "
+              "98.75% CI inside the margin, whatever the test of a difference says); not reproduced = "
+              "Holm-significant in the opposite direction (W4, W5: a significant positive difference); otherwise "
+              "undecided at this scale.", ""]
+    return "\n".join(lines + power_lines(numbers) + ["", "Compute budget:", ""] + budget_lines(studies)) + "\n"
+
+
+def cmd_plan(a, studies, quiet=False):
+    root = Path(a.out_root)
+    root.mkdir(parents=True, exist_ok=True)
+    numbers = plan_numbers(studies["width"].args.seeds)
+    text = plan_text(a, studies, numbers)
+    cv.write_atomic(root / "plan.md", text)
+    fields = ("id", "study", "a", "b", "claim", "kind", "expected_sign", "statement")
+    cv.write_atomic(root / "plan.json", cv.dumps(dict(numbers, studies={k: study_argv(k, a) for k in studies},
+                                                      comparisons=[dict(zip(fields, c)) for c in COMPARISONS])))
+    if not quiet:
+        print(text + f"plan: {root / 'plan.md'}, {root / 'plan.json'}")
+
+
+# ---------------------------------------------------------------------------------------------
+# run and diag
+
+def check_inputs(a):
+    if not Path(a.s3r).is_file():
+        fail(f"no s3r binary at {a.s3r} (run scripts/setup.sh)")
+    for f in ("train.bin", "val.bin"):
+        if not (Path(a.data) / f).is_file():
+            fail(f"no {f} in {a.data} (run scripts/fetch_data.sh)")
+
+
+def cmd_run(a, studies):
+    check_inputs(a)
+    for name in parts(a):
+        studies[name].out.mkdir(parents=True, exist_ok=True)
+        print(f"table1: {name} study", flush=True)
+        studies[name].schedule()
+
+
+def diag_jobs(a, studies):
+    """(label, run, argv tail, json path) of every diagnostic of the selected parts."""
+    out, jobs = Path(a.out_root) / "diag", []
+    for name in parts(a):
+        st = studies[name]
+        for c in st.args.configs:
+            lr = st.best_lr(c)
+            run = cv.Run(st, "runs", c, lr, 0) if lr is not None else None
+            jobs.append((f"second-moment {name} {c}", run, ["second-moment"], out / f"second-moment-{name}-{c}.json"))
+        if name == EXTRA[0]:
+            extra = st.extra_runs()
+            jobs.append((f"grad-error {name} bf16", extra[0] if extra else None, ["grad-error"],
+                         out / f"grad-error-{name}-bf16.json"))
+    return jobs
+
+
+def cmd_diag(a, studies):
+    """Runs the diagnostics; returns the labels of those that failed."""
+    check_inputs(a)
+    (Path(a.out_root) / "diag").mkdir(parents=True, exist_ok=True)
+    failed = []
+    for label, run, sub, path in diag_jobs(a, studies):
+        if run is None or not run.done() or not (run.dir / "checkpoint").is_dir():
+            where = run.dir if run else "(its lr sweep is not finished)"
+            print(f"diag: skip {label}: no finished run with a checkpoint at {where}", flush=True)
+            continue
+        if path.is_file() and path.stat().st_mtime > (run.dir / "done.json").stat().st_mtime:
+            print(f"diag: {label}: up to date ({path})", flush=True)
+            continue
+        cmd = [a.s3r, "diag"] + sub + ["--checkpoint", str(run.dir), "--data", a.data,
+                                      "--keys", "16", "--json", str(path)]
+        txt = path.with_suffix(".txt")
+        print(f"diag: {label}: {' '.join(cmd)}", flush=True)
+        env = dict(os.environ, OMP_NUM_THREADS=str(a.jobs * a.threads))
+        with open(txt.with_name(txt.name + ".tmp"), "w") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        os.replace(txt.with_name(txt.name + ".tmp"), txt)
+        if rc != 0 or not path.is_file():
+            print(f"diag: {label} failed (status {rc}); output: {txt}", flush=True)
+            failed.append(label)
+    return failed
+
+
+# ---------------------------------------------------------------------------------------------
+# report: statistics per comparison, Holm, decisions
+
+def compare(studies, comp):
+    """One comparison's pairs and paired statistics (no Holm yet)."""
+    cid, study, x, y, claim, kind, sign, text = comp
+    st = studies[study]
+    fx, fy = seed_finals(st, x), seed_finals(st, y)
+    seeds = range(st.args.seeds)
+    missing = [s for s in seeds if s not in fx or s not in fy]
+    diverged = [s for s in seeds if s not in missing and not (cv.finite(fx[s]) and cv.finite(fy[s]))]
+    pairs = [s for s in seeds if s not in missing and s not in diverged]
+    d = [fx[s] - fy[s] for s in pairs]
+    r = {"id": cid, "study": study, "a": x, "b": y, "claim": claim, "kind": kind, "expected_sign": sign,
+         "statement": text, "n": len(d), "n_plan": st.args.seeds, "missing_seeds": missing,
+         "diverged_seeds": diverged, "diffs": d, "mean": statistics.fmean(d) if d else float("nan"),
+         "sd": statistics.stdev(d) if len(d) > 1 else float("nan"), "tested": False}
+    pr = cv.paired([fx[s] for s in pairs], [fy[s] for s in pairs])
+    if pr:
+        _, _, t, df, p = pr
+        half = t_crit(ALPHA, df) * r["sd"] / math.sqrt(len(d))
+        r.update(tested=True, t=t, df=df, p=p, ci95=[r["mean"] - half, r["mean"] + half])
+    return r
+
+
+def finish(rows):
+    """Holm over the tested comparisons; power, equivalence CI and verdict for each."""
+    tested = [r for r in rows if r["tested"]]
+    m = len(tested)
+    for r, ph in zip(tested, holm([r["p"] for r in tested])):
+        r["p_holm"] = ph
+        r["power_observed_sd"] = power_paired(DELTA, r["sd"], r["n"], ALPHA / len(COMPARISONS))
+        if r["kind"] == "equivalence":
+            half = t_crit(2 * ALPHA / len(COMPARISONS), r["df"]) * r["sd"] / math.sqrt(r["n"])
+            r["ci_equivalence"] = [r["mean"] - half, r["mean"] + half]
+            r["inside_margin"] = -DELTA < r["mean"] - half and r["mean"] + half < DELTA
+    for r in rows:
+        r["verdict"], r["reason"] = verdict(r)
+    return m
+
+
+def verdict(r):
+    """("reproduced" | "not reproduced" | "undecided at this scale", reason)."""
+    if not r["tested"]:
+        why = "all paired differences are equal" if r["n"] >= 2 else f"{r['n']} pair{'' if r['n'] == 1 else 's'}"
+        return "undecided at this scale", f"{why}: no test (excluded from the Holm family)"
+    sig = r["p_holm"] < ALPHA
+    lo, hi = r["ci95"]
+    sign = 1 if r["mean"] > 0 else -1
+    if r["kind"] == "equivalence":
+        elo, ehi = r["ci_equivalence"]
+        if r["inside_margin"]:
+            return "reproduced", f"98.75% CI [{elo:+.4f}, {ehi:+.4f}] inside +-{DELTA}"
+        if sig and sign > 0:
+            return "not reproduced", f"{r['a']} ends significantly above {r['b']} (Holm p {r['p_holm']:.3g})"
+        n = seeds_needed(lambda k: tost_power(DELTA, r["sd"], k, ALPHA / len(COMPARISONS)))
+        extra = (f"; it ends significantly below {r['b']} (better, Holm p {r['p_holm']:.3g})" if sig else "")
+        return "undecided at this scale", (f"98.75% CI [{elo:+.4f}, {ehi:+.4f}] not inside +-{DELTA}{extra}; "
+                                           f"80% TOST power at a true difference 0 would need about "
+                                           f"{n or 'more than 1000'} seeds at the observed sd {r['sd']:.4f}")
+    if sig:
+        word = "reproduced" if sign == r["expected_sign"] else "not reproduced"
+        return word, f"Holm p {r['p_holm']:.3g}, mean {r['mean']:+.4f}, 95% CI [{lo:+.4f}, {hi:+.4f}]"
+    effect = r["expected_sign"] * DELTA
+    n = seeds_needed(lambda k: power_paired(DELTA, r["sd"], k, ALPHA / len(COMPARISONS)))
+    inc = "includes 0" if lo <= 0 <= hi else "excludes 0 but Holm p " + f"{r['p_holm']:.3g} >= {ALPHA}"
+    inc += f" and the {DELTA} effect" if lo <= effect <= hi else ""
+    if n is not None and n <= r["n"]:
+        need = (f"the test had power {r['power_observed_sd']:.2f} for a {DELTA} effect at the observed sd "
+                f"{r['sd']:.4f}: an effect that large is unlikely, a smaller one is not excluded")
+    else:
+        need = f"80% power would need about {n or 'more than 1000'} seeds at the observed sd {r['sd']:.4f}"
+    return "undecided at this scale", f"95% CI [{lo:+.4f}, {hi:+.4f}] {inc}; {need}"
+
+
+def claim_verdicts(rows):
+    by = {r["id"]: r for r in rows}
+    out = []
+    for key, text, ids in CLAIMS:
+        vs = [by[i]["verdict"] for i in ids]
+        v = ("reproduced" if all(x == "reproduced" for x in vs) else
+             "not reproduced" if "not reproduced" in vs else "undecided at this scale")
+        out.append({"claim": key, "statement": text, "comparisons": ids, "verdict": v,
+                    "reasons": {i: f"{by[i]['verdict']}: {by[i]['reason']}" for i in ids}})
+    return out
+
+
+def config_summary(studies):
+    rows = []
+    for name, st in studies.items():
+        for c in st.args.configs:
+            f = seed_finals(st, c)
+            ok = [v for v in f.values() if cv.finite(v)]
+            lr = st.best_lr(c)
+            sweep = {r.lr: r.result()[0] for r in st.sweep_runs(c) if r.done()}
+            edge = "" if lr is None or len(st.args.lrs) < 2 else (
+                "lower edge" if lr == min(st.args.lrs) else "upper edge" if lr == max(st.args.lrs) else "")
+            rows.append({"study": name, "configuration": c, "best_lr": lr, "edge": edge, "sweep": sweep,
+                         "n": len(ok), "n_plan": st.args.seeds, "diverged": len(f) - len(ok),
+                         "missing": st.args.seeds - len(f), "mean": statistics.fmean(ok) if ok else float("nan"),
+                         "sd": statistics.stdev(ok) if len(ok) > 1 else float("nan")})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# report: diagnostics tables
+
+def load_json(path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        print(f"report: cannot read {path}: {e}")
+        return None
+
+
+def dict_of(x):
+    return x if isinstance(x, dict) else {}
+
+
+def num(x, spec=".3g"):
+    return format(x, spec) if isinstance(x, (int, float)) and not isinstance(x, bool) else ""
+
+
+def diag_paths(diag, kind):
+    """The diagnostics' JSON files of one kind: the plan's order first, then any others."""
+    planned = [diag / f"{kind}-{name}-{c}.json" for name, spec in PLAN.items()
+               for c in spec["configs"] + ([EXTRA[1]] if name == EXTRA[0] else [])]
+    found = set(diag.glob(f"{kind}-*.json")) if diag.is_dir() else set()
+    return [p for p in planned if p in found] + sorted(found - set(planned))
+
+
+def pm(mean, sd, spec=".4f"):
+    """"mean +- sd", or the mean alone when there is no sd (one value), "" without a mean."""
+    return cv.fmt(mean, spec) + (f" +- {cv.fmt(sd, '.4f')}" if cv.finite(sd) else "")
+
+
+def diag_md(diag, kind):
+    """Markdown tables of the diagnostics' JSON files of KIND (one per checkpoint, a row per
+    configuration); missing or unknown fields give empty cells."""
+    if kind == "second-moment":  # a STATS object per projection kind and "all"
+        title, cols = "## Second-moment share (s3r diag second-moment)", KINDS + ["all"]
+        caption = "cells: median / q90 / q99 (aggregate) of the share"
+        cell = lambda s: " / ".join(num(s.get(k)) for k in ("median", "q90", "q99")) + f" ({num(s.get('aggregate'))})"
+        pick = lambda row: [dict_of(row.get("kinds")).get(k) for k in KINDS] + [row.get("all")]
+    else:  # {mean, sd, error_of_key_mean} per quantity
+        title = "## Gradient errors on the width study's bf16 checkpoint (s3r diag grad-error)"
+        cols = [t for _, t in GRAD_QUANTITIES]
+        caption = "cells: relative error, mean +- sd over keys (error of the key mean)"
+        cell = lambda s: (f"{num(s.get('mean'), '.4f')} +- {num(s.get('sd'), '.4f')} "
+                          f"({num(s.get('error_of_key_mean'), '.4f')})")
+        pick = lambda row: [row.get(k) for k, _ in GRAD_QUANTITIES]
+    md = []
+    for path in diag_paths(diag, kind):
+        j = load_json(path)
+        if not isinstance(j, dict):
+            continue
+        trained = f", trained as {j['trained_as']}" if isinstance(j.get("trained_as"), str) else ""
+        md += ["", f"{path.stem}: step {j.get('step', '?')}, {j.get('model', '?')}{trained}, "
+               f"keys {j.get('keys', '?')}; {caption}", "", "| configuration | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for row in (j["rows"] if isinstance(j.get("rows"), list) else []):
+            if isinstance(row, dict):
+                cells = [cell(x) if isinstance(x, dict) else "" for x in pick(row)]
+                md.append(f"| {row.get('configuration', '?')} | " + " | ".join(cells) + " |")
+    return [title] + md + [""] if md else []
+
+
+# ---------------------------------------------------------------------------------------------
+# report: writing
+
+def interval(ci):
+    return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else ""
+
+
+def comparison_md(rows, m):
+    fewer = "" if m == len(COMPARISONS) else f", not {len(COMPARISONS)}: the others have too few pairs"
+    md = [f"## Comparisons (Holm family of {m}{fewer})", "",
+          "| id | a - b | n (plan) | mean +- sd | 95% CI | t | df | p | Holm p | power at 0.03 (obs. sd) | "
+          "98.75% CI | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    f, notes = cv.fmt, []
+    for r in rows:
+        eq = r.get("ci_equivalence")
+        eq = f"{interval(eq)} {'inside' if r['inside_margin'] else 'not inside'}" if eq else ""
+        md.append(f"| {r['id']} | {r['a']} - {r['b']} | {r['n']} ({r['n_plan']}) | {pm(r['mean'], r['sd'], '+.4f')} | "
+                  f"{interval(r.get('ci95'))} | {f(r.get('t'), '+.2f')} | {f(r.get('df'), 'd')} | "
+                  f"{f(r.get('p'), '.3g')} | {f(r.get('p_holm'), '.3g')} | {f(r.get('power_observed_sd'), '.2f')} | "
+                  f"{eq} | {r['verdict']} |")
+        if r["n"] < r["n_plan"]:
+            seeds = lambda k: ", ".join(map(str, r[k]))
+            notes.append(f"{r['id']}: {r['n']} pair{'' if r['n'] == 1 else 's'}, the plan's n = {r['n_plan']} is not "
+                         "reached" + (f"; seeds not (yet) run: {seeds('missing_seeds')}" if r["missing_seeds"] else "")
+                         + (f"; diverged (NaN, excluded): seeds {seeds('diverged_seeds')}"
+                            if r["diverged_seeds"] else ""))
+    return md + ([""] + [f"Note: {n}." for n in notes] if notes else [])
+
+
+def configs_md(configs):
+    md = ["## Final validation loss per configuration (best lr, seeds)", "",
+          "| study | configuration | best lr | sweep (seed 0) | n (plan) | mean +- sd | diverged |",
+          "|---|---|---|---|---|---|---|"]
+    for c in configs:
+        lr = "sweep not finished" if c["best_lr"] is None else f"{c['best_lr']:g}" + (
+            f" (at the {c['edge']} of the grid)" if c["edge"] else "")
+        sweep = ", ".join(f"{k:g}: {cv.fmt_loss(v, '.4f')}" for k, v in sorted(c["sweep"].items()))
+        md.append(f"| {c['study']} | {c['configuration']} | {lr} | {sweep} | {c['n']} ({c['n_plan']}) | "
+                  f"{pm(c['mean'], c['sd'])} | {c['diverged'] or ''} |")
+    return md
+
+
+def decision_md(rows, m, claims, configs, diag):
+    md = ["# Table I, decisive version: decision", "",
+          f"Two-sided paired t-tests over seeds, Holm at family-wise {ALPHA}; effect of interest and "
+          f"equivalence margin {DELTA} nats (plan: plan.md). Power and seeds needed: at the plan's level "
+          f"{ALPHA}/{len(COMPARISONS)} (Bonferroni), with the observed sd. Diverged (NaN) runs are excluded from "
+          "every statistic; missing runs are counted as missing.", "", "## Claims", ""]
+    for c in claims:
+        md.append(f"- ({c['claim']}) {c['statement']}: **{c['verdict']}**")
+        md += [f"  - {i}: {t}" for i, t in c["reasons"].items()]
+    md.append("- context of (d): " + "; ".join(f"{r['id']} {r['a']} - {r['b']}: {r['verdict']} ({r['reason']})"
+                                              for r in rows if r["claim"] == "d-context"))
+    md += [""] + comparison_md(rows, m) + [""] + configs_md(configs)
+    return "\n".join(md + [""] + diag_md(diag, "second-moment") + diag_md(diag, "grad-error"))
+
+
+def write_outputs(a, rows, m, claims, configs):
+    root = Path(a.out_root)
+    diag = root / "diag"
+    cv.write_atomic(root / "decision.md", decision_md(rows, m, claims, configs, diag))
+    keys = ["id", "study", "a", "b", "claim", "kind", "n", "n_plan", "mean", "sd", "t", "df", "p", "p_holm",
+            "power_observed_sd", "ci95", "ci_equivalence", "inside_margin", "verdict", "reason"]
+    table = [keys] + [[" ".join(f"{v:.6g}" for v in r[k]) if isinstance(r.get(k), list) else
+                       (cv.fmt(r.get(k), ".6g") if isinstance(r.get(k), float) else r.get(k, ""))
+                       for k in keys] for r in rows]
+    cv.write_csv(root / "decision.csv", table)
+    diags = {p.name: load_json(p) for p in sorted(diag.glob("*.json"))} if diag.is_dir() else {}
+    cv.write_atomic(root / "decision.json", cv.dumps({
+        "alpha": ALPHA, "delta": DELTA, "holm_family_size": m, "comparisons": rows, "claims": claims,
+        "configurations": [dict(c, sweep={f"{k:g}": v for k, v in c["sweep"].items()}) for c in configs],
+        "diag": diags}))
+
+
+def copy_docs(a, studies):
+    if not a.docs:
+        return
+    root, docs = Path(a.out_root), Path(a.docs)
+    files = [(root / n, n) for n in ("decision.md", "decision.csv", "decision.json", "plan.md")]
+    for name, st in studies.items():
+        files += [(st.out / n, f"{name}_{n}") for n in ("table1.md", "lr_sweep.csv", "val_curves.png")]
+    if (root / "diag").is_dir():
+        files += [(p, f"diag/{p.name}") for p in sorted((root / "diag").iterdir()) if p.suffix in (".json", ".txt")]
+    for src, dst in files:
+        if not src.is_file():
+            print(f"report: not copied (absent): {src}")
+            continue
+        target = docs / dst
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target.with_name(target.name + ".tmp"))
+        os.replace(target.with_name(target.name + ".tmp"), target)
+    print(f"report: copied the summaries to {docs}")
+
+
+def cmd_report(a, studies):
+    for name in parts(a):
+        studies[name].out.mkdir(parents=True, exist_ok=True)
+        print(f"table1: {name} study: convergence.py's report", flush=True)
+        studies[name].report()
+    cmd_plan(a, studies, quiet=True)
+    rows = [compare(studies, c) for c in COMPARISONS]
+    m = finish(rows)
+    claims, configs = claim_verdicts(rows), config_summary(studies)
+    write_outputs(a, rows, m, claims, configs)
+    print((Path(a.out_root) / "decision.md").read_text())
+    copy_docs(a, studies)
+    root = Path(a.out_root)
+    print(f"report: {root / 'decision.md'}, {root / 'decision.csv'}, {root / 'decision.json'}")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("command", nargs="?", default="all", choices=["plan", "run", "diag", "report", "all"],
+                   help="all = run, diag, report")
+    p.add_argument("--part", default="both", choices=["width", "length", "both"],
+                   help="sub-study of run, diag and the per-study report (the decision covers both)")
+    p.add_argument("--out-root", default=str(REPO / "results" / "table1"), help="studies in OUT_ROOT/width, /length")
+    p.add_argument("--docs", default=str(REPO / "docs" / "results" / "table1"),
+                   help='where report copies the summaries ("": nowhere)')
+    p.add_argument("--s3r", default=str(REPO / "build" / "release" / "tools" / "s3r"), help="the s3r binary")
+    p.add_argument("--data", default=str(REPO / "data" / "nlp-corpus"), help="corpus folder (train.bin, val.bin)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    p.add_argument("--threads", type=int, default=1, help="OpenMP threads per run")
+    p.add_argument("--tiny-plan-for-tests", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.jobs < 1 or a.threads < 1:
+        p.error("--jobs and --threads must be >= 1")
+    # Absolute paths, exactly as given otherwise: they are part of the recorded train argv.
+    a.out_root, a.s3r, a.data = (os.path.abspath(x) for x in (a.out_root, a.s3r, a.data))
+    a.docs = os.path.abspath(a.docs) if a.docs else ""
+    return a
+
+
+def main(argv):
+    a = parse_args(argv)
+    studies = make_studies(a)
+    failed = []
+    try:
+        if a.command == "plan":
+            cmd_plan(a, studies)
+        if a.command in ("run", "all"):
+            cmd_run(a, studies)
+        if a.command in ("diag", "all"):
+            failed = cmd_diag(a, studies)
+        if a.command in ("report", "all"):
+            cmd_report(a, studies)
+    except cv.StudyError as e:
+        fail(str(e))
+    if failed:
+        fail(f"{len(failed)} diagnostic(s) failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
