@@ -305,7 +305,9 @@ def power_lines(p):
 def plan_text(a, studies, numbers):
     lines = ["# Table I, decisive version: the pre-registered plan", "",
              "Studies (scripts/convergence.py; lr sweep on seed 0, then the seeds at the best lr):", ""]
-    lines += [f"- {name}: `scripts/convergence.py {shlex.join(study_argv(name, a))}`" for name in studies]
+    here = str(REPO) + os.sep  # paths inside the repository shown relative to it
+    shown = lambda argv: shlex.join(x[len(here):] if x.startswith(here) else x for x in argv)
+    lines += [f"- {name}: `scripts/convergence.py {shown(study_argv(name, a))}`" for name in studies]
     lines += ["- plus bf16 at C=512, seed 0, at sr's best lr of the width study (Table II's checkpoint; in no "
               "comparison)", "", "Comparisons: two-sided paired t-tests over seeds of the final validation loss (a "
               "seed fixes the initial weights and the data order in every configuration); one Holm family of "
