@@ -39,6 +39,8 @@ import threading
 import time
 from pathlib import Path
 
+from study_stats import paired, t_two_sided_p, welch  # noqa: F401 (t_two_sided_p: for the tests)
+
 # (name, --mode, --correction): the paper's nine configurations, in its order.
 CONFIGS = [
     ("bf16", "bf16", "none"),
@@ -62,81 +64,6 @@ DIVERGED = "consecutive steps had a non-finite loss or gradient"
 
 class StudyError(Exception):
     """A run failed for a reason other than divergence (bad input, a crash)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Statistics: Welch's t-test with the p-value from the Student t distribution (no SciPy here).
-
-def _betacf(a, b, x):
-    """Continued fraction of the regularized incomplete beta function (Lentz's method)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def betainc(a, b, x):
-    """Regularized incomplete beta I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-    front = math.exp(lbeta + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t, df):
-    """P(|T| >= |t|) for Student's t with df (real, > 0) degrees of freedom."""
-    if math.isinf(t):
-        return 0.0
-    return betainc(df / 2.0, 0.5, df / (df + t * t))
-
-
-def welch(xs, ys):
-    """Welch's t (mean(xs) - mean(ys)), its Welch-Satterthwaite df and two-sided p.
-    None when either sample has fewer than two values or both variances are zero."""
-    if len(xs) < 2 or len(ys) < 2:
-        return None
-    vx, vy = statistics.variance(xs) / len(xs), statistics.variance(ys) / len(ys)
-    if vx + vy == 0.0:
-        return None
-    t = (statistics.fmean(xs) - statistics.fmean(ys)) / math.sqrt(vx + vy)
-    df = (vx + vy) ** 2 / (vx * vx / (len(xs) - 1) + vy * vy / (len(ys) - 1))
-    return t, df, t_two_sided_p(t, df)
-
-
-def paired(xs, ys):
-    """Paired t-test of xs - ys (equal length, matched by seed: the same seed gives the same
-    initial weights and data order in every configuration). (mean, sd, t, df, p) or None."""
-    if len(xs) != len(ys) or len(xs) < 2:
-        return None
-    d = [x - y for x, y in zip(xs, ys)]
-    sd = statistics.stdev(d)
-    if sd == 0.0:
-        return None
-    t = statistics.fmean(d) / (sd / math.sqrt(len(d)))
-    return statistics.fmean(d), sd, t, len(d) - 1, t_two_sided_p(t, len(d) - 1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import convergence as cv  # noqa: E402
+import study_stats as sst  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # The pre-registered plan (data). Each study: convergence.py's --configs and the options that
@@ -88,106 +89,11 @@ def fail(msg):
     sys.exit(f"table1: error: {msg}")
 
 
-# ---------------------------------------------------------------------------------------------
-# Statistics (standard library only): power of the paired t-test by integration over the chi
-# distribution of sqrt(V), V ~ chi2(df) the scaled sample variance (the same as integrating over
-# V's chi-square density, without the singularity at 0 for df = 1).
-
-def phi(x):
-    return 0.5 * math.erfc(-x / math.sqrt(2.0))
-
-
-def simpson(f, a, b, n=2000):
-    h = (b - a) / n
-    s = f(a) + f(b) + sum((4 if i % 2 else 2) * f(a + i * h) for i in range(1, n))
-    return s * h / 3.0
-
-
-def chi_pdf(u, df):
-    """Density of sqrt(V), V ~ chi2(df)."""
-    if u <= 0.0:
-        return math.sqrt(2.0 / math.pi) if df == 1 else 0.0
-    return math.exp((df - 1) * math.log(u) - u * u / 2 - (df / 2 - 1) * math.log(2) - math.lgamma(df / 2))
-
-
-def over_chi(g, df):
-    """E[g(sqrt(V / df))], V ~ chi2(df)."""
-    return simpson(lambda u: chi_pdf(u, df) * g(u / math.sqrt(df)), 0.0, math.sqrt(df) + 12.0)
-
-
-def bisect(below, lo, hi, steps=100):
-    """The x in [lo, hi] where the monotone predicate below(x) turns from True to False."""
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if below(mid) else (lo, mid)
-    return (lo + hi) / 2
-
-
-def chi2_quantile(q, df):
-    """x with P(chi2(df) <= x) = q, by bisection on the integrated chi density."""
-    cdf = lambda x: simpson(lambda u: chi_pdf(u, df), 0.0, math.sqrt(x), 1000)
-    return bisect(lambda x: cdf(x) < q, 0.0, df + 20.0 * math.sqrt(2.0 * df) + 20.0, 80)
-
-
-def t_crit(alpha, df):
-    """c with P(|T| >= c) = alpha for Student's t (bisection on convergence.t_two_sided_p)."""
-    hi = 1.0
-    while cv.t_two_sided_p(hi, df) > alpha:
-        hi *= 2.0
-    return bisect(lambda t: cv.t_two_sided_p(t, df) > alpha, 0.0, hi, 200)
-
-
-def power_paired(delta, sigma, n, alpha):
-    """Power of the two-sided paired (one-sample) t-test at level alpha with n pairs when the
-    mean difference is delta and its sd sigma: P(|T'| > c), T' = (Z + ncp) / sqrt(V / df)."""
-    if n < 2 or not sigma > 0:
-        return float("nan")
-    df, ncp = n - 1, delta / sigma * math.sqrt(n)
-    c = t_crit(alpha, df)
-    return over_chi(lambda s: phi(-c * s - ncp) + phi(ncp - c * s), df)
-
-
-def tost_power(margin, sigma, n, alpha, true_diff=0.0):
-    """Power of TOST (each one-sided test at alpha: the (1 - 2 alpha) CI inside +-margin):
-    P(|m + Z| + c s < k), k = margin sqrt(n) / sigma, m = true_diff sqrt(n) / sigma."""
-    if n < 2 or not sigma > 0:
-        return float("nan")
-    df, k, m = n - 1, margin * math.sqrt(n) / sigma, true_diff * math.sqrt(n) / sigma
-    c = t_crit(2 * alpha, df)
-    return over_chi(lambda s: max(0.0, phi(k - c * s - m) - phi(c * s - k - m)), df)
-
-
-def seeds_needed(power_of_n, target=0.8, cap=1000):
-    """Smallest n (2..cap) with power_of_n(n) >= target (power grows with n); None above cap."""
-    if power_of_n(cap) < target:
-        return None
-    lo, hi = 1, cap
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if power_of_n(mid) >= target else (mid, hi)
-    return hi
-
-
-def mde(sigma, n, alpha, target=0.8):
-    """The smallest mean difference detected with power `target`."""
-    return bisect(lambda d: power_paired(d, sigma, n, alpha) < target, 0.0, 20.0 * sigma, 50)
-
-
-def holm(ps):
-    """Holm's step-down adjusted p-values (monotone, capped at 1), in the order given."""
-    order = sorted(range(len(ps)), key=lambda i: ps[i])
-    adj, run = [0.0] * len(ps), 0.0
-    for rank, i in enumerate(order):
-        run = max(run, min(1.0, (len(ps) - rank) * ps[i]))
-        adj[i] = run
-    return adj
-
-
 def pooled_prior():
     """(pooled sd, df, one-sided 80% upper confidence bound) of the earlier study's paired sds."""
     df = PRIOR_DF_EACH * len(PRIOR_SDS)
     s = math.sqrt(sum(PRIOR_DF_EACH * x * x for x in PRIOR_SDS) / df)
-    return s, df, s * math.sqrt(df / chi2_quantile(0.20, df))
+    return s, df, s * math.sqrt(df / sst.chi2_quantile(0.20, df))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,10 +183,10 @@ def plan_numbers(n_plan):
     al = ALPHA / len(COMPARISONS)
     return {"alpha": ALPHA, "alpha_per_test": al, "delta": DELTA, "sigma": SIGMA, "prior_sds": PRIOR_SDS,
             "pooled_sd": s, "pooled_df": df, "sigma_upper80": upper, "seeds": n_plan,
-            "power": {n: [power_paired(DELTA, x, n, al) for x in (SIGMA, upper)]
+            "power": {n: [sst.power_paired(DELTA, x, n, al) for x in (SIGMA, upper)]
                       for n in range(min(5, n_plan), max(10, n_plan) + 1)},
-            "mde80": [mde(x, n_plan, al) for x in (SIGMA, upper)],
-            "tost_power_at_0": [tost_power(DELTA, x, n_plan, al) for x in (SIGMA, upper)],
+            "mde80": [sst.mde(x, n_plan, al) for x in (SIGMA, upper)],
+            "tost_power_at_0": [sst.tost_power(DELTA, x, n_plan, al) for x in (SIGMA, upper)],
             "method": "exact: integration over the chi distribution of the sample sd"}
 
 
@@ -417,7 +323,7 @@ def compare(studies, comp):
     pr = cv.paired([fx[s] for s in pairs], [fy[s] for s in pairs])
     if pr:
         _, _, t, df, p = pr
-        half = t_crit(ALPHA, df) * r["sd"] / math.sqrt(len(d))
+        half = sst.t_crit(ALPHA, df) * r["sd"] / math.sqrt(len(d))
         r.update(tested=True, t=t, df=df, p=p, ci95=[r["mean"] - half, r["mean"] + half])
     return r
 
@@ -426,11 +332,11 @@ def finish(rows):
     """Holm over the tested comparisons; power, equivalence CI and verdict for each."""
     tested = [r for r in rows if r["tested"]]
     m = len(tested)
-    for r, ph in zip(tested, holm([r["p"] for r in tested])):
+    for r, ph in zip(tested, sst.holm([r["p"] for r in tested])):
         r["p_holm"] = ph
-        r["power_observed_sd"] = power_paired(DELTA, r["sd"], r["n"], ALPHA / len(COMPARISONS))
+        r["power_observed_sd"] = sst.power_paired(DELTA, r["sd"], r["n"], ALPHA / len(COMPARISONS))
         if r["kind"] == "equivalence":
-            half = t_crit(2 * ALPHA / len(COMPARISONS), r["df"]) * r["sd"] / math.sqrt(r["n"])
+            half = sst.t_crit(2 * ALPHA / len(COMPARISONS), r["df"]) * r["sd"] / math.sqrt(r["n"])
             r["ci_equivalence"] = [r["mean"] - half, r["mean"] + half]
             r["inside_margin"] = -DELTA < r["mean"] - half and r["mean"] + half < DELTA
     for r in rows:
@@ -452,7 +358,7 @@ def verdict(r):
             return "reproduced", f"98.75% CI [{elo:+.4f}, {ehi:+.4f}] inside +-{DELTA}"
         if sig and sign > 0:
             return "not reproduced", f"{r['a']} ends significantly above {r['b']} (Holm p {r['p_holm']:.3g})"
-        n = seeds_needed(lambda k: tost_power(DELTA, r["sd"], k, ALPHA / len(COMPARISONS)))
+        n = sst.seeds_needed(lambda k: sst.tost_power(DELTA, r["sd"], k, ALPHA / len(COMPARISONS)))
         extra = (f"; it ends significantly below {r['b']} (better, Holm p {r['p_holm']:.3g})" if sig else "")
         return "undecided at this scale", (f"98.75% CI [{elo:+.4f}, {ehi:+.4f}] not inside +-{DELTA}{extra}; "
                                            f"80% TOST power at a true difference 0 would need about "
@@ -461,7 +367,7 @@ def verdict(r):
         word = "reproduced" if sign == r["expected_sign"] else "not reproduced"
         return word, f"Holm p {r['p_holm']:.3g}, mean {r['mean']:+.4f}, 95% CI [{lo:+.4f}, {hi:+.4f}]"
     effect = r["expected_sign"] * DELTA
-    n = seeds_needed(lambda k: power_paired(DELTA, r["sd"], k, ALPHA / len(COMPARISONS)))
+    n = sst.seeds_needed(lambda k: sst.power_paired(DELTA, r["sd"], k, ALPHA / len(COMPARISONS)))
     inc = "includes 0" if lo <= 0 <= hi else "excludes 0 but Holm p " + f"{r['p_holm']:.3g} >= {ALPHA}"
     inc += f" and the {DELTA} effect" if lo <= effect <= hi else ""
     if n is not None and n <= r["n"]:

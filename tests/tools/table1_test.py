@@ -20,6 +20,7 @@ from pathlib import Path
 repo, work = Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve()
 sys.path.insert(0, str(repo / "scripts"))
 import convergence as cv  # noqa: E402
+import study_stats as sst  # noqa: E402
 import table1 as t1  # noqa: E402
 
 failures = []
@@ -32,15 +33,15 @@ def check(ok, what):
 
 
 # 1. Statistics.
-check(abs(t1.t_crit(0.05, 10) - 2.228) < 5e-4, f"t_crit(0.05, 10) = {t1.t_crit(0.05, 10)}")
-check(abs(t1.chi2_quantile(0.20, 10) - 6.1791) < 1e-3, f"chi2_quantile(0.2, 10) = {t1.chi2_quantile(0.2, 10)}")
-pw = t1.power_paired(1.0, 1.0, 10, 0.05)
+check(abs(sst.t_crit(0.05, 10) - 2.228) < 5e-4, f"t_crit(0.05, 10) = {sst.t_crit(0.05, 10)}")
+check(abs(sst.chi2_quantile(0.20, 10) - 6.1791) < 1e-3, f"chi2_quantile(0.2, 10) = {sst.chi2_quantile(0.2, 10)}")
+pw = sst.power_paired(1.0, 1.0, 10, 0.05)
 check(abs(pw - 0.803) < 1e-3, f"power_paired(d=1, n=10, 0.05) = {pw} (G*Power: 0.803)")
 
 
 def monte_carlo(delta, sigma, n, alpha, draws=20000):
     """Share of seeded paired samples whose two-sided t-test rejects at alpha."""
-    rng, c, hits = random.Random(1), t1.t_crit(alpha, n - 1), 0
+    rng, c, hits = random.Random(1), sst.t_crit(alpha, n - 1), 0
     for _ in range(draws):
         d = [rng.gauss(delta, sigma) for _ in range(n)]
         hits += abs(statistics.fmean(d) / (statistics.stdev(d) / math.sqrt(n))) > c
@@ -48,19 +49,19 @@ def monte_carlo(delta, sigma, n, alpha, draws=20000):
 
 
 for delta, sigma, n, alpha in ((1.0, 1.0, 10, 0.05), (0.03, 0.015, 8, 0.05 / 8)):
-    exact, mc = t1.power_paired(delta, sigma, n, alpha), monte_carlo(delta, sigma, n, alpha)
+    exact, mc = sst.power_paired(delta, sigma, n, alpha), monte_carlo(delta, sigma, n, alpha)
     tol = 4 * math.sqrt(exact * (1 - exact) / 20000)
     check(abs(exact - mc) < tol, f"power {exact:.4f} vs Monte Carlo {mc:.4f} (4 sd {tol:.4f}), n={n}")
-check(abs(t1.power_paired(0.0, 1.0, 6, 0.05) - 0.05) < 1e-3, "power at delta 0 is alpha")
-check(t1.tost_power(0.03, 0.015, 8, 0.05 / 8) > t1.tost_power(0.03, 0.03, 8, 0.05 / 8), "TOST power")
-adj = t1.holm([0.01, 0.04, 0.03, 0.005])
+check(abs(sst.power_paired(0.0, 1.0, 6, 0.05) - 0.05) < 1e-3, "power at delta 0 is alpha")
+check(sst.tost_power(0.03, 0.015, 8, 0.05 / 8) > sst.tost_power(0.03, 0.03, 8, 0.05 / 8), "TOST power")
+adj = sst.holm([0.01, 0.04, 0.03, 0.005])
 check(all(abs(x - y) < 1e-12 for x, y in zip(adj, [0.03, 0.06, 0.06, 0.02])), f"holm {adj}")
 ps = [random.Random(2).random() ** 3 for _ in range(9)] + [0.6, 0.9]
-adj = t1.holm(ps)
+adj = sst.holm(ps)
 order = sorted(range(len(ps)), key=lambda i: ps[i])
 check(all(a >= p for a, p in zip(adj, ps)) and max(adj) <= 1.0
       and all(adj[order[i]] <= adj[order[i + 1]] for i in range(len(ps) - 1)), f"holm: monotone, capped {adj}")
-check(t1.holm([0.5, 0.6])[1] == 1.0 or t1.holm([0.5, 0.6]) == [1.0, 1.0], "holm cap at 1")
+check(sst.holm([0.5, 0.6])[1] == 1.0 or sst.holm([0.5, 0.6]) == [1.0, 1.0], "holm cap at 1")
 
 # 2. The real plan's arguments are the running studies' (convergence.parse_args of the brief's lists).
 a = t1.parse_args(["plan"])
