@@ -39,11 +39,14 @@ import study_stats as sst  # noqa: E402
 # ---------------------------------------------------------------------------------------------
 # The pre-registered plan (data). Each study: convergence.py's --configs and the options that
 # differ from its defaults; --out, --s3r, --data, --jobs and --threads are added per invocation.
-# The width study's lr grid is convergence.py's moved down by a factor of 2: on the default grid
-# (7.5e-4, 1.5e-3, 3e-3) sr's best lr at C = 512 was its lower edge (5.608, 5.686, 5.825).
+# A grid is extended by a factor of 2 beyond any edge where a configuration's best lr falls. The
+# width study's: on convergence.py's default (7.5e-4, 1.5e-3, 3e-3) sr's best at C = 512 was the
+# lower edge (seed 0: 5.608, 5.686, 5.825), so the grid moved down to 3.75e-4 .. 1.5e-3, where
+# sr's best was again the lower edge (5.599 at 3.75e-4): 1.875e-4 was added.
 PLAN = {
     "width": {"configs": ["sr", "s3r", "s3r+dx", "s3r+two-way"],
-              "options": ["--width", "512", "--lrs", "0.000375,0.00075,0.0015", "--seeds", "8", "--widths", ""]},
+              "options": ["--width", "512", "--lrs", "0.0001875,0.000375,0.00075,0.0015", "--seeds", "8",
+                          "--widths", ""]},
     "length": {"configs": ["bf16", "rtne", "sr"],
                "options": ["--width", "256", "--steps", "1600", "--eval-every", "100",
                            "--checkpoint-every", "200", "--seeds", "8", "--widths", ""]},
