@@ -68,12 +68,12 @@ a = t1.parse_args(["plan"])
 st = t1.make_studies(a)
 root = str(repo / "results" / "table1")
 want = {"width": ["--out", root + "/width", "--configs", "sr,s3r,s3r+dx,s3r+two-way", "--width", "512",
-                  "--lrs", "0.000375,0.00075,0.0015", "--seeds", "8", "--widths", ""],
+                  "--lrs", "0.0001875,0.000375,0.00075,0.0015", "--seeds", "8", "--widths", ""],
         "length": ["--out", root + "/length", "--configs", "bf16,rtne,sr", "--width", "256", "--steps", "1600",
                    "--eval-every", "100", "--checkpoint-every", "200", "--seeds", "8", "--widths", ""]}
 for name, argv in want.items():
     check(vars(st[name].args) == vars(cv.parse_args(argv)), f"{name}: {vars(st[name].args)}")
-check(st["width"].total_runs() == 41 and st["length"].total_runs() == 30, "total runs 41 / 30")
+check(st["width"].total_runs() == 45 and st["length"].total_runs() == 30, "total runs 45 / 30")
 
 # 3. The whole driver over a stand-in s3r.
 if work.exists():
