@@ -11,14 +11,14 @@
 
 namespace s3r::tools {
 
-// --preset and the per-field overrides --layers, --width, --heads, --kv-heads, --ffn, --vocab,
+// --preset and the per-field overrides --layers, --width, --heads, --kv-heads, --head-size, --ffn, --vocab,
 // --seq-len, --batch (unset: the preset's value; --kv-heads unset: equal to the heads). Each override is checked as it is parsed: an integer in
 // [1, 2^24] (2^31 - 1 for --vocab: token ids are int32), else s3r::Error naming the option
 // ("train: --batch must be >= 1, got 0"); config() then checks the combination (heads divide C,
 // an even head size, kv heads dividing the heads, and a total size whose int64 arithmetic cannot overflow).
 struct ModelOptions {
   std::string preset = "small";
-  std::optional<int64_t> layers, width, heads, kv_heads, ffn, vocab, seq, batch;
+  std::optional<int64_t> layers, width, heads, kv_heads, head_size, ffn, vocab, seq, batch;
   std::string head = "default";  // --head default | int8 (nn::HeadChoice; part of the recipe)
   void add_to(CLI::App* cmd);
   model::ModelConfig config() const;  // validated; throws s3r::Error naming the bad field

@@ -21,7 +21,10 @@ void ModelOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--preset", preset, "tiny | small | wide | paper")->capture_default_str();
   add_integer_option(cmd, "--layers", layers, "L (default: the preset's)", 1, kMaxDim);
   add_integer_option(cmd, "--width", width, "C", 1, kMaxDim);
-  add_integer_option(cmd, "--heads", heads, "attention heads (must divide C; C / heads even)", 1, kMaxDim);
+  add_integer_option(cmd, "--heads", heads,
+                     "attention heads (must divide C unless --head-size is given; C / heads even)", 1, kMaxDim);
+  add_integer_option(cmd, "--head-size", head_size, "size of one attention head, even (default: C / heads)", 1,
+                     kMaxDim);
   add_integer_option(cmd, "--kv-heads", kv_heads,
                      "key/value heads (must divide the heads; fewer: grouped-query attention; default: the heads)", 1,
                      kMaxDim);
@@ -42,11 +45,13 @@ model::ModelConfig ModelOptions::config() const {
   if (width) m.width = *width;
   if (heads) m.heads = *heads;
   m.kv_heads = kv_heads ? *kv_heads : m.heads;
+  if (head_size) m.head_size = *head_size;
   if (ffn) m.ffn_width = *ffn;
   if (vocab) m.vocab = *vocab;
   if (seq) m.seq_len = *seq;
   if (batch) m.batch = *batch;
   m.validate();  // bounded too: every size computed from m fits in int64 (model/config.cpp)
+  static_cast<model::Architecture&>(m) = m.architecture().normalized();
   return m;
 }
 
@@ -54,7 +59,8 @@ std::string ModelOptions::command_line() const {
   std::ostringstream s;
   s << "--preset '" << preset << "' --head " << head;
   const std::pair<const char*, const std::optional<int64_t>*> fields[] = {
-      {"--layers", &layers}, {"--width", &width}, {"--heads", &heads}, {"--kv-heads", &kv_heads}, {"--ffn", &ffn},
+      {"--layers", &layers}, {"--width", &width}, {"--heads", &heads}, {"--kv-heads", &kv_heads},
+      {"--head-size", &head_size}, {"--ffn", &ffn},
       {"--vocab", &vocab},   {"--seq-len", &seq}, {"--batch", &batch}};
   for (const auto& [name, value] : fields) {
     if (*value) s << " " << name << " " << **value;

@@ -153,7 +153,7 @@ def main():
                 params[name] = params[name].t().contiguous()
     bug = args.inject if args.inject in s3r_forward.BUGS else None
     theta = float(torch.tensor(cfg.get("rope_theta", 10000.0), dtype=torch.float32))
-    tables = s3r_forward.rope_tables(S, cfg["width"] // cfg["heads"], theta)
+    tables = s3r_forward.rope_tables(S, s3r_forward.head_dim(cfg), theta)
     t0 = time.time()
     total = 0.0
     for starts in batches:
@@ -182,7 +182,8 @@ def main():
           f"{' + ' + cfg.get('correction', 'none') if mode in s3r_forward.INT8_MODES else ''}"
           f"{', int8 LM head' if int8_head else ''}, "
           f"L={cfg['layers']} C={cfg['width']} heads={cfg['heads']}"
-          f"{f' kv_heads={nkv}' if nkv != cfg['heads'] else ''} F={cfg['ffn_width']} V={cfg['vocab']} "
+          f"{f' kv_heads={nkv}' if nkv != cfg['heads'] else ''}"
+          f"{f' hd={s3r_forward.head_dim(cfg)}' if cfg.get('head_size') else ''} F={cfg['ffn_width']} V={cfg['vocab']} "
           f"S={S} B={B}; {len(batches)} validation batches of {args.data}/val.bin")
     if args.inject:
         print(f"  INJECTED BUG: {args.inject}")

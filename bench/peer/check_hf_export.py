@@ -107,7 +107,7 @@ def main():
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = repeat_kv(k), repeat_kv(v)
         scores = torch.einsum("snd,tnd->nst", q, k) / math.sqrt(HD) + mask
-        att = torch.einsum("nst,tnd->snd", scores.softmax(-1), v).reshape(S, C)
+        att = torch.einsum("nst,tnd->snd", scores.softmax(-1), v).reshape(S, NH * HD)
         x = x + att @ w[p + "self_attn.o_proj.weight"].T
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"])
         gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T

@@ -77,14 +77,15 @@ def build_model_classes():
             # kv_map "modulo" (query head h reads kv head h % NKV) is a deliberate bug, for
             # check_checkpoint.py --inject peer-gqa-kv-modulo only.
             self.kv_map = kv_map
-            kv = self.kv_heads * (C // self.heads)
+            self.hd = cfg.get("head_size", 0) or C // self.heads  # HD: explicit, or C / heads
+            kv, qw = self.kv_heads * self.hd, self.heads * self.hd
             self.attn_norm = RMSNorm(C, cfg["norm_eps"])
             self.ffn_norm = RMSNorm(C, cfg["norm_eps"])
-            # (in, out) matrices, y = x W, as s3r stores them; W_k, W_v (C, NKV * HD)
-            self.q = nn.Parameter(torch.empty(C, C))
+            # (in, out) matrices, y = x W, as s3r stores them; W_q (C, NH * HD), W_k, W_v (C, NKV * HD)
+            self.q = nn.Parameter(torch.empty(C, qw))
             self.k = nn.Parameter(torch.empty(C, kv))
             self.v = nn.Parameter(torch.empty(C, kv))
-            self.o = nn.Parameter(torch.empty(C, C))
+            self.o = nn.Parameter(torch.empty(qw, C))
             self.gate = nn.Parameter(torch.empty(C, Fw))
             self.up = nn.Parameter(torch.empty(C, Fw))
             self.down = nn.Parameter(torch.empty(Fw, C))
@@ -96,20 +97,20 @@ def build_model_classes():
 
         def forward(self, x, cos, sin, mask):
             B, S, C = x.shape
-            H, KV = self.heads, self.kv_heads
+            H, KV, HD = self.heads, self.kv_heads, self.hd
             xn = self.attn_norm(x)
-            q = (xn @ self.q).view(B, S, H, C // H).transpose(1, 2)
-            k = (xn @ self.k).view(B, S, KV, C // H).transpose(1, 2)  # (B, NKV, S, HD)
-            v = (xn @ self.v).view(B, S, KV, C // H).transpose(1, 2)
+            q = (xn @ self.q).view(B, S, H, HD).transpose(1, 2)
+            k = (xn @ self.k).view(B, S, KV, HD).transpose(1, 2)  # (B, NKV, S, HD)
+            v = (xn @ self.v).view(B, S, KV, HD).transpose(1, 2)
             q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)  # K per kv head
             if KV != H:  # grouped-query attention: query head h reads kv head h // (H / KV)
                 if self.kv_map == "modulo":
                     k, v = k.repeat(1, H // KV, 1, 1), v.repeat(1, H // KV, 1, 1)
                 else:
                     k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
-            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(C // H))
+            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(HD))
             p = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-            att = (p @ v).transpose(1, 2).reshape(B, S, C)
+            att = (p @ v).transpose(1, 2).reshape(B, S, H * HD)
             x = x + att @ self.o
             xn = self.ffn_norm(x)
             return x + (F.silu(xn @ self.gate) * (xn @ self.up)) @ self.down
@@ -123,7 +124,7 @@ def build_model_classes():
             self.blocks = nn.ModuleList(Block(cfg, kv_map) for _ in range(cfg["layers"]))
             self.final_norm = RMSNorm(C, cfg["norm_eps"])
             self.lm_head = nn.Parameter(torch.empty(C, V))
-            hd = C // H
+            hd = cfg.get("head_size", 0) or C // H
             freq = cfg["rope_theta"] ** (-2.0 * torch.arange(hd // 2, dtype=torch.float64) / hd)
             angle = torch.arange(S, dtype=torch.float64)[:, None] * freq[None, :]
             self.register_buffer("cos", torch.cos(angle).float(), persistent=False)  # (S, HD/2)

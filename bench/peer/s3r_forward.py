@@ -45,6 +45,15 @@ BUGS = {
 }
 
 
+def head_dim(cfg):
+    """The checkpoint's head size HD: meta.json config "head_size", written only when it is
+    explicit (absent: C / heads)."""
+    hd = cfg.get("head_size", 0) or cfg["width"] // cfg["heads"]
+    if not isinstance(hd, int) or isinstance(hd, bool) or hd < 1 or hd % 2:
+        raise ValueError(f"config head_size {cfg.get('head_size')!r}: not an even head size")
+    return hd
+
+
 def kv_heads(cfg):
     """The checkpoint's key/value heads: meta.json config "kv_heads", written only when it differs
     from "heads" (absent: multi-head attention, kv_heads = heads)."""
@@ -184,14 +193,15 @@ def linear(x, w, mode, bug=None):
 
 def unflatten(tensors, cfg):
     """{name: f32 torch tensor of its shape} from a checkpoint's tensors: stored with their shapes
-    (version 3; matrices (in, out)) or flat (versions 1 and 2). Wk and Wv are (C, kv_heads * HD)."""
+    (version 3; matrices (in, out)) or flat (versions 1 and 2). Wq is (C, heads * HD), Wo its
+    transpose's shape, Wk and Wv (C, kv_heads * HD)."""
     C, F, V = cfg["width"], cfg["ffn_width"], cfg["vocab"]
-    KV = kv_heads(cfg) * (C // cfg["heads"])
+    Q, KV = cfg["heads"] * head_dim(cfg), kv_heads(cfg) * head_dim(cfg)
     shapes = {"tok_emb": (V, C), "final_norm": (C,), "lm_head": (C, V)}
     for l in range(cfg["layers"]):
         p = f"blocks.{l}."
-        shapes.update({p + "attn_norm": (C,), p + "ffn_norm": (C,), p + "attn.q": (C, C), p + "attn.k": (C, KV),
-                       p + "attn.v": (C, KV), p + "attn.o": (C, C), p + "ffn.gate": (C, F), p + "ffn.up": (C, F),
+        shapes.update({p + "attn_norm": (C,), p + "ffn_norm": (C,), p + "attn.q": (C, Q), p + "attn.k": (C, KV),
+                       p + "attn.v": (C, KV), p + "attn.o": (Q, C), p + "ffn.gate": (C, F), p + "ffn.up": (C, F),
                        p + "ffn.down": (F, C)})
     missing = sorted(set(shapes) - set(tensors))
     extra = sorted(set(tensors) - set(shapes))
@@ -211,14 +221,14 @@ def unflatten(tensors, cfg):
 def mean_loss(params, cfg, mode, inputs, targets, bug=None, tables=None):
     """Mean cross-entropy (float) of one batch: inputs, targets (B, S) int64 tensors."""
     C, heads = cfg["width"], cfg["heads"]
-    nkv = kv_heads(cfg)
-    KV = nkv * (C // heads)
+    nkv, hd = kv_heads(cfg), head_dim(cfg)
+    Q, KV = heads * hd, nkv * hd
     B, S = inputs.shape
     eps = float(torch.tensor(cfg.get("norm_eps", 1e-5), dtype=F32))  # an f32 option, promoted to double
     if bug == "norm-eps":
         eps = float(torch.tensor(1e-6, dtype=F32))
     theta = float(torch.tensor(cfg.get("rope_theta", 10000.0), dtype=F32))
-    cos, sin = tables if tables is not None else rope_tables(S, C // heads, theta)
+    cos, sin = tables if tables is not None else rope_tables(S, hd, theta)
     proj = mode if mode in ("f32", "bf16") else "int8"
     if mode == "f32" or bug == "head-f32":
         head_mode = "f32"
@@ -231,12 +241,12 @@ def mean_loss(params, cfg, mode, inputs, targets, bug=None, tables=None):
     for l in range(cfg["layers"]):
         p = f"blocks.{l}."
         xn = rmsnorm(x, params[p + "attn_norm"], eps)
-        q = linear(xn, params[p + "attn.q"], proj, bug).reshape(B, S, C)
+        q = linear(xn, params[p + "attn.q"], proj, bug).reshape(B, S, Q)
         k = linear(xn, params[p + "attn.k"], proj, bug).reshape(B, S, KV)
         v = linear(xn, params[p + "attn.v"], proj, bug).reshape(B, S, KV)
         q = rope(q, cos, sin, heads, bug)
         k = rope(k, cos, sin, nkv, bug)  # per kv head
-        att = attention(q, k, v, heads, nkv, bug).reshape(T, C)
+        att = attention(q, k, v, heads, nkv, bug).reshape(T, Q)
         x_mid = linear(att, params[p + "attn.o"], proj, bug) + x
         xn2 = rmsnorm(x_mid, params[p + "ffn_norm"], eps)
         h1 = linear(xn2, params[p + "ffn.gate"], proj, bug)

@@ -19,7 +19,8 @@ namespace detail {
 // The run configuration <-> the "config" object of meta.json (the one place that knows its
 // fields). from_json throws s3r::Error naming `where` and the field.
 // "kv_heads" is written only with grouped-query attention (kv_heads < heads): a checkpoint without
-// it has kv_heads = heads, as every checkpoint before grouped-query attention has.
+// it has kv_heads = heads, as every checkpoint before grouped-query attention has. Likewise
+// "head_size" only when it is explicit (not C / heads).
 nlohmann::json to_json(const RunConfig& c) {
   const model::ModelConfig& m = c.model;
   nlohmann::json j = {{"layers", m.layers},       {"width", m.width},   {"heads", m.heads},
@@ -30,6 +31,7 @@ nlohmann::json to_json(const RunConfig& c) {
                       {"correction", std::string(nn::to_string(c.recipe.correction()))},
                       {"recipe", c.recipe.name()}, {"seed", c.seed}};
   if (m.kv_heads != m.heads) j["kv_heads"] = m.kv_heads;
+  if (m.head_size != 0) j["head_size"] = m.head_size;
   return j;
 }
 
@@ -90,6 +92,7 @@ RunConfig from_json(const nlohmann::json& j, const std::string& where) {
   m.width = field<int64_t>(j, "width", where);
   m.heads = field<int64_t>(j, "heads", where);
   m.kv_heads = j.contains("kv_heads") ? field<int64_t>(j, "kv_heads", where) : m.heads;
+  m.head_size = j.contains("head_size") ? field<int64_t>(j, "head_size", where) : 0;
   m.ffn_width = field<int64_t>(j, "ffn_width", where);
   m.vocab = field<int64_t>(j, "vocab", where);
   m.seq_len = field<int64_t>(j, "seq_len", where);
@@ -98,6 +101,7 @@ RunConfig from_json(const nlohmann::json& j, const std::string& where) {
   if (j.contains("norm_eps")) m.norm_eps = field<float>(j, "norm_eps", where);
   try {
     m.validate();
+    static_cast<model::Architecture&>(m) = m.architecture().normalized();
     c.recipe = recipe_from_json(j, where);
   } catch (const Error& e) {
     const std::string what = e.what();

@@ -90,14 +90,14 @@ void rope_at(std::span<float> x, int64_t first, int64_t n, int64_t heads, int64_
 // h reads key/value head h / (NH / NKV), as the model's attention does.
 void cached_attention(std::span<float> att, std::span<const float> q, const std::vector<float>& k_cache,
                       const std::vector<float>& v_cache, int64_t first, int64_t n, const model::Architecture& a) {
-  const int64_t NH = a.heads, HD = a.head_dim(), C = a.width, Ckv = a.kv_width(), group = a.heads / a.kv_heads;
+  const int64_t NH = a.heads, HD = a.head_dim(), Cq = a.q_width(), Ckv = a.kv_width(), group = a.heads / a.kv_heads;
   const double scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
   // One (token, head) per task; each task's arithmetic is its own.
   parallel_blocks(n * NH, 1, [&](int64_t task, int64_t) {
     const int64_t t = task / NH, h = task % NH, kv_offset = (h / group) * HD;
     const int64_t upto = first + t + 1;
     std::vector<double> s(static_cast<size_t>(upto));
-    const float* qv = q.data() + t * C + h * HD;
+    const float* qv = q.data() + t * Cq + h * HD;
     double mx = -INFINITY;
     for (int64_t j = 0; j < upto; ++j) {
       const float* kv = k_cache.data() + j * Ckv + kv_offset;
@@ -114,7 +114,7 @@ void cached_attention(std::span<float> att, std::span<const float> q, const std:
       const double pj = s[j] / sum;
       for (int64_t d = 0; d < HD; ++d) acc[d] += pj * vv[d];
     }
-    float* out = att.data() + t * C + h * HD;
+    float* out = att.data() + t * Cq + h * HD;
     for (int64_t d = 0; d < HD; ++d) out[d] = static_cast<float>(acc[d]);
   });
 }
@@ -158,14 +158,15 @@ std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vecto
   using P = model::Projection;
   Impl& m = *impl_;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t C = m.cfg.width, Ckv = m.cfg.kv_width(), F = m.cfg.ffn_width, V = m.cfg.vocab;
+  const int64_t C = m.cfg.width, Cq = m.cfg.q_width(), Ckv = m.cfg.kv_width(), F = m.cfg.ffn_width, V = m.cfg.vocab;
   const int64_t NH = m.cfg.heads, NKV = m.cfg.kv_heads, HD = m.cfg.head_dim();
   if (n < 1) throw Error("decoder: no tokens to feed");
   if (pos_ + n > context_) {
     throw Error("decoder: " + std::to_string(pos_) + " + " + std::to_string(n) + " tokens exceed the context of " +
                 std::to_string(context_) + " positions");
   }
-  for (auto* b : {&m.x, &m.xn, &m.q, &m.att, &m.o, &m.ff}) b->resize(static_cast<size_t>(n * C));
+  for (auto* b : {&m.x, &m.xn, &m.o, &m.ff}) b->resize(static_cast<size_t>(n * C));
+  for (auto* b : {&m.q, &m.att}) b->resize(static_cast<size_t>(n * Cq));
   for (auto* b : {&m.k, &m.v}) b->resize(static_cast<size_t>(n * Ckv));
   for (auto* b : {&m.h1, &m.h3, &m.hidden}) b->resize(static_cast<size_t>(n * F));
   m.rstd.resize(static_cast<size_t>(n));
@@ -184,7 +185,7 @@ std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vecto
     std::copy(m.k.begin(), m.k.end(), L.k_cache.begin() + pos_ * Ckv);
     std::copy(m.v.begin(), m.v.end(), L.v_cache.begin() + pos_ * Ckv);
     cached_attention(m.att, m.q, L.k_cache, L.v_cache, pos_, n, m.cfg);
-    nn::prepare_input(m.in, m.att, n, C, m.mode, p + "attn.o.X");
+    nn::prepare_input(m.in, m.att, n, Cq, m.mode, p + "attn.o.X");
     nn::linear_forward(m.o, m.in, L[P::kO]);
     for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.o[i];  // x is now the block's x_mid
     model::rmsnorm_forward(m.xn, m.rstd, m.x, {L.ffn_norm, size_t(C)}, C, m.cfg.norm_eps);

@@ -251,6 +251,10 @@ void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const st
   kv.kv_u32("llama.feed_forward_length", static_cast<uint32_t>(m.ffn_width));
   kv.kv_u32("llama.attention.head_count", static_cast<uint32_t>(m.heads));
   kv.kv_u32("llama.attention.head_count_kv", static_cast<uint32_t>(m.kv_heads));
+  if (m.head_size != 0) {  // llama.cpp's default is embedding_length / head_count
+    kv.kv_u32("llama.attention.key_length", static_cast<uint32_t>(m.head_dim()));
+    kv.kv_u32("llama.attention.value_length", static_cast<uint32_t>(m.head_dim()));
+  }
   kv.kv_u32("llama.rope.dimension_count", static_cast<uint32_t>(m.head_dim()));
   kv.kv_f32("llama.rope.freq_base", m.rope_theta);
   kv.kv_f32("llama.attention.layer_norm_rms_epsilon", m.norm_eps);

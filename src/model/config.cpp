@@ -30,14 +30,19 @@ void Architecture::validate() const {
   check_range("kv_heads", kv_heads);
   check_range("ffn_width", ffn_width);
   check_range("vocab", vocab, (int64_t{1} << 31) - 1);
-  if (width % heads != 0) {
+  if (head_size < 0 || head_size > kMaxDim) {
+    throw Error("model config: head_size must be in [1, " + std::to_string(kMaxDim) + "] (0: C / heads), got " +
+                std::to_string(head_size));
+  }
+  if (head_size == 0 && width % heads != 0) {
     throw Error("model config: width C = " + std::to_string(width) + " is not divisible by heads = " +
-                std::to_string(heads));
+                std::to_string(heads) + " (or give an explicit head size)");
   }
   if (head_dim() % 2 != 0) {
-    throw Error("model config: head size C / heads = " + std::to_string(head_dim()) +
-                " must be even for RoPE");
+    throw Error("model config: head size " + std::string(head_size == 0 ? "C / heads" : "HD") + " = " +
+                std::to_string(head_dim()) + " must be even for RoPE");
   }
+  check_range("heads x head size", q_width());
   if (heads % kv_heads != 0) {
     throw Error("model config: kv_heads = " + std::to_string(kv_heads) + " does not divide heads = " +
                 std::to_string(heads) + " (each key/value head serves heads / kv_heads query heads)");
@@ -48,8 +53,15 @@ std::string Architecture::describe() const {
   std::ostringstream s;
   s << "L=" << layers << " C=" << width << " heads=" << heads;
   if (kv_heads != heads) s << "/kv=" << kv_heads;
+  if (head_size != 0) s << " hd=" << head_size;
   s << " F=" << ffn_width << " V=" << vocab;
   return s.str();
+}
+
+Architecture Architecture::normalized() const {
+  Architecture a = *this;
+  if (a.head_size != 0 && a.heads > 0 && a.head_size * a.heads == a.width) a.head_size = 0;
+  return a;
 }
 
 void ModelConfig::validate() const {
@@ -58,7 +70,7 @@ void ModelConfig::validate() const {
   check_range("batch", batch);
   const double T = static_cast<double>(batch) * static_cast<double>(seq_len);
   const double widest = std::max({static_cast<double>(width), static_cast<double>(ffn_width), static_cast<double>(vocab)});
-  const double per_layer = static_cast<double>(width) * (4.0 * width + 3.0 * ffn_width);
+  const double per_layer = static_cast<double>(width) * (2.0 * q_width() + 2.0 * kv_width() + 3.0 * ffn_width);
   const double params = 2.0 * static_cast<double>(vocab) * width + static_cast<double>(layers) * per_layer;
   const double attention = T * static_cast<double>(seq_len) * static_cast<double>(heads) * static_cast<double>(layers);
   if (std::max({T * widest, params, attention}) > 1e15) {

@@ -17,14 +17,15 @@ namespace s3r::model {
 
 using nn::LinearMode;
 
-// Per-block parameters (offsets into the arenas) and saved activations. Ckv = NKV HD: the width
-// of K and V (C without grouped-query attention).
+// Per-block parameters (offsets into the arenas) and saved activations. Cq = NH HD: the width of
+// Q and of the attention's output (C unless the head size is explicit); Ckv = NKV HD: the width
+// of K and V (Cq without grouped-query attention).
 struct Model::Block {
   int64_t attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
   std::string prefix;                    // "blocks.l.": names of quantized operands in errors
   std::vector<float> x_in;               // (T, C) residual stream entering the block
   std::vector<float> xn1, rstd1;         // attention RMSNorm
-  std::vector<float> q, att;             // (T, C)
+  std::vector<float> q, att;             // (T, Cq)
   std::vector<float> k, v;               // (T, Ckv)
   std::vector<float> lse;                // (B, NH, S): the fused attention's log-sum-exp
   std::vector<float> x_mid, xn2, rstd2;  // after the attention residual; FFN RMSNorm
@@ -59,13 +60,13 @@ std::string_view to_string(Projection p) {
 }
 
 int64_t Model::parameter_count(const Architecture& a) {
-  const int64_t C = a.width, Ckv = a.kv_width(), F = a.ffn_width, V = a.vocab;
-  return 2 * V * C + C + a.layers * (2 * C + 2 * C * C + 2 * C * Ckv + 3 * C * F);
+  const int64_t C = a.width, Cq = a.q_width(), Ckv = a.kv_width(), F = a.ffn_width, V = a.vocab;
+  return 2 * V * C + C + a.layers * (2 * C + 2 * C * Cq + 2 * C * Ckv + 3 * C * F);
 }
 
 int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
   const double C = static_cast<double>(c.width), F = static_cast<double>(c.ffn_width);
-  const double Ckv = static_cast<double>(c.kv_width());
+  const double Ckv = static_cast<double>(c.kv_width()), Cq = static_cast<double>(c.q_width());
   const double V = static_cast<double>(c.vocab), T = static_cast<double>(c.tokens());
   const double S = static_cast<double>(c.seq_len), B = static_cast<double>(c.batch);
   const double NH = static_cast<double>(c.heads), L = static_cast<double>(c.layers);
@@ -76,12 +77,12 @@ int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
   const double operand = nn::is_int8(mode) ? 1.0 : mode == nn::LinearMode::kBf16 ? (emulated ? 6.0 : 2.0) : 4.0;
   const double head = head_mode == LinearMode::kF32 ? 4.0 : nn::is_int8(head_mode) ? 1.0 : (emulated ? 6.0 : 2.0);
   double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
-  f32 += L * (6.0 * T * C + 2.0 * T * Ckv + 2.0 * T + B * NH * S);  // per block: saved activations
+  f32 += L * (4.0 * T * C + 2.0 * T * Cq + 2.0 * T * Ckv + 2.0 * T + B * NH * S);  // per block: saved activations
   f32 += L * 2.0 * T * F + 4.0 * T * F;  // SwiGLU: h1, h3 per block; one scratch (hidden, gradients)
-  f32 += 6.0 * T * C + 2.0 * T * Ckv + T + 1.0 * T * V;         // final norm, gradients, logits
+  f32 += 4.0 * T * C + 2.0 * T * Cq + 2.0 * T * Ckv + T + 1.0 * T * V;  // final norm, gradients, logits
   double bytes = 4.0 * f32;
-  bytes += L * operand * (3.0 * T * C + T * F);              // quantized or rounded inputs
-  bytes += L * operand * (2.0 * C * C + 2.0 * C * Ckv + 3.0 * C * F);  // quantized or rounded weights
+  bytes += L * operand * (2.0 * T * C + T * Cq + T * F);     // quantized or rounded inputs
+  bytes += L * operand * (2.0 * C * Cq + 2.0 * C * Ckv + 3.0 * C * F);  // quantized or rounded weights
   bytes += (4.0 + 1.0 + (nn::is_int8(mode) ? 0.0 : operand)) * T * F;  // the SwiGLU workspace
   bytes += head * (T * C + C * V);                           // LM head operands
   return static_cast<int64_t>(bytes);
@@ -91,8 +92,8 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
     : cfg_(config), recipe_(recipe), mode_(recipe.projections()), head_mode_(recipe.head()),
       correction_(recipe.correction()) {
   cfg_.validate();
-  const int64_t C = cfg_.width, Ckv = cfg_.kv_width(), F = cfg_.ffn_width, V = cfg_.vocab, T = cfg_.tokens();
-  const int64_t S = cfg_.seq_len, B = cfg_.batch, NH = cfg_.heads;
+  const int64_t C = cfg_.width, Cq = cfg_.q_width(), Ckv = cfg_.kv_width(), F = cfg_.ffn_width, V = cfg_.vocab;
+  const int64_t T = cfg_.tokens(), S = cfg_.seq_len, B = cfg_.batch, NH = cfg_.heads;
   // The parameter schema (s3r/model/params.hpp), in arena order.
   tok_emb_ = add_param("tok_emb", {V, C}, ParamRole::kEmbedding);
   blocks_.resize(static_cast<size_t>(cfg_.layers));
@@ -103,15 +104,17 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
       return add_param(std::string(to_string(j)), {in, out}, ParamRole::kProjection, l, j);
     };
     b.attn_norm = add_param("attn_norm", {C}, ParamRole::kNorm, l);
-    b.wq = projection(Projection::kQ, C, C);
+    b.wq = projection(Projection::kQ, C, Cq);
     b.wk = projection(Projection::kK, C, Ckv);
     b.wv = projection(Projection::kV, C, Ckv);
-    b.wo = projection(Projection::kO, C, C);
+    b.wo = projection(Projection::kO, Cq, C);
     b.ffn_norm = add_param("ffn_norm", {C}, ParamRole::kNorm, l);
     b.w_gate = projection(Projection::kGate, C, F);
     b.w_up = projection(Projection::kUp, C, F);
     b.w_down = projection(Projection::kDown, F, C);
-    for (auto* v : {&b.x_in, &b.xn1, &b.q, &b.att, &b.x_mid, &b.xn2}) v->resize(T * C);
+    for (auto* v : {&b.x_in, &b.xn1, &b.x_mid, &b.xn2}) v->resize(T * C);
+    b.q.resize(T * Cq);
+    b.att.resize(T * Cq);
     b.k.resize(T * Ckv);
     b.v.resize(T * Ckv);
     b.rstd1.resize(T);
@@ -122,7 +125,9 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
   lm_head_ = add_param("lm_head", {C, V}, ParamRole::kHead);
   params_.assign(static_cast<size_t>(table_.back().offset + table_.back().size), 0.0f);
   grads_.assign(params_.size(), 0.0f);
-  for (auto* v : {&x_final_, &xn_final_, &dx_, &dxn_, &dq_, &datt_}) v->resize(T * C);
+  for (auto* v : {&x_final_, &xn_final_, &dx_, &dxn_}) v->resize(T * C);
+  dq_.resize(T * Cq);
+  datt_.resize(T * Cq);
   dk_.resize(T * Ckv);
   dv_.resize(T * Ckv);
   rstd_final_.resize(T);
@@ -253,7 +258,7 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
 
 // x_mid = x_in + attention(rmsnorm(x_in)) W_o.
 void Model::attention_forward(Block& b) {
-  const int64_t C = cfg_.width, T = cfg_.tokens(), S = cfg_.seq_len;
+  const int64_t C = cfg_.width, Cq = cfg_.q_width(), T = cfg_.tokens(), S = cfg_.seq_len;
   const int64_t NH = cfg_.heads, NKV = cfg_.kv_heads, HD = cfg_.head_dim();
   {
     const Zone z(breakdown_, &B::norms);
@@ -275,7 +280,7 @@ void Model::attention_forward(Block& b) {
   {
     const Zone z(breakdown_, &B::projections);
     const nn::PhaseZone<nn::PhaseTimes> prepare(projection_phases(), &nn::PhaseTimes::prepare);
-    nn::prepare_input(b.o_in, b.att, T, C, mode_, b.prefix + "attn.o.X");
+    nn::prepare_input(b.o_in, b.att, T, Cq, mode_, b.prefix + "attn.o.X");
   }
   {
     const Zone z(breakdown_, &B::projections);
@@ -290,15 +295,15 @@ void Model::attention_forward(Block& b) {
 // too: its input comes after the attention). Timed as operand preparation and GEMMs inside the
 // `projections` phase, as the backward's and the FFN's projections are.
 void Model::qkv_forward(Block& b) {
-  const int64_t C = cfg_.width, Ckv = cfg_.kv_width(), T = cfg_.tokens();
+  const int64_t C = cfg_.width, Cq = cfg_.q_width(), Ckv = cfg_.kv_width(), T = cfg_.tokens();
   const std::string& p = b.prefix;
   {
     const nn::PhaseZone<nn::PhaseTimes> prepare(projection_phases(), &nn::PhaseTimes::prepare);
     nn::prepare_input(b.qkv_in, b.xn1, T, C, mode_, p + "attn.X");
-    nn::prepare_weight(b.wq_w, {param(b.wq), size_t(C * C)}, C, C, mode_, p + "attn.q.W");
+    nn::prepare_weight(b.wq_w, {param(b.wq), size_t(C * Cq)}, C, Cq, mode_, p + "attn.q.W");
     nn::prepare_weight(b.wk_w, {param(b.wk), size_t(C * Ckv)}, C, Ckv, mode_, p + "attn.k.W");
     nn::prepare_weight(b.wv_w, {param(b.wv), size_t(C * Ckv)}, C, Ckv, mode_, p + "attn.v.W");
-    nn::prepare_weight(b.wo_w, {param(b.wo), size_t(C * C)}, C, C, mode_, p + "attn.o.W");
+    nn::prepare_weight(b.wo_w, {param(b.wo), size_t(Cq * C)}, Cq, C, mode_, p + "attn.o.W");
   }
   const nn::PhaseZone<nn::PhaseTimes> gemm(projection_phases(), &nn::PhaseTimes::gemm);
   nn::linear_forward(b.q, b.qkv_in, b.wq_w);
@@ -405,12 +410,12 @@ void Model::ffn_backward(int64_t l) {
 
 // x_mid = x_in + attention(rmsnorm(x_in)) W_o: dx_ is d(x_mid) and becomes d(x_in).
 void Model::attention_backward(int64_t l) {
-  const int64_t C = cfg_.width, Ckv = cfg_.kv_width(), S = cfg_.seq_len;
+  const int64_t C = cfg_.width, Cq = cfg_.q_width(), Ckv = cfg_.kv_width(), S = cfg_.seq_len;
   const int64_t NH = cfg_.heads, NKV = cfg_.kv_heads, HD = cfg_.head_dim();
   Block& b = blocks_[l];
   {
     const Zone z(breakdown_, &B::projections);
-    nn::linear_backward(datt_, {grad(b.wo), size_t(C * C)}, dx_, b.o_in, b.wo_w, layer_backward(l, Projection::kO, false), ws_);
+    nn::linear_backward(datt_, {grad(b.wo), size_t(Cq * C)}, dx_, b.o_in, b.wo_w, layer_backward(l, Projection::kO, false), ws_);
   }
   {
     const Zone z(breakdown_, &B::attention);
@@ -423,7 +428,7 @@ void Model::attention_backward(int64_t l) {
   }
   {
     const Zone z(breakdown_, &B::projections);
-    nn::linear_backward(dxn_, {grad(b.wq), size_t(C * C)}, dq_, b.qkv_in, b.wq_w, layer_backward(l, Projection::kQ, false), ws_);
+    nn::linear_backward(dxn_, {grad(b.wq), size_t(C * Cq)}, dq_, b.qkv_in, b.wq_w, layer_backward(l, Projection::kQ, false), ws_);
     nn::linear_backward(dxn_, {grad(b.wk), size_t(C * Ckv)}, dk_, b.qkv_in, b.wk_w, layer_backward(l, Projection::kK, true), ws_);
     nn::linear_backward(dxn_, {grad(b.wv), size_t(C * Ckv)}, dv_, b.qkv_in, b.wv_w, layer_backward(l, Projection::kV, true), ws_);
   }

@@ -14,8 +14,9 @@
 #   f16, an inf block scale in q8_0) give NaN logits in llama.cpp, and must fail for that reason,
 #   with other greedy tokens; a NaN must never pass as a small difference;
 # - a NaN on s3r's side (a null in the log-probabilities it dumped) fails the f32 comparison;
-# - grouped-query attention: the model of cli.infer_smoke with 4 heads and 2 kv heads (RUN_DIR-gqa;
-#   llama.attention.head_count_kv 2, K's rows permuted per kv head) exported as f32 matches s3r
+# - grouped-query attention: the model of cli.infer_smoke with 4 heads and 2 kv heads of 24, not
+#   C / heads = 16 (RUN_DIR-gqa; llama.attention.head_count_kv 2, key_length and value_length 24,
+#   K's rows permuted per kv head) exported as f32 matches s3r
 #   within 1e-4 with the same greedy tokens, and fails without the q/k permutation.
 # Usage: llama_check.sh S3R_BINARY RUN_DIR DATA_DIR WORK_DIR REPO_ROOT
 set -uo pipefail

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "s3r/model/model.hpp"
@@ -51,9 +52,9 @@ void rope(Vec& x, const ModelConfig& m, int64_t heads) {
       }
 }
 
-// q (T, C); k, v (T, NKV HD): query head h reads key/value head h / (NH / NKV).
+// q (T, NH HD); k, v (T, NKV HD): query head h reads key/value head h / (NH / NKV).
 Vec attention(const Vec& q, const Vec& k, const Vec& v, const ModelConfig& m) {
-  const int64_t C = m.width, HD = m.head_dim(), S = m.seq_len, Ckv = m.kv_heads * HD;
+  const int64_t C = m.heads * m.head_dim(), HD = m.head_dim(), S = m.seq_len, Ckv = m.kv_heads * HD;
   Vec out(q.size(), 0.0);
   for (int64_t b = 0; b < m.batch; ++b)
     for (int64_t h = 0; h < m.heads; ++h)
@@ -86,12 +87,12 @@ double reference_loss(const ModelConfig& m, const std::map<std::string, ParamInf
   for (int64_t l = 0; l < m.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
     const Vec xn = rmsnorm(x, P(p + "attn_norm"), T, C, m.norm_eps);
-    const int64_t Ckv = m.kv_width();
-    Vec q = matmul(xn, P(p + "attn.q"), T, C, C), k = matmul(xn, P(p + "attn.k"), T, C, Ckv);
+    const int64_t Ckv = m.kv_width(), Cq = m.q_width();
+    Vec q = matmul(xn, P(p + "attn.q"), T, C, Cq), k = matmul(xn, P(p + "attn.k"), T, C, Ckv);
     const Vec v = matmul(xn, P(p + "attn.v"), T, C, Ckv);
     rope(q, m, m.heads);
     rope(k, m, m.kv_heads);
-    const Vec o = matmul(attention(q, k, v, m), P(p + "attn.o"), T, C, C);
+    const Vec o = matmul(attention(q, k, v, m), P(p + "attn.o"), T, Cq, C);
     for (int64_t i = 0; i < T * C; ++i) x[i] += o[i];
     const Vec xn2 = rmsnorm(x, P(p + "ffn_norm"), T, C, m.norm_eps);
     const Vec h1 = matmul(xn2, P(p + "ffn.gate"), T, C, F), h3 = matmul(xn2, P(p + "ffn.up"), T, C, F);
@@ -115,11 +116,13 @@ double reference_loss(const ModelConfig& m, const std::map<std::string, ParamInf
 // double loss against the f32 model's analytic gradient; allowed error 2e-3 of the tensor's
 // gradient RMS plus 1e-3 relative (f32 rounding through two blocks is ~1e-5 relative; a wrong
 // term or factor shows at O(RMS)). With 4 heads and 4, 2 or 1 key/value heads (multi-head,
-// grouped-query and multi-query attention).
-class ModelGradientKv : public ::testing::TestWithParam<int64_t> {};
+// grouped-query and multi-query attention), and explicit head sizes other than C / heads = 4
+// (6: Q wider than C; 2: narrower).
+class ModelGradientKv : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
 
 TEST_P(ModelGradientKv, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
-  ModelConfig m{{2, 16, 4, GetParam(), 24, 19}, {6, 2}};
+  ModelConfig m{{2, 16, 4, std::get<0>(GetParam()), 24, 19}, {6, 2}};
+  m.head_size = std::get<1>(GetParam());
   Model model(m, nn::Recipe::make(nn::LinearMode::kF32, nn::Correction::kNone));
   model.init_weights(5);
   // Larger weights than the 0.02 init so that every path carries a visible gradient.
@@ -160,7 +163,9 @@ TEST_P(ModelGradientKv, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(KvHeads, ModelGradientKv, ::testing::Values(4, 2, 1));
+INSTANTIATE_TEST_SUITE_P(KvHeads, ModelGradientKv,
+                         ::testing::Values(std::tuple{4, 0}, std::tuple{2, 0}, std::tuple{1, 0}, std::tuple{2, 6},
+                                           std::tuple{4, 2}));
 
 // /head-int8: the LM head becomes a quantized projection of an int8 model. The same weights and
 // batch give a loss within 1% of the bf16 head's (int8 codes carry ~2^-8 relative error) but not

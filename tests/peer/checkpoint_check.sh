@@ -3,7 +3,8 @@
 # tiny models trained in f32, s3r + dx, bf16 and rtne with an int8 LM head must match s3r's logged val_loss (f32 to 1e-6
 # relative, the others to 1e-5), and the same check with a deliberate bug must fail (exit 1,
 # MISMATCH): so the tolerances are tight enough to catch these bugs, and the check can fail.
-# Grouped-query attention (4 heads, 2 kv heads; f32 and s3r + dx) to the same tolerances, and the
+# Grouped-query attention (4 heads, 2 kv heads; f32, and s3r + dx with an explicit head size of 24)
+# to the same tolerances, and the
 # same checks with query head h reading kv head h % 2 instead of h // 2 must fail (in the
 # s3r-numerics forward, and in the plain-PyTorch peer alone).
 # Most bugs run with --no-peer (the s3r-numerics comparison alone); the plain-PyTorch peer's own
@@ -29,7 +30,7 @@ train s3r-dx s3r dx 30   # 30 batches of 4 windows: more than the 95 windows of 
 train bf16 bf16 none 8
 train rtne-int8-head rtne none 8 --head int8  # the LM head as an int8 projection (meta.json lm_head)
 train f32-gqa f32 none 8 --heads 4 --kv-heads 2  # grouped-query attention: Wk, Wv (C, 2 * HD)
-train s3r-dx-gqa s3r dx 8 --heads 4 --kv-heads 2
+train s3r-dx-gqa s3r dx 8 --heads 4 --kv-heads 2 --head-size 24  # and HD 24, not C / heads = 16
 
 expect_match() {  # RUN EVAL_BATCHES [PATTERN: must be in the check's header line too]
   local out
@@ -68,7 +69,7 @@ expect_match s3r-dx 30
 expect_match bf16 8
 expect_match rtne-int8-head 8
 expect_match f32-gqa 8 "heads=4 kv_heads=2 "  # the checkpoint is one of grouped-query attention
-expect_match s3r-dx-gqa 8 "heads=4 kv_heads=2 "
+expect_match s3r-dx-gqa 8 "heads=4 kv_heads=2 hd=24 "
 
 # Plausible bugs, each caught by the tolerance of its mode (measured on these runs: 7e-5 to 6e-2
 # relative, 10x or more above the tolerance; `--inject int8-scale-128` and `head-f32` move an int8

@@ -5,7 +5,7 @@
 # permutation for half-split RoPE; the attention output matrix not transposed) fail it. A NaN on
 # either side fails it too, for that reason: an export with NaN weights (`--inject nan-weight`)
 # and a null (s3r's NaN) in s3r's log-probabilities.
-# The grouped-query model of cli.infer_smoke (RUN_DIR-gqa: 4 heads, 2 kv heads; config.json
+# The grouped-query model of cli.infer_smoke (RUN_DIR-gqa: 4 heads, 2 kv heads of 24; config.json
 # num_key_value_heads 2, k_proj and v_proj (2 * HD, C)) must match to the same 1e-4 (measured
 # 1.4e-6), and the reader with the wrong repeat_kv (query head h reading kv head h % 2 instead of
 # h // 2: `check_hf_export.py --inject gqa-kv-modulo`; measured 0.7) must fail.
@@ -50,8 +50,8 @@ echo "s3r NaN: $out"
 from=$gqa_run; lp=$work/logprobs-gqa.json
 check hf-gqa 0
 /usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); sys.exit(0 if (c["num_attention_heads"],
-  c.get("num_key_value_heads")) == (4, 2) else 1)' "$work/hf-gqa/config.json" \
-  || fail "hf-gqa: config.json does not say 4 heads, 2 kv heads: $(cat "$work/hf-gqa/config.json")"
+  c.get("num_key_value_heads"), c.get("head_dim")) == (4, 2, 24) else 1)' "$work/hf-gqa/config.json" \
+  || fail "hf-gqa: config.json does not say 4 heads, 2 kv heads of 24: $(cat "$work/hf-gqa/config.json")"
 reader="--inject gqa-kv-modulo"
 check bug-gqa-reader-kv-modulo 1
 echo "hf export check: ok"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `s3r generate`, `s3r eval` and `s3r export` end to end on a tiny model trained here,
-# and their errors, and the same on a grouped-query model (4 heads, 2 kv heads). The runs (run,
+# and their errors, and the same on a grouped-query model (4 heads, 2 kv heads, head size 24). The runs (run,
 # run-gqa) and their data stay in WORK_DIR for tests/llama and tests/peer.
 # Usage: infer_smoke.sh S3R_BINARY WORK_DIR
 set -uo pipefail
@@ -107,19 +107,22 @@ for f in config.json model.safetensors tokenizer.model tokenizer_config.json; do
 done
 expect_error "unknown --format 'onnx'; expected gguf or hf" "$s3r" export --checkpoint "$work/run" --format onnx --out x
 expect_error "unknown weight type 'q4'" "$s3r" export --checkpoint "$work/run" "${tok[@]}" --format gguf --type q4 --out x
-# Grouped-query attention (4 heads, 2 kv heads): meta.json's config has kv_heads only then (the
+# Grouped-query attention (4 heads, 2 kv heads) with an explicit head size (24, not C / heads =
+# 16: Q is 96 wide, K and V 48): meta.json's config has kv_heads and head_size only then (the
 # architecture always); generation (greedy deterministic, past the context: the KV cache of 2
 # heads), eval and both exports. run-gqa stays for tests/llama and tests/peer.
-"$s3r" train --preset tiny --heads 4 --kv-heads 2 --vocab 300 --data "$work/data" --steps 40 --warmup 3 --lr 3e-3 \
+"$s3r" train --preset tiny --heads 4 --kv-heads 2 --head-size 24 --vocab 300 --data "$work/data" --steps 40 --warmup 3 --lr 3e-3 \
   --eval-every 40 --eval-batches 4 --out "$work/run-gqa" > "$work/train-gqa.log" 2>&1 \
   || fail "train --kv-heads 2: $(tail -3 "$work/train-gqa.log")"
 python3 - "$work/run/checkpoint/meta.json" "$work/run-gqa/checkpoint/meta.json" <<'PY' || fail "kv_heads in meta.json"
 import json, sys
 mha, gqa = (json.load(open(p)) for p in sys.argv[1:])
 got = (mha["config"].get("kv_heads"), mha["architecture"]["kv_heads"], gqa["config"].get("kv_heads"),
-       gqa["architecture"]["kv_heads"])
-print(f"kv_heads in meta.json: MHA config {got[0]}, architecture {got[1]}; GQA config {got[2]}, architecture {got[3]}")
-sys.exit(0 if got == (None, 4, 2, 2) else 1)
+       gqa["architecture"]["kv_heads"], mha["config"].get("head_size"), mha["architecture"]["head_dim"],
+       gqa["config"].get("head_size"), gqa["architecture"]["head_dim"])
+print(f"kv_heads, head size in meta.json: MHA config {got[0]}, {got[4]}; architecture {got[1]}, {got[5]}; "
+      f"GQA config {got[2]}, {got[6]}; architecture {got[3]}, {got[7]}")
+sys.exit(0 if got == (None, 4, 2, 2, None, 16, 24, 24) else 1)
 PY
 for i in 1 2; do
   "$s3r" generate --checkpoint "$work/run-gqa" --prompt "the gradient" --max-tokens 10 --temperature 0 --ignore-eos \

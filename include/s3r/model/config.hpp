@@ -14,18 +14,26 @@ namespace s3r::model {
 struct Architecture {
   int64_t layers = 2;       // L
   int64_t width = 64;       // C
-  int64_t heads = 4;        // NH query heads; head size HD = C / NH (even, for RoPE)
+  int64_t heads = 4;        // NH query heads
   int64_t kv_heads = 4;     // NKV key/value heads, dividing NH; NKV < NH: grouped-query attention
   int64_t ffn_width = 192;  // F
   int64_t vocab = 256;      // V
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
+  // HD, the size of one attention head (even, for RoPE); 0: C / NH (which NH must then divide).
+  // An explicit size equal to C / NH is stored as 0 (normalized()), so that equal shapes compare
+  // equal.
+  int64_t head_size = 0;
 
-  int64_t head_dim() const { return width / heads; }         // HD
+  int64_t head_dim() const { return head_size != 0 ? head_size : width / heads; }  // HD
+  int64_t q_width() const { return heads * head_dim(); }       // columns of Q and of attention's output: NH HD
   int64_t kv_width() const { return kv_heads * head_dim(); }  // columns of K and V: NKV HD
+  // This architecture with head_size 0 where it equals C / NH.
+  Architecture normalized() const;
   // Throws s3r::Error naming the first invalid field (e.g. C not divisible by heads).
   void validate() const;
-  std::string describe() const;  // "L=2 C=64 heads=4 F=192 V=256" ("heads=4/kv=2" with GQA)
+  // "L=2 C=64 heads=4 F=192 V=256" ("heads=4/kv=2" with GQA, " hd=32" with an explicit head size)
+  std::string describe() const;
   friend bool operator==(const Architecture&, const Architecture&) = default;
 };
 
