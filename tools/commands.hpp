@@ -18,6 +18,7 @@ namespace s3r::tools {
 // an even head size, kv heads dividing the heads, and a total size whose int64 arithmetic cannot overflow).
 struct ModelOptions {
   std::string preset = "small";
+  std::string arch = "llama";  // --arch: model::parse_family
   std::optional<int64_t> layers, width, heads, kv_heads, head_size, ffn, vocab, seq, batch;
   std::string head = "default";  // --head default | int8 (nn::HeadChoice; part of the recipe)
   void add_to(CLI::App* cmd);

@@ -19,6 +19,8 @@ constexpr int64_t kMaxVocab = (int64_t{1} << 31) - 1;  // token ids are int32
 
 void ModelOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--preset", preset, "tiny | small | wide | paper")->capture_default_str();
+  cmd->add_option("--arch", arch, "model family: " + model::family_names() + " (the presets keep its ratios)")
+      ->capture_default_str();
   add_integer_option(cmd, "--layers", layers, "L (default: the preset's)", 1, kMaxDim);
   add_integer_option(cmd, "--width", width, "C", 1, kMaxDim);
   add_integer_option(cmd, "--heads", heads,
@@ -40,11 +42,18 @@ void ModelOptions::add_to(CLI::App* cmd) {
 }
 
 model::ModelConfig ModelOptions::config() const {
-  model::ModelConfig m = model::preset(preset);
+  const model::ModelConfig base = model::preset(preset, model::parse_family(arch));
+  model::ModelConfig m = base;
   if (layers) m.layers = *layers;
   if (width) m.width = *width;
   if (heads) m.heads = *heads;
-  m.kv_heads = kv_heads ? *kv_heads : m.heads;
+  // Without --kv-heads, the preset's ratio of query to key/value heads (1 for llama, 2 for qwen3).
+  if (kv_heads) {
+    m.kv_heads = *kv_heads;
+  } else if (heads) {
+    const int64_t ratio = base.heads / base.kv_heads;
+    m.kv_heads = m.heads % ratio == 0 ? m.heads / ratio : m.heads;
+  }
   if (head_size) m.head_size = *head_size;
   if (ffn) m.ffn_width = *ffn;
   if (vocab) m.vocab = *vocab;
@@ -57,7 +66,7 @@ model::ModelConfig ModelOptions::config() const {
 
 std::string ModelOptions::command_line() const {
   std::ostringstream s;
-  s << "--preset '" << preset << "' --head " << head;
+  s << "--preset '" << preset << "' --arch '" << arch << "' --head " << head;
   const std::pair<const char*, const std::optional<int64_t>*> fields[] = {
       {"--layers", &layers}, {"--width", &width}, {"--heads", &heads}, {"--kv-heads", &kv_heads},
       {"--head-size", &head_size}, {"--ffn", &ffn},

@@ -181,6 +181,7 @@ def main():
     print(f"check_checkpoint: {args.run} step {step}, mode {mode}"
           f"{' + ' + cfg.get('correction', 'none') if mode in s3r_forward.INT8_MODES else ''}"
           f"{', int8 LM head' if int8_head else ''}, "
+          f"{cfg['arch'] + ' ' if cfg.get('arch', 'llama') != 'llama' else ''}"
           f"L={cfg['layers']} C={cfg['width']} heads={cfg['heads']}"
           f"{f' kv_heads={nkv}' if nkv != cfg['heads'] else ''}"
           f"{f' hd={s3r_forward.head_dim(cfg)}' if cfg.get('head_size') else ''} F={cfg['ffn_width']} V={cfg['vocab']} "

@@ -5,11 +5,13 @@ following transformers' Llama conventions, written from them and not from s3r: w
 applied as x W^T, RoPE on half-split pairs (rotate_half: (x[i], x[i + HD/2]) with inv_freq
 theta^(-2i/HD)), RMSNorm x / sqrt(mean(x^2) + eps) * w, MLP down(silu(gate(x)) * up(x)), untied
 lm_head; grouped-query attention with num_key_value_heads NKV < num_attention_heads NH
-(k_proj, v_proj (NKV * HD, C); repeat_kv: query head h attends with kv head h // (NH / NKV)). Its next-token log-probabilities after every prompt token are compared with s3r's own
-(`s3r generate --precision f32 --dump-logprobs FILE`).
+(k_proj, v_proj (NKV * HD, C); repeat_kv: query head h attends with kv head h // (NH / NKV)); a
+Qwen3ForCausalLM is the same with q_norm and k_norm (RMSNorm over each head's head_dim elements
+of q and k, before RoPE). Its next-token log-probabilities after every prompt token are compared
+with s3r's own (`s3r generate --precision f32 --dump-logprobs FILE`).
 
   /usr/bin/python3 bench/peer/check_hf_export.py --hf DIR --logprobs FILE [--tolerance 1e-4]
-                                                  [--inject gqa-kv-modulo]
+                                                  [--inject gqa-kv-modulo|qk-norm-skipped]
 
 Tolerance: s3r's forward in f32 against this one in float64; measured 2e-6 on a tiny model. An
 export without the q/k permutation (half-split RoPE applied to adjacent-pair weights) or with
@@ -36,9 +38,10 @@ def main():
     ap.add_argument("--hf", required=True, help="folder written by s3r export --format hf")
     ap.add_argument("--logprobs", required=True, help="JSON of s3r generate --dump-logprobs")
     ap.add_argument("--tolerance", type=float, default=1e-4)
-    ap.add_argument("--inject", choices=("gqa-kv-modulo",),
+    ap.add_argument("--inject", choices=("gqa-kv-modulo", "qk-norm-skipped"),
                     help="a deliberate bug in this reader (the check must then fail): gqa-kv-modulo, query head h "
-                         "reads kv head h %% NKV instead of h // (NH / NKV) (grouped-query exports only)")
+                         "reads kv head h %% NKV instead of h // (NH / NKV) (grouped-query exports only); "
+                         "qk-norm-skipped, Qwen3's q_norm and k_norm left out")
     args = ap.parse_args()
     import torch
     import s3r_files
@@ -53,9 +56,12 @@ def main():
     except (OSError, ValueError, KeyError, s3r_files.FormatError) as e:
         print(f"check_hf_export: cannot read the inputs: {e}", file=sys.stderr)
         return 2
-    if cfg.get("architectures") != ["LlamaForCausalLM"] or cfg.get("model_type") != "llama":
-        print(f"check_hf_export: config.json is not a LlamaForCausalLM: {cfg.get('architectures')}", file=sys.stderr)
+    families = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+    if cfg.get("architectures") != [families.get(cfg.get("model_type"))]:
+        print(f"check_hf_export: config.json is neither a LlamaForCausalLM nor a Qwen3ForCausalLM: "
+              f"{cfg.get('architectures')}, model_type {cfg.get('model_type')}", file=sys.stderr)
         return 2
+    qk_norm = cfg["model_type"] == "qwen3"  # Qwen3Attention: q_norm, k_norm over head_dim before RoPE
     L, C, NH = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
     HD = cfg.get("head_dim", C // NH)
     NKV = cfg.get("num_key_value_heads", NH)  # transformers' default: multi-head attention
@@ -104,6 +110,8 @@ def main():
         q = (h @ w[p + "self_attn.q_proj.weight"].T).view(S, NH, HD)
         k = (h @ w[p + "self_attn.k_proj.weight"].T).view(S, NKV, HD)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).view(S, NKV, HD)
+        if qk_norm and args.inject != "qk-norm-skipped":
+            q, k = rmsnorm(q, w[p + "self_attn.q_norm.weight"]), rmsnorm(k, w[p + "self_attn.k_norm.weight"])
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = repeat_kv(k), repeat_kv(v)
         scores = torch.einsum("snd,tnd->nst", q, k) / math.sqrt(HD) + mask

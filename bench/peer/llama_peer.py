@@ -80,6 +80,11 @@ def build_model_classes():
             self.hd = cfg.get("head_size", 0) or C // self.heads  # HD: explicit, or C / heads
             kv, qw = self.kv_heads * self.hd, self.heads * self.hd
             self.attn_norm = RMSNorm(C, cfg["norm_eps"])
+            # Qwen3's QK-norm: RMSNorm over each head of q and k (gains of HD), before RoPE
+            self.qk_norm = cfg.get("arch", "llama") == "qwen3"
+            if self.qk_norm:
+                self.q_norm = RMSNorm(self.hd, cfg["norm_eps"])
+                self.k_norm = RMSNorm(self.hd, cfg["norm_eps"])
             self.ffn_norm = RMSNorm(C, cfg["norm_eps"])
             # (in, out) matrices, y = x W, as s3r stores them; W_q (C, NH * HD), W_k, W_v (C, NKV * HD)
             self.q = nn.Parameter(torch.empty(C, qw))
@@ -102,6 +107,8 @@ def build_model_classes():
             q = (xn @ self.q).view(B, S, H, HD).transpose(1, 2)
             k = (xn @ self.k).view(B, S, KV, HD).transpose(1, 2)  # (B, NKV, S, HD)
             v = (xn @ self.v).view(B, S, KV, HD).transpose(1, 2)
+            if self.qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
             q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)  # K per kv head
             if KV != H:  # grouped-query attention: query head h reads kv head h // (H / KV)
                 if self.kv_map == "modulo":
@@ -160,6 +167,8 @@ def build_model_classes():
                 out.update({p + "attn_norm": b.attn_norm.weight, p + "ffn_norm": b.ffn_norm.weight,
                             p + "attn.q": b.q, p + "attn.k": b.k, p + "attn.v": b.v, p + "attn.o": b.o,
                             p + "ffn.gate": b.gate, p + "ffn.up": b.up, p + "ffn.down": b.down})
+                if b.qk_norm:
+                    out.update({p + "attn.q_norm": b.q_norm.weight, p + "attn.k_norm": b.k_norm.weight})
             return out
 
         def load_s3r(self, flat):

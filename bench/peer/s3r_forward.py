@@ -42,6 +42,7 @@ BUGS = {
     "round-half-away": "int8 codes rounded half away from zero instead of half to even (int8 modes)",
     "gqa-kv-modulo": "grouped-query attention: query head h uses kv head h % NKV instead of h // (NH / NKV) "
                      "(GQA checkpoints only)",
+    "qk-norm-skipped": "q and k enter RoPE without their per-head RMSNorm (qwen3 checkpoints)",
 }
 
 
@@ -52,6 +53,15 @@ def head_dim(cfg):
     if not isinstance(hd, int) or isinstance(hd, bool) or hd < 1 or hd % 2:
         raise ValueError(f"config head_size {cfg.get('head_size')!r}: not an even head size")
     return hd
+
+
+def qk_norm(cfg):
+    """Whether the checkpoint's family normalizes each head of q and k (meta.json config "arch":
+    qwen3; absent: llama, which does not)."""
+    arch = cfg.get("arch", "llama")
+    if arch not in ("llama", "qwen3"):
+        raise ValueError(f"config arch {arch!r}: not a family this reader knows (llama, qwen3)")
+    return arch == "qwen3"
 
 
 def kv_heads(cfg):
@@ -203,6 +213,8 @@ def unflatten(tensors, cfg):
         shapes.update({p + "attn_norm": (C,), p + "ffn_norm": (C,), p + "attn.q": (C, Q), p + "attn.k": (C, KV),
                        p + "attn.v": (C, KV), p + "attn.o": (Q, C), p + "ffn.gate": (C, F), p + "ffn.up": (C, F),
                        p + "ffn.down": (F, C)})
+        if qk_norm(cfg):
+            shapes.update({p + "attn.q_norm": (head_dim(cfg),), p + "attn.k_norm": (head_dim(cfg),)})
     missing = sorted(set(shapes) - set(tensors))
     extra = sorted(set(tensors) - set(shapes))
     if missing or extra:
@@ -244,6 +256,9 @@ def mean_loss(params, cfg, mode, inputs, targets, bug=None, tables=None):
         q = linear(xn, params[p + "attn.q"], proj, bug).reshape(B, S, Q)
         k = linear(xn, params[p + "attn.k"], proj, bug).reshape(B, S, KV)
         v = linear(xn, params[p + "attn.v"], proj, bug).reshape(B, S, KV)
+        if qk_norm(cfg) and bug != "qk-norm-skipped":  # RMSNorm over each head's HD elements, before RoPE
+            q = rmsnorm(q.reshape(B, S, heads, hd), params[p + "attn.q_norm"], eps).reshape(B, S, Q)
+            k = rmsnorm(k.reshape(B, S, nkv, hd), params[p + "attn.k_norm"], eps).reshape(B, S, KV)
         q = rope(q, cos, sin, heads, bug)
         k = rope(k, cos, sin, nkv, bug)  # per kv head
         att = attention(q, k, v, heads, nkv, bug).reshape(T, Q)

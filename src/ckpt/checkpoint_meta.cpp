@@ -20,7 +20,8 @@ namespace detail {
 // fields). from_json throws s3r::Error naming `where` and the field.
 // "kv_heads" is written only with grouped-query attention (kv_heads < heads): a checkpoint without
 // it has kv_heads = heads, as every checkpoint before grouped-query attention has. Likewise
-// "head_size" only when it is explicit (not C / heads).
+// "head_size" only when it is explicit (not C / heads), and "arch" only for a family other than
+// llama.
 nlohmann::json to_json(const RunConfig& c) {
   const model::ModelConfig& m = c.model;
   nlohmann::json j = {{"layers", m.layers},       {"width", m.width},   {"heads", m.heads},
@@ -32,6 +33,7 @@ nlohmann::json to_json(const RunConfig& c) {
                       {"recipe", c.recipe.name()}, {"seed", c.seed}};
   if (m.kv_heads != m.heads) j["kv_heads"] = m.kv_heads;
   if (m.head_size != 0) j["head_size"] = m.head_size;
+  if (m.family != model::Family::kLlama) j["arch"] = std::string(m.traits().name);
   return j;
 }
 
@@ -93,6 +95,13 @@ RunConfig from_json(const nlohmann::json& j, const std::string& where) {
   m.heads = field<int64_t>(j, "heads", where);
   m.kv_heads = j.contains("kv_heads") ? field<int64_t>(j, "kv_heads", where) : m.heads;
   m.head_size = j.contains("head_size") ? field<int64_t>(j, "head_size", where) : 0;
+  if (j.contains("arch")) {
+    try {
+      m.family = model::parse_family(field<std::string>(j, "arch", where));
+    } catch (const Error& e) {
+      throw Error(where + ": field \"arch\": " + e.what());
+    }
+  }
   m.ffn_width = field<int64_t>(j, "ffn_width", where);
   m.vocab = field<int64_t>(j, "vocab", where);
   m.seq_len = field<int64_t>(j, "seq_len", where);
@@ -123,7 +132,7 @@ std::string precision_of(nn::LinearMode mode) {
 nlohmann::json architecture(const RunConfig& c) {
   const model::ModelConfig& m = c.model;
   const nn::LinearMode mode = c.recipe.projections();
-  return {{"family", "llama"},
+  nlohmann::json a = {{"family", std::string(m.traits().name)},
           {"layers", m.layers}, {"width", m.width}, {"heads", m.heads}, {"kv_heads", m.kv_heads},
           {"head_dim", m.head_dim()}, {"ffn_width", m.ffn_width}, {"vocab", m.vocab},
           {"context_length", m.seq_len},
@@ -141,6 +150,11 @@ nlohmann::json architecture(const RunConfig& c) {
           {"lm_head", {{"precision", precision_of(c.recipe.head())}}},
           {"matrix_orientation", "in_out"},
           {"matrix_orientation_note", "matrices are stored (in, out) row-major: y = x W"}};
+  if (m.traits().qk_norm) {
+    a["qk_norm"] = {{"type", "rmsnorm"}, {"eps", m.norm_eps}, {"over", "each head of q and k (head_dim), before RoPE"},
+                    {"gains", "attn.q_norm, attn.k_norm (head_dim each)"}};
+  }
+  return a;
 }
 
 // CRC-32 (zlib) and size of a file.

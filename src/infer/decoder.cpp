@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
@@ -42,6 +43,7 @@ LoadedCheckpoint load_for_inference(const std::string& dir) {
 struct Decoder::Impl {
   struct Layer {
     const float *attn_norm, *ffn_norm;
+    const float *q_norm = nullptr, *k_norm = nullptr;  // QK-norm gains (HD), when the family has them
     std::array<nn::LinearWeight, model::kProjectionsPerBlock> w;  // by model::Projection
     const nn::LinearWeight& operator[](model::Projection p) const { return w[static_cast<size_t>(p)]; }
     std::vector<float> k_cache, v_cache;  // (context, Ckv)
@@ -53,6 +55,7 @@ struct Decoder::Impl {
   std::vector<Layer> layers;
   // Scratch for n tokens (grown on demand).
   std::vector<float> x, xn, rstd, q, k, v, att, o, h1, h3, hidden, ff, logits;
+  std::vector<float> qk_raw, qk_rstd;  // QK-norm: q or k before its norm, and its rstd
   nn::LinearInput in, hid_in;
   std::vector<double> scores;
 };
@@ -141,6 +144,10 @@ Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context
     const std::string p = "blocks." + std::to_string(l) + ".";
     L.attn_norm = param(model, p + "attn_norm");
     L.ffn_norm = param(model, p + "ffn_norm");
+    if (m.cfg.traits().qk_norm) {
+      L.q_norm = param(model, p + "attn.q_norm");
+      L.k_norm = param(model, p + "attn.k_norm");
+    }
     L.k_cache.assign(static_cast<size_t>(context * Ckv), 0.0f);
     L.v_cache.assign(static_cast<size_t>(context * Ckv), 0.0f);
   }
@@ -180,6 +187,13 @@ std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vecto
     nn::linear_forward(m.q, m.in, L[P::kQ]);
     nn::linear_forward(m.k, m.in, L[P::kK]);
     nn::linear_forward(m.v, m.in, L[P::kV]);
+    if (L.q_norm != nullptr) {  // QK-norm: RMSNorm over each head's HD elements, as the model does
+      for (auto [x, gain, heads] : {std::tuple{&m.q, L.q_norm, NH}, std::tuple{&m.k, L.k_norm, NKV}}) {
+        m.qk_raw.assign(x->begin(), x->end());
+        m.qk_rstd.resize(static_cast<size_t>(n * heads));
+        model::rmsnorm_forward(*x, m.qk_rstd, m.qk_raw, {gain, size_t(HD)}, HD, m.cfg.norm_eps);
+      }
+    }
     rope_at(m.q, pos_, n, NH, HD, m.cfg.rope_theta);
     rope_at(m.k, pos_, n, NKV, HD, m.cfg.rope_theta);
     std::copy(m.k.begin(), m.k.end(), L.k_cache.begin() + pos_ * Ckv);

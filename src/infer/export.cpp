@@ -90,8 +90,9 @@ struct OutTensor {
   bool vector = false;
 };
 
-// Each parameter's name in GGUF (llama.cpp's LLM_ARCH_LLAMA) and in Hugging Face's
-// LlamaForCausalLM, by its name in the schema (ParamInfo::local); "#" is the block index.
+// Each parameter's name in GGUF (llama.cpp's LLM_ARCH_LLAMA, LLM_ARCH_QWEN3) and in Hugging
+// Face's LlamaForCausalLM and Qwen3ForCausalLM, by its name in the schema (ParamInfo::local); "#"
+// is the block index.
 struct FormatNames {
   std::string_view local, gguf, hf;
 };
@@ -102,6 +103,8 @@ constexpr FormatNames kFormatNames[] = {
     {"attn.k", "blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
     {"attn.v", "blk.#.attn_v.weight", "model.layers.#.self_attn.v_proj.weight"},
     {"attn.o", "blk.#.attn_output.weight", "model.layers.#.self_attn.o_proj.weight"},
+    {"attn.q_norm", "blk.#.attn_q_norm.weight", "model.layers.#.self_attn.q_norm.weight"},
+    {"attn.k_norm", "blk.#.attn_k_norm.weight", "model.layers.#.self_attn.k_norm.weight"},
     {"ffn_norm", "blk.#.ffn_norm.weight", "model.layers.#.post_attention_layernorm.weight"},
     {"ffn.gate", "blk.#.ffn_gate.weight", "model.layers.#.mlp.gate_proj.weight"},
     {"ffn.up", "blk.#.ffn_up.weight", "model.layers.#.mlp.up_proj.weight"},
@@ -109,6 +112,25 @@ constexpr FormatNames kFormatNames[] = {
     {"final_norm", "output_norm.weight", "model.norm.weight"},
     {"lm_head", "output.weight", "lm_head.weight"},
 };
+
+// What the consumers call a family and how their RoPE pairs a head's elements: llama.cpp rotates
+// adjacent pairs for llama (as s3r does) but halves for qwen3 (NEOX); Hugging Face halves for both.
+struct FormatFamily {
+  model::Family family;
+  std::string_view hf_architecture, hf_model_type;
+  bool gguf_half_split;
+};
+constexpr FormatFamily kFormatFamilies[] = {
+    {model::Family::kLlama, "LlamaForCausalLM", "llama", false},
+    {model::Family::kQwen3, "Qwen3ForCausalLM", "qwen3", true},
+};
+
+const FormatFamily& format_family(model::Family f) {
+  for (const FormatFamily& x : kFormatFamilies) {
+    if (x.family == f) return x;
+  }
+  throw Error("export: no GGUF or Hugging Face layout for the architecture '" + std::string(model::traits(f).name) + "'");
+}
 
 std::string format_name(const model::ParamInfo& p, bool hf_names) {
   for (const FormatNames& f : kFormatNames) {
@@ -134,6 +156,10 @@ std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, 
     OutTensor t{format_name(p, hf_names), {}, 1, p.shape[0], true};
     if (p.shape.size() == 1) {
       t.data.assign(data, data + p.size);
+      // A QK-norm gain acts on one head's elements: it follows the rows of Q and K.
+      if (permute_qk && (p.local == "attn.q_norm" || p.local == "attn.k_norm")) {
+        t.data = permute_for_half_split(t.data, 1, m.head_dim(), 1);
+      }
       out.push_back(std::move(t));
       continue;
     }
@@ -229,7 +255,8 @@ void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const st
                  const ExportOptions& o) {
   check_inject(o.inject);
   const model::ModelConfig& m = c.info.model;
-  const std::vector<OutTensor> tensors = output_tensors(c, false, false, o.inject);
+  const FormatFamily& family = format_family(m.family);
+  const std::vector<OutTensor> tensors = output_tensors(c, false, family.gguf_half_split, o.inject);
   if (o.type == GgufType::kQ8_0) {
     for (const OutTensor& t : tensors) {
       if (!t.vector && t.cols % 32 != 0) {
@@ -240,25 +267,26 @@ void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const st
   }
   GgufBuffer kv;
   const uint32_t file_type = o.type == GgufType::kF32 ? 0 : o.type == GgufType::kF16 ? 1 : o.type == GgufType::kQ8_0 ? 7 : 32;
-  kv.kv_str("general.architecture", "llama");
+  kv.kv_str("general.architecture", std::string(m.traits().name));
   kv.kv_str("general.name", o.name.empty() ? "s3r" : o.name);
   kv.kv_u32("general.file_type", file_type);
   kv.kv_u32("general.quantization_version", 2);
   kv.kv_u32("general.alignment", static_cast<uint32_t>(kAlignment));
-  kv.kv_u32("llama.context_length", static_cast<uint32_t>(m.seq_len));
-  kv.kv_u32("llama.embedding_length", static_cast<uint32_t>(m.width));
-  kv.kv_u32("llama.block_count", static_cast<uint32_t>(m.layers));
-  kv.kv_u32("llama.feed_forward_length", static_cast<uint32_t>(m.ffn_width));
-  kv.kv_u32("llama.attention.head_count", static_cast<uint32_t>(m.heads));
-  kv.kv_u32("llama.attention.head_count_kv", static_cast<uint32_t>(m.kv_heads));
+  const std::string a(m.traits().name);  // the keys' prefix: general.architecture
+  kv.kv_u32(a + ".context_length", static_cast<uint32_t>(m.seq_len));
+  kv.kv_u32(a + ".embedding_length", static_cast<uint32_t>(m.width));
+  kv.kv_u32(a + ".block_count", static_cast<uint32_t>(m.layers));
+  kv.kv_u32(a + ".feed_forward_length", static_cast<uint32_t>(m.ffn_width));
+  kv.kv_u32(a + ".attention.head_count", static_cast<uint32_t>(m.heads));
+  kv.kv_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(m.kv_heads));
   if (m.head_size != 0) {  // llama.cpp's default is embedding_length / head_count
-    kv.kv_u32("llama.attention.key_length", static_cast<uint32_t>(m.head_dim()));
-    kv.kv_u32("llama.attention.value_length", static_cast<uint32_t>(m.head_dim()));
+    kv.kv_u32(a + ".attention.key_length", static_cast<uint32_t>(m.head_dim()));
+    kv.kv_u32(a + ".attention.value_length", static_cast<uint32_t>(m.head_dim()));
   }
-  kv.kv_u32("llama.rope.dimension_count", static_cast<uint32_t>(m.head_dim()));
-  kv.kv_f32("llama.rope.freq_base", m.rope_theta);
-  kv.kv_f32("llama.attention.layer_norm_rms_epsilon", m.norm_eps);
-  kv.kv_u32("llama.vocab_size", static_cast<uint32_t>(m.vocab));
+  kv.kv_u32(a + ".rope.dimension_count", static_cast<uint32_t>(m.head_dim()));
+  kv.kv_f32(a + ".rope.freq_base", m.rope_theta);
+  kv.kv_f32(a + ".attention.layer_norm_rms_epsilon", m.norm_eps);
+  kv.kv_u32(a + ".vocab_size", static_cast<uint32_t>(m.vocab));
   // The SentencePiece tokenizer: every piece, its score and type (GGUF's numbering).
   const int64_t V = tok.vocab();
   kv.kv_str("tokenizer.ggml.model", "llama");
@@ -350,7 +378,8 @@ void export_hf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std:
   io::write_safetensors((fs::path(dir) / "model.safetensors").string(), views, {{"format", "pt"}});
   const int32_t start = tok.document_start_id();
   const nlohmann::json config = {
-      {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+      {"architectures", {std::string(format_family(m.family).hf_architecture)}},
+      {"model_type", std::string(format_family(m.family).hf_model_type)},
       {"hidden_size", m.width}, {"intermediate_size", m.ffn_width}, {"num_hidden_layers", m.layers},
       {"num_attention_heads", m.heads}, {"num_key_value_heads", m.kv_heads}, {"head_dim", m.head_dim()},
       {"max_position_embeddings", m.seq_len}, {"rms_norm_eps", m.norm_eps}, {"rope_theta", m.rope_theta},
@@ -360,7 +389,7 @@ void export_hf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std:
       {"bos_token_id", start}, {"eos_token_id", tok.eos_id()},
       {"s3r", {{"mode", std::string(nn::to_string(c.info.recipe.projections()))}, {"step", c.info.step + 1},
                {"rope_note", "q_proj and k_proj rows are permuted per head from s3r's adjacent-pair RoPE layout "
-                             "to the half-split layout LlamaForCausalLM computes"}}}};
+                             "to the half-split layout Hugging Face computes"}}}};
   const auto write_json = [&](const char* name, const nlohmann::json& j) {
     io::write_file_atomic((fs::path(dir) / name).string(), [&](std::ostream& f) { f << j.dump(2) << "\n"; });
   };

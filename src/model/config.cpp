@@ -21,7 +21,27 @@ void check_range(const char* name, int64_t v, int64_t max = kMaxDim) {
   }
 }
 
+constexpr FamilyTraits kFamilies[] = {
+    {Family::kLlama, "llama", false, 10000.0f, 1e-5f},
+    {Family::kQwen3, "qwen3", true, 1000000.0f, 1e-6f},
+};
+
 }  // namespace
+
+const FamilyTraits& traits(Family f) { return kFamilies[static_cast<size_t>(f)]; }
+
+Family parse_family(std::string_view name) {
+  for (const FamilyTraits& t : kFamilies) {
+    if (t.name == name) return t.family;
+  }
+  throw Error("unknown architecture '" + std::string(name) + "'; expected one of: " + family_names());
+}
+
+std::string family_names() {
+  std::string out;
+  for (const FamilyTraits& t : kFamilies) out += (out.empty() ? "" : ", ") + std::string(t.name);
+  return out;
+}
 
 void Architecture::validate() const {
   check_range("layers", layers);
@@ -51,6 +71,7 @@ void Architecture::validate() const {
 
 std::string Architecture::describe() const {
   std::ostringstream s;
+  if (family != Family::kLlama) s << traits().name << " ";
   s << "L=" << layers << " C=" << width << " heads=" << heads;
   if (kv_heads != heads) s << "/kv=" << kv_heads;
   if (head_size != 0) s << " hd=" << head_size;
@@ -83,7 +104,9 @@ std::string ModelConfig::describe() const {
   return Architecture::describe() + " S=" + std::to_string(seq_len) + " B=" + std::to_string(batch);
 }
 
-ModelConfig preset(std::string_view name) {
+namespace {
+
+ModelConfig llama_preset(std::string_view name) {
   const auto make = [](Architecture a, RunShape s) { return ModelConfig{a, s}; };
   if (name == "tiny") {
     return make({.layers = 2, .width = 64, .heads = 4, .kv_heads = 4, .ffn_width = 192, .vocab = 256},
@@ -102,6 +125,20 @@ ModelConfig preset(std::string_view name) {
                 {.seq_len = 2048, .batch = 8});
   }
   throw Error("unknown preset '" + std::string(name) + "'; expected one of: tiny, small, wide, paper");
+}
+
+}  // namespace
+
+ModelConfig preset(std::string_view name, Family family) {
+  ModelConfig m = llama_preset(name);
+  m.family = family;
+  m.rope_theta = traits(family).rope_theta;
+  m.norm_eps = traits(family).norm_eps;
+  if (family == Family::kQwen3) {  // Qwen3-0.6B's ratios: NKV = NH / 2, HD = 2 C / NH (128 of C 1024, 16 heads)
+    m.kv_heads = m.heads / 2;
+    m.head_size = 2 * m.width / m.heads;
+  }
+  return m;
 }
 
 }  // namespace s3r::model

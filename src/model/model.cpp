@@ -22,11 +22,14 @@ using nn::LinearMode;
 // of K and V (Cq without grouped-query attention).
 struct Model::Block {
   int64_t attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  int64_t q_norm = -1, k_norm = -1;      // QK-norm gains (HD each), when the family has them
   std::string prefix;                    // "blocks.l.": names of quantized operands in errors
   std::vector<float> x_in;               // (T, C) residual stream entering the block
   std::vector<float> xn1, rstd1;         // attention RMSNorm
   std::vector<float> q, att;             // (T, Cq)
   std::vector<float> k, v;               // (T, Ckv)
+  std::vector<float> q_raw, k_raw;       // QK-norm: q (T, Cq) and k (T, Ckv) before their norms
+  std::vector<float> q_rstd, k_rstd;     // QK-norm: (T NH), (T NKV)
   std::vector<float> lse;                // (B, NH, S): the fused attention's log-sum-exp
   std::vector<float> x_mid, xn2, rstd2;  // after the attention residual; FFN RMSNorm
   nn::LinearInput qkv_in, o_in;
@@ -61,7 +64,8 @@ std::string_view to_string(Projection p) {
 
 int64_t Model::parameter_count(const Architecture& a) {
   const int64_t C = a.width, Cq = a.q_width(), Ckv = a.kv_width(), F = a.ffn_width, V = a.vocab;
-  return 2 * V * C + C + a.layers * (2 * C + 2 * C * Cq + 2 * C * Ckv + 3 * C * F);
+  const int64_t qk_norm = a.traits().qk_norm ? 2 * a.head_dim() : 0;
+  return 2 * V * C + C + a.layers * (2 * C + qk_norm + 2 * C * Cq + 2 * C * Ckv + 3 * C * F);
 }
 
 int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
@@ -78,6 +82,7 @@ int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
   const double head = head_mode == LinearMode::kF32 ? 4.0 : nn::is_int8(head_mode) ? 1.0 : (emulated ? 6.0 : 2.0);
   double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
   f32 += L * (4.0 * T * C + 2.0 * T * Cq + 2.0 * T * Ckv + 2.0 * T + B * NH * S);  // per block: saved activations
+  if (c.traits().qk_norm) f32 += L * (T * (Cq + Ckv) + T * (NH + c.kv_heads)) + T * (Cq + Ckv);  // QK-norm
   f32 += L * 2.0 * T * F + 4.0 * T * F;  // SwiGLU: h1, h3 per block; one scratch (hidden, gradients)
   f32 += 4.0 * T * C + 2.0 * T * Cq + 2.0 * T * Ckv + T + 1.0 * T * V;  // final norm, gradients, logits
   double bytes = 4.0 * f32;
@@ -108,6 +113,14 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
     b.wk = projection(Projection::kK, C, Ckv);
     b.wv = projection(Projection::kV, C, Ckv);
     b.wo = projection(Projection::kO, Cq, C);
+    if (cfg_.traits().qk_norm) {
+      b.q_norm = add_param("attn.q_norm", {cfg_.head_dim()}, ParamRole::kNorm, l);
+      b.k_norm = add_param("attn.k_norm", {cfg_.head_dim()}, ParamRole::kNorm, l);
+      b.q_raw.resize(T * Cq);
+      b.k_raw.resize(T * Ckv);
+      b.q_rstd.resize(T * NH);
+      b.k_rstd.resize(T * cfg_.kv_heads);
+    }
     b.ffn_norm = add_param("ffn_norm", {C}, ParamRole::kNorm, l);
     b.w_gate = projection(Projection::kGate, C, F);
     b.w_up = projection(Projection::kUp, C, F);
@@ -128,6 +141,10 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
   for (auto* v : {&x_final_, &xn_final_, &dx_, &dxn_}) v->resize(T * C);
   dq_.resize(T * Cq);
   datt_.resize(T * Cq);
+  if (cfg_.traits().qk_norm) {
+    dq_raw_.resize(T * Cq);
+    dk_raw_.resize(T * Ckv);
+  }
   dk_.resize(T * Ckv);
   dv_.resize(T * Ckv);
   rstd_final_.resize(T);
@@ -268,6 +285,10 @@ void Model::attention_forward(Block& b) {
     const Zone z(breakdown_, &B::projections);
     qkv_forward(b);
   }
+  if (b.q_norm >= 0) {
+    const Zone z(breakdown_, &B::norms);
+    qk_norm_forward(b);
+  }
   {
     const Zone z(breakdown_, &B::rope);
     rope_forward(b.q, S, NH, HD, cfg_.rope_theta);
@@ -306,9 +327,30 @@ void Model::qkv_forward(Block& b) {
     nn::prepare_weight(b.wo_w, {param(b.wo), size_t(Cq * C)}, Cq, C, mode_, p + "attn.o.W");
   }
   const nn::PhaseZone<nn::PhaseTimes> gemm(projection_phases(), &nn::PhaseTimes::gemm);
-  nn::linear_forward(b.q, b.qkv_in, b.wq_w);
-  nn::linear_forward(b.k, b.qkv_in, b.wk_w);
+  // With QK-norm, q and k come out of their norms (qk_norm_forward), from q_raw and k_raw.
+  nn::linear_forward(b.q_norm >= 0 ? b.q_raw : b.q, b.qkv_in, b.wq_w);
+  nn::linear_forward(b.q_norm >= 0 ? b.k_raw : b.k, b.qkv_in, b.wk_w);
   nn::linear_forward(b.v, b.qkv_in, b.wv_w);
+}
+
+// q = rmsnorm(q_raw) and k = rmsnorm(k_raw) over each head's HD elements (rows of HD), with the
+// gains of HD shared by the heads.
+void Model::qk_norm_forward(Block& b) {
+  const int64_t HD = cfg_.head_dim();
+  rmsnorm_forward(b.q, b.q_rstd, b.q_raw, {param(b.q_norm), size_t(HD)}, HD, cfg_.norm_eps);
+  rmsnorm_forward(b.k, b.k_rstd, b.k_raw, {param(b.k_norm), size_t(HD)}, HD, cfg_.norm_eps);
+}
+
+// dq_ and dk_ (of the normed q, k) become dq_raw_ and dk_raw_; the gains' gradients add up over
+// the rows, per reduction leaf (a leaf's tokens are whole rows of heads).
+void Model::qk_norm_backward(Block& b) {
+  const int64_t HD = cfg_.head_dim();
+  std::fill(dq_raw_.begin(), dq_raw_.end(), 0.0f);
+  std::fill(dk_raw_.begin(), dk_raw_.end(), 0.0f);
+  rmsnorm_backward(dq_raw_, {grad(b.q_norm), size_t(HD)}, dq_, b.q_raw, {param(b.q_norm), size_t(HD)}, b.q_rstd, HD,
+                   dp_.leaves);
+  rmsnorm_backward(dk_raw_, {grad(b.k_norm), size_t(HD)}, dk_, b.k_raw, {param(b.k_norm), size_t(HD)}, b.k_rstd, HD,
+                   dp_.leaves);
 }
 
 // out = x_mid + swiglu(rmsnorm(x_mid)).
@@ -387,6 +429,10 @@ void Model::clear_accumulated_grads() {
   for (Block& b : blocks_) {
     std::fill_n(grad(b.attn_norm), C, 0.0f);
     std::fill_n(grad(b.ffn_norm), C, 0.0f);
+    if (b.q_norm >= 0) {
+      std::fill_n(grad(b.q_norm), cfg_.head_dim(), 0.0f);
+      std::fill_n(grad(b.k_norm), cfg_.head_dim(), 0.0f);
+    }
   }
 }
 
@@ -426,10 +472,16 @@ void Model::attention_backward(int64_t l) {
     rope_backward(dq_, S, NH, HD, cfg_.rope_theta);
     rope_backward(dk_, S, NKV, HD, cfg_.rope_theta);
   }
+  if (b.q_norm >= 0) {
+    const Zone z(breakdown_, &B::norms);
+    qk_norm_backward(b);
+  }
   {
     const Zone z(breakdown_, &B::projections);
-    nn::linear_backward(dxn_, {grad(b.wq), size_t(C * Cq)}, dq_, b.qkv_in, b.wq_w, layer_backward(l, Projection::kQ, false), ws_);
-    nn::linear_backward(dxn_, {grad(b.wk), size_t(C * Ckv)}, dk_, b.qkv_in, b.wk_w, layer_backward(l, Projection::kK, true), ws_);
+    const std::vector<float>& dq = b.q_norm >= 0 ? dq_raw_ : dq_;
+    const std::vector<float>& dk = b.q_norm >= 0 ? dk_raw_ : dk_;
+    nn::linear_backward(dxn_, {grad(b.wq), size_t(C * Cq)}, dq, b.qkv_in, b.wq_w, layer_backward(l, Projection::kQ, false), ws_);
+    nn::linear_backward(dxn_, {grad(b.wk), size_t(C * Ckv)}, dk, b.qkv_in, b.wk_w, layer_backward(l, Projection::kK, true), ws_);
     nn::linear_backward(dxn_, {grad(b.wv), size_t(C * Ckv)}, dv_, b.qkv_in, b.wv_w, layer_backward(l, Projection::kV, true), ws_);
   }
   const Zone z(breakdown_, &B::norms);

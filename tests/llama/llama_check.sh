@@ -17,7 +17,10 @@
 # - grouped-query attention: the model of cli.infer_smoke with 4 heads and 2 kv heads of 24, not
 #   C / heads = 16 (RUN_DIR-gqa; llama.attention.head_count_kv 2, key_length and value_length 24,
 #   K's rows permuted per kv head) exported as f32 matches s3r
-#   within 1e-4 with the same greedy tokens, and fails without the q/k permutation.
+#   within 1e-4 with the same greedy tokens, and fails without the q/k permutation;
+# - qwen3: the Qwen3 model of cli.infer_smoke (RUN_DIR-qwen3; general.architecture qwen3, whose
+#   RoPE llama.cpp computes on half-split pairs: Q and K rows and the QK-norm gains permuted per
+#   head) likewise, and fails with the permutation undone (--inject permute-qk).
 # Usage: llama_check.sh S3R_BINARY RUN_DIR DATA_DIR WORK_DIR REPO_ROOT
 set -uo pipefail
 s3r=$1; run=$2; data=$3; work=$4; root=$5
@@ -26,6 +29,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 tok=(--tokenizer "$data/tokenizer.model")
 gqa_run=$run-gqa  # trained by tests/tools/infer_smoke.sh beside RUN_DIR
 [ -f "$gqa_run/checkpoint/meta.json" ] || fail "no grouped-query run $gqa_run (cli.infer_smoke trains it)"
+qwen3_run=$run-qwen3  # likewise
+[ -f "$qwen3_run/checkpoint/meta.json" ] || fail "no qwen3 run $qwen3_run (cli.infer_smoke trains it)"
 export_gguf() {  # NAME [OPTIONS...] (the run: $from)
   local name=$1; shift
   "$s3r" export --checkpoint "${from:-$run}" --format gguf --out "$work/$name.gguf" "${tok[@]}" "$@" > "$work/$name.log" 2>&1 \
@@ -40,6 +45,8 @@ export_gguf bug-f16-overflow-f16 --type f16 --inject f16-overflow
 export_gguf bug-f16-overflow-q8_0 --type q8_0 --inject f16-overflow
 from=$gqa_run export_gguf gqa-f32
 from=$gqa_run export_gguf bug-gqa-permute-qk --inject permute-qk
+from=$qwen3_run export_gguf qwen3-f32
+from=$qwen3_run export_gguf bug-qwen3-permute-qk --inject permute-qk
 # The prompt plus the generated tokens stay within the trained context (S = 32).
 generate() {  # RUN NAME: s3r's log-probabilities ($work/NAME.json) and greedy tokens ($work/NAME.ids)
   "$s3r" generate --checkpoint "$1" "${tok[@]}" --prompt "The gradient, 'rounds'" --precision f32 --temperature 0 \
@@ -50,7 +57,8 @@ generate() {  # RUN NAME: s3r's log-probabilities ($work/NAME.json) and greedy t
 }
 generate "$run" logprobs
 generate "$gqa_run" logprobs-gqa
-ids=$(cat "$work/logprobs.ids"); gqa_ids=$(cat "$work/logprobs-gqa.ids")
+generate "$qwen3_run" logprobs-qwen3
+ids=$(cat "$work/logprobs.ids"); gqa_ids=$(cat "$work/logprobs-gqa.ids"); qwen3_ids=$(cat "$work/logprobs-qwen3.ids")
 cd "$root/tests/llama" || fail "no $root/tests/llama"
 node check_gguf.mjs "$work/logprobs.json" "$ids" \
   "$work/f32.gguf:1e-4:match:greedy" "$work/f16.gguf:5e-3:match:greedy" "$work/q8_0.gguf:5e-2:match:greedy" \
@@ -60,6 +68,9 @@ node check_gguf.mjs "$work/logprobs.json" "$ids" \
 node check_gguf.mjs "$work/logprobs-gqa.json" "$gqa_ids" \
   "$work/gqa-f32.gguf:1e-4:match:greedy" "$work/bug-gqa-permute-qk.gguf:1e-4:mismatch" \
   || fail "llama.cpp check of the grouped-query model (above)"
+node check_gguf.mjs "$work/logprobs-qwen3.json" "$qwen3_ids" \
+  "$work/qwen3-f32.gguf:1e-4:match:greedy" "$work/bug-qwen3-permute-qk.gguf:1e-4:mismatch" \
+  || fail "llama.cpp check of the qwen3 model (above)"
 # s3r's side: one log-probability null (what s3r writes for a NaN) must fail the comparison.
 /usr/bin/python3 -c 'import json, sys
 d = json.load(open(sys.argv[1])); d["logprobs"][3][7] = None; json.dump(d, open(sys.argv[2], "w"))' \

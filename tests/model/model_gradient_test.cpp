@@ -90,6 +90,10 @@ double reference_loss(const ModelConfig& m, const std::map<std::string, ParamInf
     const int64_t Ckv = m.kv_width(), Cq = m.q_width();
     Vec q = matmul(xn, P(p + "attn.q"), T, C, Cq), k = matmul(xn, P(p + "attn.k"), T, C, Ckv);
     const Vec v = matmul(xn, P(p + "attn.v"), T, C, Ckv);
+    if (m.traits().qk_norm) {  // each head's HD elements are one RMSNorm row
+      q = rmsnorm(q, P(p + "attn.q_norm"), T * m.heads, m.head_dim(), m.norm_eps);
+      k = rmsnorm(k, P(p + "attn.k_norm"), T * m.kv_heads, m.head_dim(), m.norm_eps);
+    }
     rope(q, m, m.heads);
     rope(k, m, m.kv_heads);
     const Vec o = matmul(attention(q, k, v, m), P(p + "attn.o"), T, Cq, C);
@@ -116,13 +120,14 @@ double reference_loss(const ModelConfig& m, const std::map<std::string, ParamInf
 // double loss against the f32 model's analytic gradient; allowed error 2e-3 of the tensor's
 // gradient RMS plus 1e-3 relative (f32 rounding through two blocks is ~1e-5 relative; a wrong
 // term or factor shows at O(RMS)). With 4 heads and 4, 2 or 1 key/value heads (multi-head,
-// grouped-query and multi-query attention), and explicit head sizes other than C / heads = 4
-// (6: Q wider than C; 2: narrower).
-class ModelGradientKv : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+// grouped-query and multi-query attention), explicit head sizes other than C / heads = 4 (6: Q
+// wider than C; 2: narrower), and Qwen3's QK-norm.
+class ModelGradientKv : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, Family>> {};
 
 TEST_P(ModelGradientKv, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
   ModelConfig m{{2, 16, 4, std::get<0>(GetParam()), 24, 19}, {6, 2}};
   m.head_size = std::get<1>(GetParam());
+  m.family = std::get<2>(GetParam());
   Model model(m, nn::Recipe::make(nn::LinearMode::kF32, nn::Correction::kNone));
   model.init_weights(5);
   // Larger weights than the 0.02 init so that every path carries a visible gradient.
@@ -164,8 +169,10 @@ TEST_P(ModelGradientKv, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KvHeads, ModelGradientKv,
-                         ::testing::Values(std::tuple{4, 0}, std::tuple{2, 0}, std::tuple{1, 0}, std::tuple{2, 6},
-                                           std::tuple{4, 2}));
+                         ::testing::Values(std::tuple{4, 0, Family::kLlama}, std::tuple{2, 0, Family::kLlama},
+                                           std::tuple{1, 0, Family::kLlama}, std::tuple{2, 6, Family::kLlama},
+                                           std::tuple{4, 2, Family::kLlama}, std::tuple{2, 6, Family::kQwen3},
+                                           std::tuple{4, 0, Family::kQwen3}));
 
 // /head-int8: the LM head becomes a quantized projection of an int8 model. The same weights and
 // batch give a loss within 1% of the bf16 head's (int8 codes carry ~2^-8 relative error) but not

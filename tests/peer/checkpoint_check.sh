@@ -6,7 +6,8 @@
 # Grouped-query attention (4 heads, 2 kv heads; f32, and s3r + dx with an explicit head size of 24)
 # to the same tolerances, and the
 # same checks with query head h reading kv head h % 2 instead of h // 2 must fail (in the
-# s3r-numerics forward, and in the plain-PyTorch peer alone).
+# s3r-numerics forward, and in the plain-PyTorch peer alone). Qwen3 (f32, s3r + dx) likewise, and
+# the check with QK-norm left out must fail.
 # Most bugs run with --no-peer (the s3r-numerics comparison alone); the plain-PyTorch peer's own
 # comparison is shown to fail too: on a bug that both see, and on one in the peer alone.
 # Usage: checkpoint_check.sh S3R_BINARY DATA_DIR WORK_DIR REPO_ROOT
@@ -31,6 +32,8 @@ train bf16 bf16 none 8
 train rtne-int8-head rtne none 8 --head int8  # the LM head as an int8 projection (meta.json lm_head)
 train f32-gqa f32 none 8 --heads 4 --kv-heads 2  # grouped-query attention: Wk, Wv (C, 2 * HD)
 train s3r-dx-gqa s3r dx 8 --heads 4 --kv-heads 2 --head-size 24  # and HD 24, not C / heads = 16
+train f32-qwen3 f32 none 8 --arch qwen3  # QK-norm, 2 kv heads of 32, RoPE base 1e6, eps 1e-6
+train s3r-dx-qwen3 s3r dx 8 --arch qwen3
 
 expect_match() {  # RUN EVAL_BATCHES [PATTERN: must be in the check's header line too]
   local out
@@ -70,6 +73,8 @@ expect_match bf16 8
 expect_match rtne-int8-head 8
 expect_match f32-gqa 8 "heads=4 kv_heads=2 "  # the checkpoint is one of grouped-query attention
 expect_match s3r-dx-gqa 8 "heads=4 kv_heads=2 hd=24 "
+expect_match f32-qwen3 8 "qwen3 L=2 C=64 heads=4 kv_heads=2 hd=32 "
+expect_match s3r-dx-qwen3 8 "qwen3 "
 
 # Plausible bugs, each caught by the tolerance of its mode (measured on these runs: 7e-5 to 6e-2
 # relative, 10x or more above the tolerance; `--inject int8-scale-128` and `head-f32` move an int8
@@ -93,6 +98,9 @@ expect_mismatch rtne-int8-head 8 head-f32     # the head computed in f32 instead
 # Grouped-query attention: query head h reading kv head h % NKV (0,1,0,1) instead of h // 2 (0,0,1,1).
 expect_mismatch f32-gqa 8 gqa-kv-modulo
 expect_peer_mismatch f32-gqa 8 peer-gqa-kv-modulo ok  # the same bug in the peer model alone
+# Qwen3: q and k without their per-head norms.
+expect_mismatch f32-qwen3 8 qk-norm-skipped
+expect_mismatch s3r-dx-qwen3 8 qk-norm-skipped
 
 # Unusable inputs: exit status 2 with a message, not a traceback.
 out=$("${check[@]}" --run "$work/nonexistent" --data "$data" 2>&1); rc=$?

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `s3r generate`, `s3r eval` and `s3r export` end to end on a tiny model trained here,
-# and their errors, and the same on a grouped-query model (4 heads, 2 kv heads, head size 24). The runs (run,
-# run-gqa) and their data stay in WORK_DIR for tests/llama and tests/peer.
+# and their errors, and the same on a grouped-query model (4 heads, 2 kv heads, head size 24) and a
+# Qwen3 model. The runs (run, run-gqa, run-qwen3) and their data stay in WORK_DIR for tests/llama
+# and tests/peer.
 # Usage: infer_smoke.sh S3R_BINARY WORK_DIR
 set -uo pipefail
 s3r=$1; work=$2
@@ -147,4 +148,35 @@ python3 -c "import sys; a, b = float('$loss'), float('$logged'); sys.exit(0 if a
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); sys.exit(0 if (c["num_attention_heads"],
   c["num_key_value_heads"]) == (4, 2) else 1)' "$work/hf-gqa/config.json" \
   || fail "GQA: hf config.json: $(cat "$work/hf-gqa/config.json")"
+# Qwen3 (--arch qwen3: QK-norm, 2 kv heads of 32): meta.json names the family; generation is
+# deterministic; eval; the exports name qwen3. run-qwen3 stays for tests/llama and tests/peer.
+"$s3r" train --arch qwen3 --preset tiny --vocab 300 --data "$work/data" --steps 40 --warmup 3 --lr 3e-3 \
+  --eval-every 40 --eval-batches 4 --out "$work/run-qwen3" > "$work/train-qwen3.log" 2>&1 \
+  || fail "train --arch qwen3: $(tail -3 "$work/train-qwen3.log")"
+python3 - "$work/run-qwen3/checkpoint/meta.json" <<'PY' || fail "qwen3 in meta.json"
+import json, sys
+m = json.load(open(sys.argv[1]))
+c, a = m["config"], m["architecture"]
+got = (c.get("arch"), a["family"], "qk_norm" in a, c["kv_heads"], c["head_size"], c["rope_theta"])
+print(f"qwen3 meta.json: arch {got[0]}, family {got[1]}, qk_norm {got[2]}, kv_heads {got[3]}, head_size {got[4]}, "
+      f"theta {got[5]}")
+sys.exit(0 if got == ("qwen3", "qwen3", True, 2, 32, 1e6) else 1)
+PY
+for i in 1 2; do
+  "$s3r" generate --checkpoint "$work/run-qwen3" --prompt "the gradient" --max-tokens 10 --temperature 0 --ignore-eos \
+    > "$work/qwen3-$i.out" 2> "$work/qwen3-$i.err" || fail "generate (qwen3): $(cat "$work/qwen3-$i.err")"
+done
+cmp -s "$work/qwen3-1.out" "$work/qwen3-2.out" || fail "qwen3: greedy generation is not deterministic"
+# Resuming it as another family is refused before any work; its checkpoint stays at step 40.
+expect_error "the checkpoint's configuration \\(qwen3 L=2 .*\\) differs from this run's \\(L=2 " \
+  "$s3r" train --preset tiny --vocab 300 --data "$work/data" --steps 50 --resume "$work/run-qwen3" --out "$work/run-qwen3"
+grep -q '"step": 39' "$work/run-qwen3/checkpoint/meta.json" || fail "qwen3: the refused resume changed the checkpoint"
+expect_error "unknown architecture 'gemma9'; expected one of: llama, qwen3" \
+  "$s3r" train --arch gemma9 --preset tiny --data "$work/data"
+"$s3r" eval --checkpoint "$work/run-qwen3" --data "$work/data" > "$work/qwen3-eval.out" 2>&1 \
+  || fail "qwen3: eval: $(cat "$work/qwen3-eval.out")"
+"$s3r" export --checkpoint "$work/run-qwen3" "${tok[@]}" --format hf --out "$work/hf-qwen3" > /dev/null || fail "qwen3: export hf"
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); sys.exit(0 if (c["architectures"], c["model_type"],
+  c["head_dim"]) == (["Qwen3ForCausalLM"], "qwen3", 32) else 1)' "$work/hf-qwen3/config.json" \
+  || fail "qwen3: hf config.json: $(cat "$work/hf-qwen3/config.json")"
 echo "infer smoke: ok"

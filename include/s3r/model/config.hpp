@@ -9,8 +9,24 @@
 
 namespace s3r::model {
 
-// The decoder's architecture: Llama-style blocks (s3r/model/model.hpp); the parameter schema
-// (s3r/model/params.hpp) is a function of it alone.
+// The model families s3r trains. A family is data: what its blocks have beyond the Llama block
+// (FamilyTraits), read by the model, the decoder, checkpoints and exports from one table.
+enum class Family : uint8_t { kLlama, kQwen3 };
+
+struct FamilyTraits {
+  Family family;
+  std::string_view name;  // "llama", "qwen3": --arch, meta.json, GGUF general.architecture
+  bool qk_norm;           // RMSNorm over each head of q and k (weights of HD), before RoPE
+  float rope_theta, norm_eps;  // the family's defaults
+};
+
+const FamilyTraits& traits(Family f);
+// The family named `name`; throws s3r::Error listing the names otherwise.
+Family parse_family(std::string_view name);
+std::string family_names();  // "llama, qwen3"
+
+// The decoder's architecture: Llama-style blocks (s3r/model/model.hpp) with the additions of its
+// family; the parameter schema (s3r/model/params.hpp) is a function of it alone.
 struct Architecture {
   int64_t layers = 2;       // L
   int64_t width = 64;       // C
@@ -24,12 +40,14 @@ struct Architecture {
   // An explicit size equal to C / NH is stored as 0 (normalized()), so that equal shapes compare
   // equal.
   int64_t head_size = 0;
+  Family family = Family::kLlama;  // what the blocks add to Llama's (traits())
 
   int64_t head_dim() const { return head_size != 0 ? head_size : width / heads; }  // HD
   int64_t q_width() const { return heads * head_dim(); }       // columns of Q and of attention's output: NH HD
   int64_t kv_width() const { return kv_heads * head_dim(); }  // columns of K and V: NKV HD
   // This architecture with head_size 0 where it equals C / NH.
   Architecture normalized() const;
+  const FamilyTraits& traits() const { return model::traits(family); }
   // Throws s3r::Error naming the first invalid field (e.g. C not divisible by heads).
   void validate() const;
   // "L=2 C=64 heads=4 F=192 V=256" ("heads=4/kv=2" with GQA, " hd=32" with an explicit head size)
@@ -59,7 +77,9 @@ struct ModelConfig : Architecture, RunShape {
 
 // "tiny" (tests; seconds), "small" (the default main job), "wide" (4 blocks of C = 1024, F = 4096,
 // the FFN shape W2 of the paper's Table III: GEMM-bound, for `s3r bench step`), "paper" (the
-// paper's 12-layer decoder). Every preset has kv_heads = heads.
-ModelConfig preset(std::string_view name);
+// paper's 12-layer decoder), of a family. Llama's presets have kv_heads = heads; Qwen3's keep
+// Qwen3's ratios at these widths (kv_heads = heads / 2, a head size of 2 C / heads, its RoPE
+// base 1e6 and norm eps 1e-6).
+ModelConfig preset(std::string_view name, Family family = Family::kLlama);
 
 }  // namespace s3r::model

@@ -136,6 +136,8 @@ class Model {
   void forward_local(std::span<const int32_t> inputs, std::span<const int32_t> targets);
   void attention_forward(Block& b);
   void qkv_forward(Block& b);
+  void qk_norm_forward(Block& b);
+  void qk_norm_backward(Block& b);
   void ffn_forward(Block& b, std::vector<float>& out);
   void clear_accumulated_grads();
   void ffn_backward(int64_t layer);
@@ -159,8 +161,10 @@ class Model {
   std::vector<int32_t> inputs_, targets_;
   std::vector<float> x_final_, xn_final_, rstd_final_;
   std::vector<float> logits_;  // (T, V): the logits, then (cross_entropy_fused) their gradient
-  std::vector<float> dx_, dxn_, dq_, datt_;  // (T, C)
+  std::vector<float> dx_, dxn_;              // (T, C)
+  std::vector<float> dq_, datt_;             // (T, Cq)
   std::vector<float> dk_, dv_;               // (T, Ckv)
+  std::vector<float> dq_raw_, dk_raw_;       // QK-norm: d(q), d(k) before their norms
   Key step_key_{};                           // the running backward's step key
   nn::BatchPlacement place_;                 // ... and this batch's place in the step
   nn::LinearInput head_in_;
