@@ -4,8 +4,9 @@
 # bf16) and `s3r bench step`, pooled into one table (tokens/s, median ms, spread, peak memory,
 # speed relative to the peer's fastest mode). About 4-5 minutes for `small` on 2 cores with the
 # defaults; run it on an otherwise idle machine. Per-process JSON and the log in
-# results/bench_peer/PRESET/ (PRESET-kvN/ with --kv-heads N, PRESET-CAP/ under --cap).
-# Usage: scripts/bench_peer.sh [--preset small] [--kv-heads N] [--repeats N] [--rounds R] [--warmup W]
+# results/bench_peer/PRESET/ (PRESET-qwen3/ with --arch qwen3, PRESET-kvN/ with --kv-heads N,
+# PRESET-CAP/ under --cap).
+# Usage: scripts/bench_peer.sh [--preset small] [--arch llama|qwen3] [--kv-heads N] [--repeats N] [--rounds R] [--warmup W]
 #                              [--threads T] [--configs LIST] [--retries K] [--json OUT]
 #                              [--cap avx2|avx512|avx512_bf16]
 #   --kv-heads: grouped-query attention in both models (s3r train --kv-heads; default: the heads)
@@ -25,7 +26,7 @@ args=()
 while (($#)); do
   case $1 in
     --preset) preset=$2; args+=("$1" "$2"); shift 2 ;;
-    --repeats|--rounds|--warmup|--retries|--threads|--configs|--json|--cap|--kv-heads) args+=("$1" "$2"); shift 2 ;;
+    --repeats|--rounds|--warmup|--retries|--threads|--configs|--json|--cap|--kv-heads|--arch) args+=("$1" "$2"); shift 2 ;;
     -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "bench_peer: unknown option '$1' (see --help)" >&2; exit 1 ;;
   esac

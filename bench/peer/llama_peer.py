@@ -15,7 +15,7 @@ defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the matrices (not on 
 the norm gains), global gradient-norm clip 1.0.
 
 Usage:
-  /usr/bin/python3 bench/peer/llama_peer.py bench --preset small [--kv-heads N] --mode f32|bf16 --threads 2 \\
+  /usr/bin/python3 bench/peer/llama_peer.py bench --preset small [--arch qwen3] [--kv-heads N] --mode f32|bf16 --threads 2 \\
       --warmup 2 --repeats 5 [--json OUT]
   /usr/bin/python3 bench/peer/llama_peer.py info [--threads 2]
 """
@@ -41,14 +41,22 @@ TRAIN_DEFAULTS = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay":
                   "rope_theta": 10000.0, "norm_eps": 1e-5}
 
 
-def preset_config(name, kv_heads=None):
-    """A preset's model; kv_heads (None: = heads) as `s3r train --kv-heads`, which must divide the heads."""
+def preset_config(name, kv_heads=None, arch="llama"):
+    """A preset's model of family `arch` (`s3r train --arch`: llama, or qwen3 with QK-norm, half as
+    many kv heads as heads, a head size of 2 C / heads, RoPE base 1e6, eps 1e-6: src/model/config.cpp);
+    kv_heads (None: the family's) as `s3r train --kv-heads`, which must divide the heads."""
     L, C, H, F, V, S, B = PRESETS[name]
+    if arch not in ("llama", "qwen3"):
+        raise ValueError(f"--arch {arch}: expected llama or qwen3")
     if kv_heads is not None and (kv_heads < 1 or H % kv_heads != 0):
         raise ValueError(f"--kv-heads {kv_heads} does not divide the {H} heads of preset {name}")
-    return {"layers": L, "width": C, "heads": H, "kv_heads": H if kv_heads is None else kv_heads, "ffn_width": F,
-            "vocab": V, "seq_len": S, "batch": B, "rope_theta": TRAIN_DEFAULTS["rope_theta"],
-            "norm_eps": TRAIN_DEFAULTS["norm_eps"]}
+    qwen3 = arch == "qwen3"
+    cfg = {"layers": L, "width": C, "heads": H, "kv_heads": kv_heads or (H // 2 if qwen3 else H), "ffn_width": F,
+           "vocab": V, "seq_len": S, "batch": B, "rope_theta": 1e6 if qwen3 else TRAIN_DEFAULTS["rope_theta"],
+           "norm_eps": 1e-6 if qwen3 else TRAIN_DEFAULTS["norm_eps"]}
+    if qwen3:
+        cfg.update(arch="qwen3", head_size=2 * C // H)
+    return cfg
 
 
 def build_model_classes():
@@ -223,7 +231,7 @@ def bench(args, notes):
     import torch
 
     torch.set_num_threads(args.threads)
-    cfg = preset_config(args.preset, args.kv_heads)
+    cfg = preset_config(args.preset, args.kv_heads, args.arch)
     LlamaPeer = build_model_classes()
     if args.mode == "bf16" and not peer_env.native_bf16() and not args.allow_emulated_bf16:
         raise SystemExit("llama_peer: this CPU has no native bf16 (avx512_bf16 or amx_bf16); "
@@ -296,6 +304,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bench", help="time full training steps on a fixed random batch")
     b.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    b.add_argument("--arch", choices=("llama", "qwen3"), default="llama", help="model family, as `s3r train --arch`")
     b.add_argument("--kv-heads", type=int, help="key/value heads, as `s3r train --kv-heads` (must divide the preset's "
                    "heads; default: the heads, i.e. multi-head attention)")
     b.add_argument("--mode", choices=("f32", "bf16"), default="f32",
@@ -318,9 +327,9 @@ def main():
         ap.error("--threads must be >= 1")
     if args.cmd == "bench" and (args.repeats < 1 or args.warmup < 0):
         ap.error("--repeats must be >= 1 and --warmup >= 0")
-    if args.cmd == "bench" and args.kv_heads is not None:
+    if args.cmd == "bench":
         try:
-            preset_config(args.preset, args.kv_heads)
+            preset_config(args.preset, args.kv_heads, args.arch)
         except ValueError as e:
             ap.error(str(e))
     notes = peer_env.ensure(args.threads, malloc_tuning=not args.no_malloc_tuning)

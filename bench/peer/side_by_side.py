@@ -102,6 +102,7 @@ def spread(ms):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="small", choices=("tiny", "small", "wide"))
+    ap.add_argument("--arch", choices=("llama", "qwen3"), default="llama", help="model family of both models")
     ap.add_argument("--kv-heads", type=int, help="key/value heads of both models (grouped-query attention; must "
                                                   "divide the preset's heads; default: the heads)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of (peer f32, peer bf16, s3r)")
@@ -138,7 +139,8 @@ def main():
     else:
         modes = [m for m in args.peer_modes.split(",") if m]
     work = args.work or os.path.join(HERE, "..", "..", "results", "bench_peer",
-                                     args.preset + (f"-kv{args.kv_heads}" if args.kv_heads else "") +
+                                     args.preset + (f"-{args.arch}" if args.arch != "llama" else "") +
+                                     (f"-kv{args.kv_heads}" if args.kv_heads else "") +
                                      (f"-{args.cap}" if args.cap else ""))
     os.makedirs(work, exist_ok=True)
     log = os.path.join(work, "log.txt")
@@ -147,12 +149,15 @@ def main():
             "--threads", str(args.threads), "--warmup", str(args.warmup), "--repeats", str(args.repeats)]
     s3r = [args.s3r, "bench", "step", "--preset", args.preset, "--configs", args.configs, "--threads",
            str(args.threads), "--warmup", str(args.warmup), "--repeats", str(args.repeats)]
+    peer += ["--arch", args.arch]
+    s3r += ["--arch", args.arch]
     if args.kv_heads is not None:  # the same model shape on both sides
         peer += ["--kv-heads", str(args.kv_heads)]
         s3r += ["--kv-heads", str(args.kv_heads)]
     start = datetime.datetime.now(datetime.timezone.utc)
     load_start = loadavg()
-    print(f"side by side: preset {args.preset}{f' with {args.kv_heads} kv heads' if args.kv_heads else ''}, {args.rounds} rounds x {args.repeats} timed steps per configuration "
+    print(f"side by side: preset {args.preset}{f' ({args.arch})' if args.arch != 'llama' else ''}"
+          f"{f' with {args.kv_heads} kv heads' if args.kv_heads else ''}, {args.rounds} rounds x {args.repeats} timed steps per configuration "
           f"(+{args.warmup} warm-up per process), {args.threads} threads; peer modes {','.join(modes)}; "
           f"s3r configs {args.configs}")
     if args.cap:
@@ -263,7 +268,7 @@ def main():
         print(f"WARNING: the machine was not idle (other processes took {100 * other_share:.0f}% of the CPUs); "
               "rerun on an idle machine for numbers to quote")
     if args.json:
-        result = {"preset": args.preset, "kv_heads": args.kv_heads, "cap": args.cap, "cap_env": cap_env, "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
+        result = {"preset": args.preset, "arch": args.arch, "kv_heads": args.kv_heads, "cap": args.cap, "cap_env": cap_env, "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
                   "warmup": args.warmup, "tokens_per_step": tokens, "machine": machine,
                   "s3r_machine": s3r_runs[0].get("machine"), "peer_env": {k: p0.get(k) for k in (
                       "torch", "blas", "blas_libraries", "env_notes", "torch_build", "malloc")} if p0 else {},
