@@ -251,28 +251,18 @@ void put_q8_0(std::string& out, const std::vector<float>& x) {
 
 }  // namespace
 
-void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std::string& path,
-                 const ExportOptions& o) {
-  check_inject(o.inject);
+namespace {
+
+// general.* and the model's hyper-parameters, under the family's prefix (general.architecture).
+void put_model_keys(GgufBuffer& kv, const LoadedCheckpoint& c, const ExportOptions& o) {
   const model::ModelConfig& m = c.info.model;
-  const FormatFamily& family = format_family(m.family);
-  const std::vector<OutTensor> tensors = output_tensors(c, false, family.gguf_half_split, o.inject);
-  if (o.type == GgufType::kQ8_0) {
-    for (const OutTensor& t : tensors) {
-      if (!t.vector && t.cols % 32 != 0) {
-        throw Error("export: q8_0 needs rows that are a multiple of 32 values, but tensor '" + t.name + "' has " +
-                    std::to_string(t.cols) + "; use f16, bf16 or f32");
-      }
-    }
-  }
-  GgufBuffer kv;
   const uint32_t file_type = o.type == GgufType::kF32 ? 0 : o.type == GgufType::kF16 ? 1 : o.type == GgufType::kQ8_0 ? 7 : 32;
-  kv.kv_str("general.architecture", std::string(m.traits().name));
+  const std::string a(m.traits().name);
+  kv.kv_str("general.architecture", a);
   kv.kv_str("general.name", o.name.empty() ? "s3r" : o.name);
   kv.kv_u32("general.file_type", file_type);
   kv.kv_u32("general.quantization_version", 2);
   kv.kv_u32("general.alignment", static_cast<uint32_t>(kAlignment));
-  const std::string a(m.traits().name);  // the keys' prefix: general.architecture
   kv.kv_u32(a + ".context_length", static_cast<uint32_t>(m.seq_len));
   kv.kv_u32(a + ".embedding_length", static_cast<uint32_t>(m.width));
   kv.kv_u32(a + ".block_count", static_cast<uint32_t>(m.layers));
@@ -287,7 +277,11 @@ void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const st
   kv.kv_f32(a + ".rope.freq_base", m.rope_theta);
   kv.kv_f32(a + ".attention.layer_norm_rms_epsilon", m.norm_eps);
   kv.kv_u32(a + ".vocab_size", static_cast<uint32_t>(m.vocab));
-  // The SentencePiece tokenizer: every piece, its score and type (GGUF's numbering).
+}
+
+// The SentencePiece tokenizer: every piece, its score and type (GGUF's numbering), and the
+// special tokens.
+void put_tokenizer_keys(GgufBuffer& kv, const data::Tokenizer& tok) {
   const int64_t V = tok.vocab();
   kv.kv_str("tokenizer.ggml.model", "llama");
   kv.key("tokenizer.ggml.tokens", kArray);
@@ -312,10 +306,53 @@ void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const st
   kv.kv_bool("tokenizer.ggml.add_bos_token", start >= 0);
   kv.kv_bool("tokenizer.ggml.add_eos_token", false);
   kv.kv_bool("tokenizer.ggml.add_space_prefix", tok.adds_space_prefix());  // SentencePiece's add_dummy_prefix
+}
+
+// One tensor's values in `type`, appended to data.
+void put_tensor_data(std::string& data, const std::vector<float>& values, GgufType type) {
+  switch (type) {
+    case GgufType::kF32:
+      data.append(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+      break;
+    case GgufType::kF16:
+      for (float v : values) {
+        const uint16_t h = to_f16(v);
+        data.append(reinterpret_cast<const char*>(&h), 2);
+      }
+      break;
+    case GgufType::kBf16:
+      for (float v : values) {
+        const uint16_t h = to_bf16(v).bits;
+        data.append(reinterpret_cast<const char*>(&h), 2);
+      }
+      break;
+    case GgufType::kQ8_0:
+      put_q8_0(data, values);
+      break;
+  }
+}
+
+}  // namespace
+
+void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std::string& path,
+                 const ExportOptions& o) {
+  check_inject(o.inject);
+  const std::vector<OutTensor> tensors =
+      output_tensors(c, false, format_family(c.info.model.family).gguf_half_split, o.inject);
+  if (o.type == GgufType::kQ8_0) {
+    for (const OutTensor& t : tensors) {
+      if (!t.vector && t.cols % 32 != 0) {
+        throw Error("export: q8_0 needs rows that are a multiple of 32 values, but tensor '" + t.name + "' has " +
+                    std::to_string(t.cols) + "; use f16, bf16 or f32");
+      }
+    }
+  }
+  GgufBuffer kv;
+  put_model_keys(kv, c, o);
+  put_tokenizer_keys(kv, tok);
   // Where the file came from.
   kv.kv_str("s3r.mode", std::string(nn::to_string(c.info.recipe.projections())));
   kv.kv_u32("s3r.step", static_cast<uint32_t>(c.info.step + 1));
-
   // Tensor infos and data.
   GgufBuffer info;
   std::string data;
@@ -329,26 +366,7 @@ void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const st
     info.put<uint32_t>(type == GgufType::kF32 ? kGgmlF32 : type == GgufType::kF16 ? kGgmlF16
                        : type == GgufType::kBf16 ? kGgmlBf16 : kGgmlQ8_0);
     info.put<uint64_t>(data.size());
-    switch (type) {
-      case GgufType::kF32:
-        data.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * 4);
-        break;
-      case GgufType::kF16:
-        for (float v : t.data) {
-          const uint16_t h = to_f16(v);
-          data.append(reinterpret_cast<const char*>(&h), 2);
-        }
-        break;
-      case GgufType::kBf16:
-        for (float v : t.data) {
-          const uint16_t h = to_bf16(v).bits;
-          data.append(reinterpret_cast<const char*>(&h), 2);
-        }
-        break;
-      case GgufType::kQ8_0:
-        put_q8_0(data, t.data);
-        break;
-    }
+    put_tensor_data(data, t.data, type);
   }
   io::write_file_atomic(path, [&](std::ostream& f) {
     GgufBuffer head;
