@@ -332,10 +332,15 @@ def compare(studies, comp):
 
 
 def finish(rows):
-    """Holm over the tested comparisons; power, equivalence CI and verdict for each."""
+    """Holm over the plan's whole family, a comparison not (yet) tested counting as p = 1: its
+    result can only lower the others' adjusted p's, so an interim report is conservative. Power,
+    equivalence CI and verdict for each tested one. Returns the number tested."""
     tested = [r for r in rows if r["tested"]]
     m = len(tested)
-    for r, ph in zip(tested, sst.holm([r["p"] for r in tested])):
+    adjusted = sst.holm([r["p"] if r["tested"] else 1.0 for r in rows])
+    for r, ph in zip(rows, adjusted):
+        if not r["tested"]:
+            continue
         r["p_holm"] = ph
         r["power_observed_sd"] = sst.power_paired(DELTA, r["sd"], r["n"], ALPHA / len(COMPARISONS))
         if r["kind"] == "equivalence":
@@ -351,7 +356,7 @@ def verdict(r):
     """("reproduced" | "not reproduced" | "undecided at this scale", reason)."""
     if not r["tested"]:
         why = "all paired differences are equal" if r["n"] >= 2 else f"{r['n']} pair{'' if r['n'] == 1 else 's'}"
-        return "undecided at this scale", f"{why}: no test (excluded from the Holm family)"
+        return "undecided at this scale", f"{why}: no test yet (p = 1 in the Holm family)"
     sig = r["p_holm"] < ALPHA
     lo, hi = r["ci95"]
     sign = 1 if r["mean"] > 0 else -1
@@ -480,8 +485,9 @@ def interval(ci):
 
 
 def comparison_md(rows, m):
-    fewer = "" if m == len(COMPARISONS) else f", not {len(COMPARISONS)}: the others have too few pairs"
-    md = [f"## Comparisons (Holm family of {m}{fewer})", "",
+    fewer = ("" if m == len(COMPARISONS) else f"; {len(COMPARISONS) - m} not tested yet (too few pairs) count as "
+             "p = 1, so the adjusted p's can only fall when they are")
+    md = [f"## Comparisons (Holm over the plan's family of {len(COMPARISONS)}{fewer})", "",
           "| id | a - b | n (plan) | mean +- sd | 95% CI | t | df | p | Holm p | power at 0.03 (obs. sd) | "
           "98.75% CI | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f, notes = cv.fmt, []
@@ -541,7 +547,7 @@ def write_outputs(a, rows, m, claims, configs):
     cv.write_csv(root / "decision.csv", table)
     diags = {p.name: load_json(p) for p in sorted(diag.glob("*.json"))} if diag.is_dir() else {}
     cv.write_atomic(root / "decision.json", cv.dumps({
-        "alpha": ALPHA, "delta": DELTA, "holm_family_size": m, "comparisons": rows, "claims": claims,
+        "alpha": ALPHA, "delta": DELTA, "holm_family_size": len(COMPARISONS), "tested": m, "comparisons": rows, "claims": claims,
         "configurations": [dict(c, sweep={f"{k:g}": v for k, v in c["sweep"].items()}) for c in configs],
         "diag": diags}))
 

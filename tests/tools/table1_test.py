@@ -184,11 +184,14 @@ for s in (1, 2):
 drive(cmd[:2] + ["report"] + cmd[3:], "report-missing")
 dec = json.loads((out / "decision.json").read_text())
 by = {r["id"]: r for r in dec["comparisons"]}
-check(dec["holm_family_size"] == 6 and by["L2"]["n"] == 1 and not by["L2"]["tested"]
+check(dec["holm_family_size"] == 8 and dec["tested"] == 6 and by["L2"]["n"] == 1 and not by["L2"]["tested"]
       and by["L3"]["missing_seeds"] == [1, 2] and by["L3"]["verdict"] == "undecided at this scale",
-      f"missing runs: family {dec['holm_family_size']}, L2 {by['L2']}")
+      f"missing runs: family {dec['holm_family_size']}, tested {dec['tested']}, L2 {by['L2']}")
+# The untested count as p = 1 in the family of 8: the smallest p is multiplied by 8, not 6.
+low = min((r for r in dec["comparisons"] if r["tested"]), key=lambda r: r["p"])
+check(abs(low["p_holm"] - min(1.0, 8 * low["p"])) < 1e-12, f"Holm over 8: {low['p']} -> {low['p_holm']}")
 md = (out / "decision.md").read_text()
-check("Holm family of 6" in md and "seeds not (yet) run: 1, 2" in md, f"decision.md (missing):\n{md}")
+check("2 not tested yet" in md and "seeds not (yet) run: 1, 2" in md, f"decision.md (missing):\n{md}")
 
 # plan works without a binary.
 drive([sys.executable, str(repo / "scripts" / "table1.py"), "plan", "--tiny-plan-for-tests", "--out-root",
