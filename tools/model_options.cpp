@@ -28,7 +28,8 @@ void ModelOptions::add_to(CLI::App* cmd) {
   add_integer_option(cmd, "--head-size", head_size, "size of one attention head, even (default: C / heads)", 1,
                      kMaxDim);
   add_integer_option(cmd, "--kv-heads", kv_heads,
-                     "key/value heads (must divide the heads; fewer: grouped-query attention; default: the heads)", 1,
+                     "key/value heads (must divide the heads; fewer: grouped-query attention; default: the preset's "
+                     "ratio, the heads for llama, half of them for qwen3)", 1,
                      kMaxDim);
   add_integer_option(cmd, "--ffn", ffn, "F", 1, kMaxDim);
   add_integer_option(cmd, "--vocab", vocab, "V (training: must equal the tokenizer's)", 1, kMaxVocab);
