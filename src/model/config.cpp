@@ -106,25 +106,30 @@ std::string ModelConfig::describe() const {
 
 namespace {
 
+// The Llama presets; the other families derive theirs from these (preset()).
+struct PresetRow {
+  std::string_view name;
+  Architecture architecture;
+  RunShape shape;
+};
+constexpr PresetRow kPresets[] = {
+    {"tiny", {.layers = 2, .width = 64, .heads = 4, .kv_heads = 4, .ffn_width = 192, .vocab = 256},
+     {.seq_len = 32, .batch = 4}},
+    {"small", {.layers = 6, .width = 256, .heads = 4, .kv_heads = 4, .ffn_width = 768, .vocab = 4096},
+     {.seq_len = 256, .batch = 16}},
+    {"wide", {.layers = 4, .width = 1024, .heads = 8, .kv_heads = 8, .ffn_width = 4096, .vocab = 4096},
+     {.seq_len = 256, .batch = 8}},
+    {"paper", {.layers = 12, .width = 768, .heads = 12, .kv_heads = 12, .ffn_width = 2048, .vocab = 32000},
+     {.seq_len = 2048, .batch = 8}},
+};
+
 ModelConfig llama_preset(std::string_view name) {
-  const auto make = [](Architecture a, RunShape s) { return ModelConfig{a, s}; };
-  if (name == "tiny") {
-    return make({.layers = 2, .width = 64, .heads = 4, .kv_heads = 4, .ffn_width = 192, .vocab = 256},
-                {.seq_len = 32, .batch = 4});
+  std::string names;
+  for (const PresetRow& p : kPresets) {
+    if (p.name == name) return ModelConfig{p.architecture, p.shape};
+    names += (names.empty() ? "" : ", ") + std::string(p.name);
   }
-  if (name == "small") {
-    return make({.layers = 6, .width = 256, .heads = 4, .kv_heads = 4, .ffn_width = 768, .vocab = 4096},
-                {.seq_len = 256, .batch = 16});
-  }
-  if (name == "wide") {
-    return make({.layers = 4, .width = 1024, .heads = 8, .kv_heads = 8, .ffn_width = 4096, .vocab = 4096},
-                {.seq_len = 256, .batch = 8});
-  }
-  if (name == "paper") {
-    return make({.layers = 12, .width = 768, .heads = 12, .kv_heads = 12, .ffn_width = 2048, .vocab = 32000},
-                {.seq_len = 2048, .batch = 8});
-  }
-  throw Error("unknown preset '" + std::string(name) + "'; expected one of: tiny, small, wide, paper");
+  throw Error("unknown preset '" + std::string(name) + "'; expected one of: " + names);
 }
 
 }  // namespace
