@@ -386,8 +386,9 @@ class Study:
                              f"{', '.join(str(k) for k in common if k not in pairs)} (diverged in {name} or sr)"
                              f"{'' if pr else '; too few pairs left for it'}")
             pd, psd, pt, _, pp = pr if pr else (float("nan"),) * 5
-            loss_cell = "diverged (NaN)" if not ok else f"{mean:.4f} +- {fmt(sd, '.4f') or 'n/a'}"
-            md.append(f"| {name} | {lr if lr is None else f'{lr:g}'} | {loss_cell} | "
+            loss_cell = ("no finished run" if not vals else "diverged (NaN)" if not ok
+                         else f"{mean:.4f} +- {fmt(sd, '.4f') or 'n/a'}")
+            md.append(f"| {name} | {'sweep not finished' if lr is None else f'{lr:g}'} | {loss_cell} | "
                       f"{len(ok)}{f' ({div} diverged, excluded)' if div else ''} | {fmt(gap, '+.4f')} | "
                       f"{'' if name == 'sr' else fmt(t, '+.2f')} | {'' if name == 'sr' else fmt(df, '.1f')} | "
                       f"{'' if name == 'sr' else fmt(p, '.3f')} | "

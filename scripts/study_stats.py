@@ -69,9 +69,16 @@ def welch(xs, ys):
 def paired(xs, ys):
     """Paired t-test of xs - ys (equal length, matched by seed: the same seed gives the same
     initial weights and data order in every configuration). (mean, sd, t, df, p) or None."""
-    if len(xs) != len(ys) or len(xs) < 2:
+    if len(xs) != len(ys):
         return None
-    d = [x - y for x, y in zip(xs, ys)]
+    return paired_diffs([x - y for x, y in zip(xs, ys)])
+
+
+def paired_diffs(d):
+    """The paired t-test of differences D (one per seed): (mean, sd, t, df, p), or None with
+    fewer than two differences or all of them equal."""
+    if len(d) < 2:
+        return None
     sd = statistics.stdev(d)
     if sd == 0.0:
         return None

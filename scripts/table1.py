@@ -15,7 +15,10 @@ Subcommands: plan; run (train or resume); diag (s3r diag second-moment on each c
 seed-0 checkpoint, s3r diag grad-error on the bf16 checkpoint); report (convergence.py's report
 per study, then OUT_ROOT/decision.md / .csv / .json, copied with the summaries to --docs);
 all = run, diag, report. --part limits run, diag and each study's own report; the decision always
-covers both studies (one Holm family), with whatever runs exist.
+covers both studies (one Holm family), with whatever runs exist. A study with no finished run
+under OUT_ROOT (another machine, a wiped results/) is decided from the committed record
+(--record: docs/results/table1/decision.json, with diag/ beside it), which holds its per-seed
+differences; its summaries in docs are left as they are.
 
 Usage: scripts/table1.py [plan|run|diag|report|all] [--part width|length|both] [--out-root DIR]
                          [--docs DIR] [--s3r BIN] [--data DIR] [--jobs 2] [--threads 1]
@@ -309,21 +312,51 @@ def cmd_diag(a, studies):
 # ---------------------------------------------------------------------------------------------
 # report: statistics per comparison, Holm, decisions
 
-def compare(studies, comp):
-    """One comparison's pairs and paired statistics (no Holm yet)."""
+def has_runs(study):
+    return any(r.done() for r in study.planned().values())
+
+
+def load_record(a, studies):
+    """{study: {"comparisons": {id: row}, "configurations": [row]}} for each study without one
+    finished run under OUT_ROOT that the committed record (--record: the decision.json of a
+    report that had its runs) holds, so that the decision over both studies can be remade where
+    only one study's runs are. Its per-seed differences are what the decision needs."""
+    absent = [name for name, st in studies.items() if not has_runs(st)]  # a record of another plan is not used
+    j = load_json(Path(a.record)) if absent and a.record and Path(a.record).is_file() else None
+    out = {}
+    for name in absent if isinstance(j, dict) else []:
+        comps = {r["id"]: r for r in j.get("comparisons", []) if isinstance(r, dict) and r.get("study") == name}
+        ids = [c[0] for c in COMPARISONS if c[1] == name]
+        if all(isinstance(comps.get(i, {}).get("diffs"), list) and comps[i].get("n_plan") == studies[name].args.seeds
+               for i in ids) and any(comps[i]["diffs"] for i in ids):
+            out[name] = {"comparisons": comps,
+                         "configurations": [c for c in j.get("configurations", []) if c.get("study") == name]}
+    return out
+
+
+def compare(studies, comp, record):
+    """One comparison's pairs and paired statistics (no Holm yet), from the runs or the record."""
     cid, study, x, y, claim, kind, sign, text = comp
     st = studies[study]
-    fx, fy = seed_finals(st, x), seed_finals(st, y)
     seeds = range(st.args.seeds)
-    missing = [s for s in seeds if s not in fx or s not in fy]
-    diverged = [s for s in seeds if s not in missing and not (cv.finite(fx[s]) and cv.finite(fy[s]))]
-    pairs = [s for s in seeds if s not in missing and s not in diverged]
-    d = [fx[s] - fy[s] for s in pairs]
+    if study in record:
+        src = record[study]["comparisons"][cid]
+        d = [float(v) for v in src["diffs"]]
+        missing, diverged = list(src.get("missing_seeds", [])), list(src.get("diverged_seeds", []))
+        pairs = src.get("pair_seeds", [s for s in seeds if s not in missing and s not in diverged])
+    else:
+        fx, fy = seed_finals(st, x), seed_finals(st, y)
+        missing = [s for s in seeds if s not in fx or s not in fy]
+        diverged = [s for s in seeds if s not in missing and not (cv.finite(fx[s]) and cv.finite(fy[s]))]
+        pairs = [s for s in seeds if s not in missing and s not in diverged]
+        d = [fx[s] - fy[s] for s in pairs]
     r = {"id": cid, "study": study, "a": x, "b": y, "claim": claim, "kind": kind, "expected_sign": sign,
          "statement": text, "n": len(d), "n_plan": st.args.seeds, "missing_seeds": missing,
-         "diverged_seeds": diverged, "diffs": d, "mean": statistics.fmean(d) if d else float("nan"),
-         "sd": statistics.stdev(d) if len(d) > 1 else float("nan"), "tested": False}
-    pr = cv.paired([fx[s] for s in pairs], [fy[s] for s in pairs])
+         "diverged_seeds": diverged, "pair_seeds": pairs, "diffs": d,
+         "mean": statistics.fmean(d) if d else float("nan"),
+         "sd": statistics.stdev(d) if len(d) > 1 else float("nan"), "tested": False,
+         "source": "record" if study in record else "runs"}
+    pr = sst.paired_diffs(d)
     if pr:
         _, _, t, df, p = pr
         half = sst.t_crit(ALPHA, df) * r["sd"] / math.sqrt(len(d))
@@ -398,9 +431,13 @@ def claim_verdicts(rows):
     return out
 
 
-def config_summary(studies):
+def config_summary(studies, record):
     rows = []
     for name, st in studies.items():
+        if name in record:
+            rows += [dict(c, sweep={float(k): v for k, v in c["sweep"].items()}, source="record")
+                     for c in record[name]["configurations"]]
+            continue
         for c in st.args.configs:
             f = seed_finals(st, c)
             ok = [v for v in f.values() if cv.finite(v)]
@@ -411,7 +448,8 @@ def config_summary(studies):
             rows.append({"study": name, "configuration": c, "best_lr": lr, "edge": edge, "sweep": sweep,
                          "n": len(ok), "n_plan": st.args.seeds, "diverged": len(f) - len(ok),
                          "missing": st.args.seeds - len(f), "mean": statistics.fmean(ok) if ok else float("nan"),
-                         "sd": statistics.stdev(ok) if len(ok) > 1 else float("nan")})
+                         "sd": statistics.stdev(ok) if len(ok) > 1 else float("nan"),
+                         "seed_finals": {str(k): v for k, v in sorted(f.items())}, "source": "runs"})
     return rows
 
 
@@ -434,12 +472,15 @@ def num(x, spec=".3g"):
     return format(x, spec) if isinstance(x, (int, float)) and not isinstance(x, bool) else ""
 
 
-def diag_paths(diag, kind):
-    """The diagnostics' JSON files of one kind: the plan's order first, then any others."""
-    planned = [diag / f"{kind}-{name}-{c}.json" for name, spec in PLAN.items()
+def diag_paths(diags, kind):
+    """The diagnostics' JSON files of one kind in the folders DIAGS (by name, the first folder
+    that has it): the plan's order first, then any others."""
+    found = {}
+    for diag in reversed(diags):
+        found.update({p.name: p for p in diag.glob(f"{kind}-*.json")} if diag.is_dir() else {})
+    planned = [f"{kind}-{name}-{c}.json" for name, spec in PLAN.items()
                for c in spec["configs"] + ([EXTRA[1]] if name == EXTRA[0] else [])]
-    found = set(diag.glob(f"{kind}-*.json")) if diag.is_dir() else set()
-    return [p for p in planned if p in found] + sorted(found - set(planned))
+    return [found[n] for n in planned if n in found] + [found[n] for n in sorted(set(found) - set(planned))]
 
 
 def pm(mean, sd, spec=".4f"):
@@ -447,7 +488,7 @@ def pm(mean, sd, spec=".4f"):
     return cv.fmt(mean, spec) + (f" +- {cv.fmt(sd, '.4f')}" if cv.finite(sd) else "")
 
 
-def diag_md(diag, kind):
+def diag_md(diags, kind):
     """Markdown tables of the diagnostics' JSON files of KIND (one per checkpoint, a row per
     configuration); missing or unknown fields give empty cells."""
     if kind == "second-moment":  # a STATS object per projection kind and "all"
@@ -463,7 +504,7 @@ def diag_md(diag, kind):
                           f"({num(s.get('error_of_key_mean'), '.4f')})")
         pick = lambda row: [row.get(k) for k, _ in GRAD_QUANTITIES]
     md = []
-    for path in diag_paths(diag, kind):
+    for path in diag_paths(diags, kind):
         j = load_json(path)
         if not isinstance(j, dict):
             continue
@@ -515,49 +556,58 @@ def configs_md(configs):
         lr = "sweep not finished" if c["best_lr"] is None else f"{c['best_lr']:g}" + (
             f" (at the {c['edge']} of the grid)" if c["edge"] else "")
         sweep = ", ".join(f"{k:g}: {cv.fmt_loss(v, '.4f')}" for k, v in sorted(c["sweep"].items()))
-        md.append(f"| {c['study']} | {c['configuration']} | {lr} | {sweep} | {c['n']} ({c['n_plan']}) | "
+        md.append(f"| {c['study']}{' (record)' if c.get('source') == 'record' else ''} | {c['configuration']} | {lr} | {sweep} | {c['n']} ({c['n_plan']}) | "
                   f"{pm(c['mean'], c['sd'])} | {c['diverged'] or ''} |")
     return md
 
 
-def decision_md(rows, m, claims, configs, diag):
+def decision_md(a, rows, m, claims, configs, diags, record):
     md = ["# Table I, decisive version: decision", "",
           f"Two-sided paired t-tests over seeds, Holm at family-wise {ALPHA}; effect of interest and "
           f"equivalence margin {DELTA} nats (plan: plan.md). Power and seeds needed: at the plan's level "
           f"{ALPHA}/{len(COMPARISONS)} (Bonferroni), with the observed sd. Diverged (NaN) runs are excluded from "
-          "every statistic; missing runs are counted as missing.", "", "## Claims", ""]
+          "every statistic; missing runs are counted as missing."]
+    for name in record:
+        md += ["", f"The {name} study's runs are not under {a.out_root}: its per-seed differences, "
+               f"configurations and diagnostics are those of the committed record ({Path(a.record).name} and "
+               f"diag/ beside it, written by the report that had the runs); `scripts/table1.py run --part {name}` "
+               "trains them again (bit for bit on the same kernel tier and GEMM backends) and `diag`, `report` "
+               "then decide from the runs."]
+    md += ["", "## Claims", ""]
     for c in claims:
         md.append(f"- ({c['claim']}) {c['statement']}: **{c['verdict']}**")
         md += [f"  - {i}: {t}" for i, t in c["reasons"].items()]
     md.append("- context of (d): " + "; ".join(f"{r['id']} {r['a']} - {r['b']}: {r['verdict']} ({r['reason']})"
                                               for r in rows if r["claim"] == "d-context"))
     md += [""] + comparison_md(rows, m) + [""] + configs_md(configs)
-    return "\n".join(md + [""] + diag_md(diag, "second-moment") + diag_md(diag, "grad-error"))
+    return "\n".join(md + [""] + diag_md(diags, "second-moment") + diag_md(diags, "grad-error"))
 
 
-def write_outputs(a, rows, m, claims, configs):
+def write_outputs(a, rows, m, claims, configs, record):
     root = Path(a.out_root)
-    diag = root / "diag"
-    cv.write_atomic(root / "decision.md", decision_md(rows, m, claims, configs, diag))
+    diags = [root / "diag"] + ([Path(a.record).parent / "diag"] if record else [])
+    cv.write_atomic(root / "decision.md", decision_md(a, rows, m, claims, configs, diags, record))
     keys = ["id", "study", "a", "b", "claim", "kind", "n", "n_plan", "mean", "sd", "t", "df", "p", "p_holm",
-            "power_observed_sd", "ci95", "ci_equivalence", "inside_margin", "verdict", "reason"]
+            "power_observed_sd", "ci95", "ci_equivalence", "inside_margin", "verdict", "reason", "source"]
     table = [keys] + [[" ".join(f"{v:.6g}" for v in r[k]) if isinstance(r.get(k), list) else
                        (cv.fmt(r.get(k), ".6g") if isinstance(r.get(k), float) else r.get(k, ""))
                        for k in keys] for r in rows]
     cv.write_csv(root / "decision.csv", table)
-    diags = {p.name: load_json(p) for p in sorted(diag.glob("*.json"))} if diag.is_dir() else {}
+    diags = {p.name: load_json(p) for kind in ("second-moment", "grad-error") for p in diag_paths(diags, kind)}
     cv.write_atomic(root / "decision.json", cv.dumps({
         "alpha": ALPHA, "delta": DELTA, "holm_family_size": len(COMPARISONS), "tested": m, "comparisons": rows, "claims": claims,
         "configurations": [dict(c, sweep={f"{k:g}": v for k, v in c["sweep"].items()}) for c in configs],
         "diag": diags}))
 
 
-def copy_docs(a, studies):
+def copy_docs(a, studies, record):
     if not a.docs:
         return
     root, docs = Path(a.out_root), Path(a.docs)
     files = [(root / n, n) for n in ("decision.md", "decision.csv", "decision.json", "plan.md")]
     for name, st in studies.items():
+        if name in record:  # its summaries in docs stay as the report with its runs wrote them
+            continue
         files += [(st.out / n, f"{name}_{n}") for n in ("table1.md", "lr_sweep.csv", "val_curves.png")]
     if (root / "diag").is_dir():
         files += [(p, f"diag/{p.name}") for p in sorted((root / "diag").iterdir()) if p.suffix in (".json", ".txt")]
@@ -573,17 +623,22 @@ def copy_docs(a, studies):
 
 
 def cmd_report(a, studies):
+    record = load_record(a, studies)
     for name in parts(a):
+        if name in record:
+            print(f"table1: {name} study: no finished run under {a.out_root}; decided from the record {a.record}",
+                  flush=True)
+            continue
         studies[name].out.mkdir(parents=True, exist_ok=True)
         print(f"table1: {name} study: convergence.py's report", flush=True)
         studies[name].report()
     cmd_plan(a, studies, quiet=True)
-    rows = [compare(studies, c) for c in COMPARISONS]
+    rows = [compare(studies, c, record) for c in COMPARISONS]
     m = finish(rows)
-    claims, configs = claim_verdicts(rows), config_summary(studies)
-    write_outputs(a, rows, m, claims, configs)
+    claims, configs = claim_verdicts(rows), config_summary(studies, record)
+    write_outputs(a, rows, m, claims, configs, record)
     print((Path(a.out_root) / "decision.md").read_text())
-    copy_docs(a, studies)
+    copy_docs(a, studies, record)
     root = Path(a.out_root)
     print(f"report: {root / 'decision.md'}, {root / 'decision.csv'}, {root / 'decision.json'}")
 
@@ -600,6 +655,9 @@ def parse_args(argv):
     p.add_argument("--out-root", default=str(REPO / "results" / "table1"), help="studies in OUT_ROOT/width, /length")
     p.add_argument("--docs", default=str(REPO / "docs" / "results" / "table1"),
                    help='where report copies the summaries ("": nowhere)')
+    p.add_argument("--record", default=str(REPO / "docs" / "results" / "table1" / "decision.json"),
+                   help="report: a study without one finished run under OUT_ROOT is decided from this committed "
+                        'decision.json (and diag/ beside it) of a report that had its runs ("": never)')
     p.add_argument("--s3r", default=str(REPO / "build" / "release" / "tools" / "s3r"), help="the s3r binary")
     p.add_argument("--data", default=str(REPO / "data" / "nlp-corpus"), help="corpus folder (train.bin, val.bin)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time")
@@ -610,7 +668,7 @@ def parse_args(argv):
         p.error("--jobs and --threads must be >= 1")
     # Absolute paths, exactly as given otherwise: they are part of the recorded train argv.
     a.out_root, a.s3r, a.data = (os.path.abspath(x) for x in (a.out_root, a.s3r, a.data))
-    a.docs = os.path.abspath(a.docs) if a.docs else ""
+    a.docs, a.record = (os.path.abspath(x) if x else "" for x in (a.docs, a.record))
     return a
 
 

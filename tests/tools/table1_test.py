@@ -132,7 +132,7 @@ for f in ("train.bin", "val.bin"):
     (data / f).write_bytes(b"")
 out, docs = work / "out", work / "docs"
 cmd = [sys.executable, str(repo / "scripts" / "table1.py"), "all", "--tiny-plan-for-tests", "--s3r", str(fake),
-       "--data", str(data), "--out-root", str(out), "--docs", str(docs)]
+       "--data", str(data), "--out-root", str(out), "--docs", str(docs), "--record", str(docs / "decision.json")]
 
 
 def drive(argv, tag):
@@ -192,6 +192,28 @@ low = min((r for r in dec["comparisons"] if r["tested"]), key=lambda r: r["p"])
 check(abs(low["p_holm"] - min(1.0, 8 * low["p"])) < 1e-12, f"Holm over 8: {low['p']} -> {low['p_holm']}")
 md = (out / "decision.md").read_text()
 check("2 not tested yet" in md and "seeds not (yet) run: 1, 2" in md, f"decision.md (missing):\n{md}")
+
+# The record: with the width runs gone, report decides the width study from docs/decision.json
+# (the per-seed differences give the same statistics) and keeps its diagnostics from docs/diag;
+# with --record "" the width comparisons are untested.
+before = {r["id"]: r for r in json.loads((docs / "decision.json").read_text())["comparisons"]}
+(out / "width").rename(work / "width.away")
+shutil.rmtree(out / "diag")
+drive(cmd[:2] + ["report"] + cmd[3:], "report-record")
+dec = json.loads((out / "decision.json").read_text())
+by = {r["id"]: r for r in dec["comparisons"]}
+same = lambda i: all(by[i][k] == before[i][k] for k in ("diffs", "n", "t", "p", "verdict")) and by[i]["source"] == "record"
+check(all(same(i) for i in ("W1", "W2", "W3", "W4", "W5")) and by["L1"]["source"] == "runs"
+      and by["W1"]["p_holm"] == before["W1"]["p_holm"], f"record: {by.get('W1')} vs {before.get('W1')}")
+md = (out / "decision.md").read_text()
+check("width study's runs are not under" in md and "grad-error-width-bf16" in md and "| width (record) | sr |" in md,
+      f"decision.md (record):\n{md}")
+check((docs / "width_table1.md").is_file() and "second-moment-width-sr.json" in dec["diag"], "record: docs kept")
+drive(cmd[:2] + ["report"] + cmd[3:-2] + ["--record", ""], "report-no-record")
+dec = json.loads((out / "decision.json").read_text())
+check(not any(r["tested"] for r in dec["comparisons"] if r["study"] == "width"), "--record '': width untested")
+shutil.rmtree(out / "width", ignore_errors=True)
+(work / "width.away").rename(out / "width")
 
 # plan works without a binary.
 drive([sys.executable, str(repo / "scripts" / "table1.py"), "plan", "--tiny-plan-for-tests", "--out-root",
