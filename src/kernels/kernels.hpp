@@ -95,6 +95,13 @@ struct GradBlockOut {
      dh3 = dh * (h1 * s),  dh1 = (dh * h3) * (s * (1 + h1 * (1 - s))). */                        \
   void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1,            \
                           const float* h3, int64_t i0, int64_t i1);                           \
+  /* GeGLU (Gemma's FFN), elements [i0, i1): hidden = (h1 * s) * h3 with s, c as              \
+     kernels/ref/numerics.hpp's gelu_gate(gelu_clamp(h1)): (h1 s) is GELU's tanh form. */       \
+  void geglu_forward_ew(float* hidden, const float* h1, const float* h3, int64_t i0,            \
+                        int64_t i1);                                                            \
+  /* GeGLU backward, elements [i0, i1): dh3 = dh * (h1 * s), dh1 = (dh * h3) * gelu_slope(c, s). */ \
+  void geglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1,             \
+                         const float* h3, int64_t i0, int64_t i1);                            \
   /* Softmax cross-entropy of rows [r0, r1) of z (rows, V), in place. Per row r, y = targets[r]: \
      m = max_i z[i]; e_i = exp_poly(z[i] - m); sum = double sum of the e_i in 16 interleaved     \
      partial sums (partial j adds i = j mod 16, i increasing; then partials 0..15 in order);    \
@@ -154,6 +161,8 @@ struct KernelTable {
   decltype(&ref::dx_epilogue) dx_epilogue;
   decltype(&ref::swiglu_forward_ew) swiglu_forward_ew;
   decltype(&ref::swiglu_backward_ew) swiglu_backward_ew;
+  decltype(&ref::geglu_forward_ew) geglu_forward_ew;
+  decltype(&ref::geglu_backward_ew) geglu_backward_ew;
   decltype(&ref::softmax_xent_rows) softmax_xent_rows;
   decltype(&ref::rmsnorm_rows) rmsnorm_rows;
   decltype(&ref::rmsnorm_backward_rows) rmsnorm_backward_rows;
@@ -167,8 +176,8 @@ struct KernelTable {
   KernelTable {                                                                            \
     threefry_bits, philox_bits, quantize_rows_rtne, absmax_cols, quantize_cols_rtne,       \
         grad_absmax, grad_quantize, gemv_s8_f32, dx_epilogue, swiglu_forward_ew,           \
-        swiglu_backward_ew, softmax_xent_rows, rmsnorm_rows, rmsnorm_backward_rows,        \
-        transpose_s8, adamw_update                                                         \
+        swiglu_backward_ew, geglu_forward_ew, geglu_backward_ew, softmax_xent_rows,        \
+        rmsnorm_rows, rmsnorm_backward_rows, transpose_s8, adamw_update                    \
   }
 
 }  // namespace s3r::kernels

@@ -19,7 +19,7 @@ constexpr int64_t kChunk = 1 << 14;  // elements per OpenMP task of the elementw
 
 void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWeights& w,
                     int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
-                    SwigluState& st, SwigluScratch& scratch) {
+                    SwigluState& st, SwigluScratch& scratch, GatedActivation activation) {
   const int64_t T = tokens, C = width, F = ffn_width;
   expect_size("swiglu", "X", x.size(), T * C);
   expect_size("swiglu", "Y", y.size(), T * C);
@@ -27,6 +27,7 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
   expect_size("swiglu", "W3 (up)", w.up.size(), C * F);
   expect_size("swiglu", "W2 (down)", w.down.size(), F * C);
   st.mode = mode;
+  st.activation = activation;
   st.tokens = T;
   st.width = C;
   st.ffn_width = F;
@@ -49,8 +50,9 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
   {
     PhaseZone zone(st.times, &PhaseTimes::elementwise);
     const auto& k = kernels::active_kernels();
-    parallel_blocks(T * F, kChunk, [&](int64_t i0, int64_t i1) {  // hidden = silu(h1) * h3
-      k.swiglu_forward_ew(hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
+    const auto ew = activation == GatedActivation::kSilu ? k.swiglu_forward_ew : k.geglu_forward_ew;
+    parallel_blocks(T * F, kChunk, [&](int64_t i0, int64_t i1) {  // hidden = act(h1) * h3
+      ew(hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
     });
   }
   {
@@ -80,13 +82,14 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   // Y = hidden W2
   linear_backward(d_hidden, grads.down, dy, st.hidden_in, st.down_w, cfg, ws);
 
-  // hidden = silu(h1) * h3:  dh3 = d_hidden silu(h1),  dh1 = d_hidden h3 silu'(h1),
-  // silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z))).
+  // hidden = act(h1) * h3:  dh3 = d_hidden act(h1),  dh1 = d_hidden h3 act'(h1),
+  // silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z))); gelu' as kernels.hpp says.
   {
     PhaseZone zone(st.times, &PhaseTimes::elementwise);
     const auto& k = kernels::active_kernels();
+    const auto ew = st.activation == GatedActivation::kSilu ? k.swiglu_backward_ew : k.geglu_backward_ew;
     parallel_blocks(T * F, kChunk, [&](int64_t i0, int64_t i1) {
-      k.swiglu_backward_ew(dh1.data(), dh3.data(), d_hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
+      ew(dh1.data(), dh3.data(), d_hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
     });
   }
 

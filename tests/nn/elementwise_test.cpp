@@ -1,4 +1,4 @@
-// Elementwise and row kernels (SwiGLU, softmax cross-entropy, RMSNorm): the polynomial exp
+// Elementwise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm): the polynomial exp
 // against std::exp, and reference vs every vectorized tier bit for bit, over whole ranges and over
 // pieces of them that start mid-range.
 #include <gtest/gtest.h>
@@ -64,28 +64,43 @@ std::string piece_mismatch(const std::vector<float>& got, const std::vector<floa
   return "";
 }
 
-TEST(Elementwise, SwigluKernelsAreBitExact) {
+// The gated activations' kernel pairs (forward, backward), SwiGLU's and GeGLU's.
+struct GatedKernels {
+  const char* name;
+  decltype(&ref::swiglu_forward_ew) KernelTable::*forward;
+  decltype(&ref::swiglu_backward_ew) KernelTable::*backward;
+};
+constexpr GatedKernels kGated[] = {
+    {"swiglu", &KernelTable::swiglu_forward_ew, &KernelTable::swiglu_backward_ew},
+    {"geglu", &KernelTable::geglu_forward_ew, &KernelTable::geglu_backward_ew},
+};
+
+TEST(Elementwise, GatedKernelsAreBitExact) {
   const auto tiers = testing::vector_isas();
   S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
-  for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000}) {
-    const auto h1 = test_values(n, 1), h3 = test_values(n, 2), dh = test_values(n, 3);
-    std::vector<float> a(n), a1(n), a3(n);
-    ref::swiglu_forward_ew(a.data(), h1.data(), h3.data(), 0, n);
-    ref::swiglu_backward_ew(a1.data(), a3.data(), dh.data(), h1.data(), h3.data(), 0, n);
-    for (Isa isa : tiers) {
-      // One guard element past the end catches a kernel that writes beyond its range.
-      std::vector<float> b(n + 1, -7.0f), b1(n + 1, -7.0f), b3(n + 1, -7.0f);
-      const KernelTable& k = kernels_for(isa);
-      k.swiglu_forward_ew(b.data(), h1.data(), h3.data(), 0, n);
-      k.swiglu_backward_ew(b1.data(), b3.data(), dh.data(), h1.data(), h3.data(), 0, n);
-      for (int64_t i = 0; i < n; ++i) {
-        ASSERT_EQ(a[i], b[i]) << isa_name(isa) << " forward n=" << n << " i=" << i << " h1=" << h1[i];
-        ASSERT_EQ(a1[i], b1[i]) << isa_name(isa) << " dh1 n=" << n << " i=" << i << " h1=" << h1[i];
-        ASSERT_EQ(a3[i], b3[i]) << isa_name(isa) << " dh3 n=" << n << " i=" << i << " h1=" << h1[i];
+  const KernelTable& r = kernels_for(Isa::kReference);
+  for (const GatedKernels& g : kGated) {
+    for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000}) {
+      const auto h1 = test_values(n, 1), h3 = test_values(n, 2), dh = test_values(n, 3);
+      std::vector<float> a(n), a1(n), a3(n);
+      (r.*g.forward)(a.data(), h1.data(), h3.data(), 0, n);
+      (r.*g.backward)(a1.data(), a3.data(), dh.data(), h1.data(), h3.data(), 0, n);
+      for (Isa isa : tiers) {
+        // One guard element past the end catches a kernel that writes beyond its range.
+        std::vector<float> b(n + 1, -7.0f), b1(n + 1, -7.0f), b3(n + 1, -7.0f);
+        const KernelTable& k = kernels_for(isa);
+        (k.*g.forward)(b.data(), h1.data(), h3.data(), 0, n);
+        (k.*g.backward)(b1.data(), b3.data(), dh.data(), h1.data(), h3.data(), 0, n);
+        const std::string ctx = std::string(g.name) + " " + std::string(isa_name(isa)) + " n=" + std::to_string(n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(a[i], b[i]) << ctx << " forward i=" << i << " h1=" << h1[i];
+          ASSERT_EQ(a1[i], b1[i]) << ctx << " dh1 i=" << i << " h1=" << h1[i];
+          ASSERT_EQ(a3[i], b3[i]) << ctx << " dh3 i=" << i << " h1=" << h1[i];
+        }
+        ASSERT_EQ(b[n], -7.0f) << ctx << ": forward wrote past the end";
+        ASSERT_EQ(b1[n], -7.0f) << ctx << ": dh1 written past the end";
+        ASSERT_EQ(b3[n], -7.0f) << ctx << ": dh3 written past the end";
       }
-      ASSERT_EQ(b[n], -7.0f) << isa_name(isa) << ": forward wrote past the end, n=" << n;
-      ASSERT_EQ(b1[n], -7.0f) << isa_name(isa) << ": dh1 written past the end, n=" << n;
-      ASSERT_EQ(b3[n], -7.0f) << isa_name(isa) << ": dh3 written past the end, n=" << n;
     }
   }
 }
@@ -94,27 +109,57 @@ TEST(Elementwise, SwigluKernelsAreBitExact) {
 // starts mid-range, off the 8- and 16-lane grid, and ends before the buffer does gives the
 // reference's whole-range values at its positions and writes nothing outside it (every tier,
 // the reference included).
-TEST(Elementwise, SwigluKernelsOnPiecesStartingMidRange) {
+TEST(Elementwise, GatedKernelsOnPiecesStartingMidRange) {
   const int64_t n = 100;
   const auto h1 = test_values(n, 1), h3 = test_values(n, 2), dh = test_values(n, 3);
-  std::vector<float> a(n), a1(n), a3(n);
-  ref::swiglu_forward_ew(a.data(), h1.data(), h3.data(), 0, n);
-  ref::swiglu_backward_ew(a1.data(), a3.data(), dh.data(), h1.data(), h3.data(), 0, n);
-  for (Isa isa : testing::runnable_isas()) {
-    const KernelTable& k = kernels_for(isa);
-    for (int64_t i0 : {1, 3, 5, 9, 13, 17, 33}) {
-      for (int64_t i1 : {i0 + 1, i0 + 7, i0 + 8, i0 + 9, i0 + 23, n - 1, n}) {
-        std::vector<float> b(n + 1, kGuard), b1(n + 1, kGuard), b3(n + 1, kGuard);
-        k.swiglu_forward_ew(b.data(), h1.data(), h3.data(), i0, i1);
-        k.swiglu_backward_ew(b1.data(), b3.data(), dh.data(), h1.data(), h3.data(), i0, i1);
-        const std::string ctx = std::string(isa_name(isa)) + " piece [" + std::to_string(i0) + ", " +
-                                std::to_string(i1) + ")";
-        ASSERT_EQ(piece_mismatch(b, a, i0, i1), "") << ctx << " forward";
-        ASSERT_EQ(piece_mismatch(b1, a1, i0, i1), "") << ctx << " dh1";
-        ASSERT_EQ(piece_mismatch(b3, a3, i0, i1), "") << ctx << " dh3";
+  const KernelTable& r = kernels_for(Isa::kReference);
+  for (const GatedKernels& g : kGated) {
+    std::vector<float> a(n), a1(n), a3(n);
+    (r.*g.forward)(a.data(), h1.data(), h3.data(), 0, n);
+    (r.*g.backward)(a1.data(), a3.data(), dh.data(), h1.data(), h3.data(), 0, n);
+    for (Isa isa : testing::runnable_isas()) {
+      const KernelTable& k = kernels_for(isa);
+      for (int64_t i0 : {1, 3, 5, 9, 13, 17, 33}) {
+        for (int64_t i1 : {i0 + 1, i0 + 7, i0 + 8, i0 + 9, i0 + 23, n - 1, n}) {
+          std::vector<float> b(n + 1, kGuard), b1(n + 1, kGuard), b3(n + 1, kGuard);
+          (k.*g.forward)(b.data(), h1.data(), h3.data(), i0, i1);
+          (k.*g.backward)(b1.data(), b3.data(), dh.data(), h1.data(), h3.data(), i0, i1);
+          const std::string ctx = std::string(g.name) + " " + std::string(isa_name(isa)) + " piece [" + std::to_string(i0) +
+                                  ", " + std::to_string(i1) + ")";
+          ASSERT_EQ(piece_mismatch(b, a, i0, i1), "") << ctx << " forward";
+          ASSERT_EQ(piece_mismatch(b1, a1, i0, i1), "") << ctx << " dh1";
+          ASSERT_EQ(piece_mismatch(b3, a3, i0, i1), "") << ctx << " dh3";
+        }
       }
     }
   }
+}
+
+// GeGLU's reference against the tanh form in double, 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715
+// z^3))), and its derivative against that form's analytic derivative: the sigmoid rewriting,
+// the clamp and the polynomial exp cost at most a few f32 ulps of the larger of |z| and 1e-3
+// (the tails' absolute values are below f32's resolution of z there). A derivative with a wrong
+// constant (3a) or a missing term is off by far more.
+TEST(Elementwise, GeluTanhMatchesItsDefinition) {
+  const double k = std::sqrt(2.0 / std::acos(-1.0)), a = 0.044715;
+  double worst_value = 0.0, worst_slope = 0.0;
+  for (double z = -30.0; z <= 30.0; z += 1.0 / 512.0) {
+    const float zf = static_cast<float>(z);
+    const double zd = zf, u = k * (zd + a * zd * zd * zd), t = std::tanh(u);
+    const double want = 0.5 * zd * (1.0 + t);
+    const double want_slope = 0.5 * (1.0 + t) + 0.5 * zd * (1.0 - t * t) * k * (1.0 + 3.0 * a * zd * zd);
+    float hidden = 0.0f, dh1 = 0.0f, dh3 = 0.0f;
+    const float one = 1.0f;
+    ref::geglu_forward_ew(&hidden, &zf, &one, 0, 1);
+    ref::geglu_backward_ew(&dh1, &dh3, &one, &zf, &one, 0, 1);
+    const double err = std::fabs(hidden - want) / std::max(std::fabs(zd), 1e-3);
+    if (testing::worse_than(err, worst_value)) worst_value = err;
+    ASSERT_EQ(dh3, hidden) << "dh3 = dh gelu(h1) at z=" << z;
+    const double serr = std::fabs(dh1 - want_slope);
+    if (testing::worse_than(serr, worst_slope)) worst_slope = serr;
+  }
+  EXPECT_LE(worst_value, 4e-7) << "worst error of gelu(z), relative to max(|z|, 1e-3)";
+  EXPECT_LE(worst_slope, 2e-6) << "worst absolute error of gelu'(z)";
 }
 
 // The fused softmax cross-entropy: losses and gradients bit for bit between the reference and

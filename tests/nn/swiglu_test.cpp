@@ -21,6 +21,7 @@ namespace {
 struct Block {
   int64_t T, C, F;
   std::vector<float> x, w1, w3, w2, r;  // r: the upstream gradient dL/dY of L = sum(Y * r)
+  GatedActivation act = GatedActivation::kSilu;
 };
 
 Block make_block(int64_t T, int64_t C, int64_t F, uint32_t seed) {
@@ -39,7 +40,8 @@ Block make_block(int64_t T, int64_t C, int64_t F, uint32_t seed) {
   return b;
 }
 
-// L = sum_{t,c} Y[t,c] r[t,c] with Y = (silu(X W1) * (X W3)) W2, all in double.
+// L = sum_{t,c} Y[t,c] r[t,c] with Y = (act(X W1) * (X W3)) W2, all in double; act = silu, or
+// GELU's tanh form written as its definition, 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))).
 double loss_double(const Block& b, const std::vector<double>& x, const std::vector<double>& w1,
                    const std::vector<double>& w3, const std::vector<double>& w2) {
   double loss = 0.0;
@@ -51,7 +53,8 @@ double loss_double(const Block& b, const std::vector<double>& x, const std::vect
         h1 += x[t * b.C + c] * w1[c * b.F + f];
         h3 += x[t * b.C + c] * w3[c * b.F + f];
       }
-      hidden[f] = h1 / (1.0 + std::exp(-h1)) * h3;
+      const double u = std::sqrt(2.0 / std::acos(-1.0)) * (h1 + 0.044715 * h1 * h1 * h1);
+      hidden[f] = (b.act == GatedActivation::kSilu ? h1 / (1.0 + std::exp(-h1)) : 0.5 * h1 * (1.0 + std::tanh(u))) * h3;
     }
     for (int64_t c = 0; c < b.C; ++c) {
       double y = 0.0;
@@ -75,7 +78,7 @@ Result run_block(const Block& b, LinearMode mode, Correction corr = Correction::
            std::vector<float>(b.F * b.C)};
   SwigluState st;
   SwigluScratch scratch;
-  swiglu_forward(r.y, b.x, {b.w1, b.w3, b.w2}, b.T, b.C, b.F, mode, st, scratch);
+  swiglu_forward(r.y, b.x, {b.w1, b.w3, b.w2}, b.T, b.C, b.F, mode, st, scratch, b.act);
   swiglu_backward(r.dx, {r.dw1, r.dw3, r.dw2}, b.r, corr, S ? S : b.T,
                   fold_in(key_from_seed(5), 0), 0, st, scratch);
   return r;
@@ -116,8 +119,11 @@ void check_gradient(const char* name, const Block& b, Params& p, int which,
   }
 }
 
-TEST(Swiglu, F32GradientsMatchFiniteDifferences) {
-  const Block b = make_block(6, 8, 12, 1);
+class GatedF32 : public ::testing::TestWithParam<GatedActivation> {};
+
+TEST_P(GatedF32, GradientsMatchFiniteDifferences) {
+  Block b = make_block(6, 8, 12, 1);
+  b.act = GetParam();
   const Result r = run_block(b, LinearMode::kF32);
   Params p{{to_double(b.x), to_double(b.w1), to_double(b.w3), to_double(b.w2)}};
   // The forward itself: L of the f32 block equals the double loss to f32 accuracy.
@@ -129,6 +135,9 @@ TEST(Swiglu, F32GradientsMatchFiniteDifferences) {
   check_gradient("dW3", b, p, 2, r.dw3);
   check_gradient("dW2", b, p, 3, r.dw2);
 }
+
+INSTANTIATE_TEST_SUITE_P(Swiglu, GatedF32, ::testing::Values(GatedActivation::kSilu, GatedActivation::kGeluTanh),
+                         [](const auto& info) { return info.param == GatedActivation::kSilu ? "Silu" : "GeluTanh"; });
 
 double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
   double num = 0.0, den = 0.0;

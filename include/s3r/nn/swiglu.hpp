@@ -1,7 +1,9 @@
 #pragma once
-// SwiGLU feed-forward block: Y = (silu(X W1) * (X W3)) W2, forward and backward in any LinearMode.
+// Gated feed-forward block: Y = (act(X W1) * (X W3)) W2, forward and backward in any LinearMode;
+// act = silu (SwiGLU: Llama, Qwen3) or GELU's tanh form (GeGLU: Gemma).
 //
-//   X (T, C), W1 = gate (C, F), W3 = up (C, F), W2 = down (F, C), Y (T, C); silu(z) = z sigmoid(z).
+//   X (T, C), W1 = gate (C, F), W3 = up (C, F), W2 = down (F, C), Y (T, C); silu(z) = z sigmoid(z),
+//   gelu(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) (kernels/kernels.hpp: geglu_*).
 // X is quantized once for W1 and W3 (one LinearInput); the hidden activation is quantized for W2.
 // Layer keys (SPEC section 3): gate, up and down are layers first_layer, first_layer + 1 and
 // first_layer + 2, with layer keys fold_in(step_key, index); step_key = fold_in(key(seed), step).
@@ -12,6 +14,8 @@
 #include "s3r/nn/quant_linear.hpp"
 
 namespace s3r::nn {
+
+enum class GatedActivation : uint8_t { kSilu, kGeluTanh };
 
 struct SwigluWeights {
   std::span<const float> gate;  // W1 (C, F)
@@ -28,6 +32,7 @@ struct SwigluGrads {
 // What one block saves in its forward for its backward.
 struct SwigluState {
   LinearMode mode = LinearMode::kS3r;
+  GatedActivation activation = GatedActivation::kSilu;
   int64_t tokens = 0, width = 0, ffn_width = 0;  // T, C, F
   LinearInput x_in, hidden_in;
   LinearWeight gate_w, up_w, down_w;
@@ -47,7 +52,8 @@ struct SwigluScratch {
 // y: (T, C). Throws s3r::Error on mismatched sizes or non-finite inputs (naming the tensor).
 void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWeights& w,
                     int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
-                    SwigluState& state, SwigluScratch& scratch);
+                    SwigluState& state, SwigluScratch& scratch,
+                    GatedActivation activation = GatedActivation::kSilu);
 
 // dx: (T, C), overwritten (or empty: not wanted). grads are overwritten. `placement`: where the
 // batch sits in a data-parallel step (quant_linear.hpp), for its three projections.

@@ -1,9 +1,10 @@
-// AVX2 element-wise and row kernels (SwiGLU, softmax cross-entropy, RMSNorm); operation for operation the same as kernels/ref
+// AVX2 element-wise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm); operation for operation the same as kernels/ref
 // (bit-exact, no FMA), including the polynomial exp.
 #include <cmath>
 
 #include "kernels/avx2/common_avx2.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/ref/numerics.hpp"
 
 namespace s3r::kernels::avx2 {
 
@@ -15,7 +16,45 @@ inline __m256 sigmoid8(__m256 z) {
   return _mm256_div_ps(one, _mm256_add_ps(one, exp_poly8(_mm256_xor_ps(z, _mm256_set1_ps(-0.0f)))));
 }
 
+// kernels/ref's gelu_clamp, gelu_gate and gelu_slope. max(-10, z) then min(10, .): a NaN lane
+// is the second operand of each, so it stays NaN as in the reference.
+inline __m256 gelu_clamp8(__m256 z) {
+  return _mm256_min_ps(_mm256_set1_ps(ref::kGeluClamp), _mm256_max_ps(_mm256_set1_ps(-ref::kGeluClamp), z));
+}
+inline __m256 gelu_gate8(__m256 c) {
+  const __m256 c2 = _mm256_mul_ps(c, c);
+  const __m256 poly = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(ref::kGeluA), c2));
+  return sigmoid8(_mm256_mul_ps(_mm256_mul_ps(c, _mm256_set1_ps(ref::kGeluK)), poly));
+}
+inline __m256 gelu_slope8(__m256 c, __m256 s) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 poly = _mm256_add_ps(one, _mm256_mul_ps(_mm256_set1_ps(ref::kGelu3A), _mm256_mul_ps(c, c)));
+  const __m256 t = _mm256_mul_ps(c, _mm256_mul_ps(s, _mm256_sub_ps(one, s)));
+  return _mm256_add_ps(s, _mm256_mul_ps(t, _mm256_mul_ps(_mm256_set1_ps(ref::kGeluK), poly)));
+}
+
 }  // namespace
+
+void geglu_forward_ew(float* hidden, const float* h1, const float* h3, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i += 8) {
+    const int64_t m = i1 - i;
+    const __m256 a = load8(h1 + i, m);
+    store8(hidden + i, m, _mm256_mul_ps(_mm256_mul_ps(a, gelu_gate8(gelu_clamp8(a))), load8(h3 + i, m)));
+  }
+}
+
+void geglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1, const float* h3,
+                       int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i += 8) {
+    const int64_t m = i1 - i;
+    const __m256 a = load8(h1 + i, m);
+    const __m256 g = load8(dh + i, m);
+    const __m256 c = gelu_clamp8(a);
+    const __m256 s = gelu_gate8(c);
+    store8(dh3 + i, m, _mm256_mul_ps(g, _mm256_mul_ps(a, s)));
+    store8(dh1 + i, m, _mm256_mul_ps(_mm256_mul_ps(g, load8(h3 + i, m)), gelu_slope8(c, s)));
+  }
+}
 
 void swiglu_forward_ew(float* hidden, const float* h1, const float* h3, int64_t i0, int64_t i1) {
   for (int64_t i = i0; i < i1; i += 8) {

@@ -1,9 +1,10 @@
-// AVX-512 element-wise and row kernels (SwiGLU, softmax cross-entropy, RMSNorm); operation for operation the same as kernels/ref
+// AVX-512 element-wise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm); operation for operation the same as kernels/ref
 // (bit-exact), including the polynomial exp.
 #include <cmath>
 
 #include "kernels/avx512/common_avx512.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/ref/numerics.hpp"
 
 namespace s3r::kernels::avx512 {
 
@@ -14,7 +15,43 @@ inline __m512 sigmoid16(__m512 z) {
   return _mm512_div_ps(one, _mm512_add_ps(one, exp_poly16(_mm512_sub_ps(_mm512_setzero_ps(), z))));
 }
 
+// kernels/ref's gelu_clamp, gelu_gate and gelu_slope (NaN lanes stay NaN: see the AVX2 twin).
+inline __m512 gelu_clamp16(__m512 z) {
+  return _mm512_min_ps(_mm512_set1_ps(ref::kGeluClamp), _mm512_max_ps(_mm512_set1_ps(-ref::kGeluClamp), z));
+}
+inline __m512 gelu_gate16(__m512 c) {
+  const __m512 c2 = _mm512_mul_ps(c, c);
+  const __m512 poly = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_set1_ps(ref::kGeluA), c2));
+  return sigmoid16(_mm512_mul_ps(_mm512_mul_ps(c, _mm512_set1_ps(ref::kGeluK)), poly));
+}
+inline __m512 gelu_slope16(__m512 c, __m512 s) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 poly = _mm512_add_ps(one, _mm512_mul_ps(_mm512_set1_ps(ref::kGelu3A), _mm512_mul_ps(c, c)));
+  const __m512 t = _mm512_mul_ps(c, _mm512_mul_ps(s, _mm512_sub_ps(one, s)));
+  return _mm512_add_ps(s, _mm512_mul_ps(t, _mm512_mul_ps(_mm512_set1_ps(ref::kGeluK), poly)));
+}
+
 }  // namespace
+
+void geglu_forward_ew(float* hidden, const float* h1, const float* h3, int64_t i0, int64_t i1) {
+  for_each_vector16(i0, i1, [&](int64_t i, auto m) {
+    const __m512 a = _mm512_maskz_loadu_ps(m, h1 + i);
+    const __m512 v = _mm512_mul_ps(_mm512_mul_ps(a, gelu_gate16(gelu_clamp16(a))), _mm512_maskz_loadu_ps(m, h3 + i));
+    _mm512_mask_storeu_ps(hidden + i, m, v);
+  });
+}
+
+void geglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1, const float* h3,
+                       int64_t i0, int64_t i1) {
+  for_each_vector16(i0, i1, [&](int64_t i, auto m) {
+    const __m512 a = _mm512_maskz_loadu_ps(m, h1 + i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, dh + i);
+    const __m512 c = gelu_clamp16(a);
+    const __m512 s = gelu_gate16(c);
+    _mm512_mask_storeu_ps(dh3 + i, m, _mm512_mul_ps(g, _mm512_mul_ps(a, s)));
+    _mm512_mask_storeu_ps(dh1 + i, m, _mm512_mul_ps(_mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, h3 + i)), gelu_slope16(c, s)));
+  });
+}
 
 void swiglu_forward_ew(float* hidden, const float* h1, const float* h3, int64_t i0, int64_t i1) {
   for_each_vector16(i0, i1, [&](int64_t i, auto m) {

@@ -1,4 +1,4 @@
-// Scalar reference of the element-wise and row kernels (SwiGLU, softmax cross-entropy, RMSNorm).
+// Scalar reference of the element-wise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm).
 #include <cmath>
 
 #include "kernels/kernels.hpp"
@@ -16,6 +16,20 @@ void swiglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1
     const float s = sigmoid_poly(h1[i]);
     dh3[i] = dh[i] * (h1[i] * s);
     dh1[i] = (dh[i] * h3[i]) * (s * (1.0f + h1[i] * (1.0f - s)));
+  }
+}
+
+void geglu_forward_ew(float* hidden, const float* h1, const float* h3, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) hidden[i] = (h1[i] * gelu_gate(gelu_clamp(h1[i]))) * h3[i];
+}
+
+void geglu_backward_ew(float* dh1, float* dh3, const float* dh, const float* h1, const float* h3,
+                       int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const float c = gelu_clamp(h1[i]);
+    const float s = gelu_gate(c);
+    dh3[i] = dh[i] * (h1[i] * s);
+    dh1[i] = (dh[i] * h3[i]) * gelu_slope(c, s);
   }
 }
 

@@ -47,4 +47,20 @@ inline float exp_poly(float x) {
 // sigmoid(z) = 1 / (1 + exp(-z)).
 inline float sigmoid_poly(float z) { return 1.0f / (1.0f + exp_poly(-z)); }
 
+// GELU, tanh approximation: gelu(z) = 0.5 z (1 + tanh(u)), u = sqrt(2/pi) (z + 0.044715 z^3),
+// computed as z sigmoid(2u) (the same function: 0.5 (1 + tanh(u)) = sigmoid(2u)) with
+// 2u = (c kGeluK) (1 + kGeluA c^2), c = z clamped to [-10, 10] (beyond it sigmoid(2u) is 0 or 1
+// to f32 precision, and the clamp keeps c^3 finite). The derivative, with s = sigmoid(2u):
+// s + (c (s (1 - s))) (kGeluK (1 + kGelu3A c^2)).
+inline constexpr float kGeluK = 1.5957691216057308f;  // 2 sqrt(2 / pi)
+inline constexpr float kGeluA = 0.044715f;
+inline constexpr float kGelu3A = 0.134145f;  // 3 kGeluA
+inline constexpr float kGeluClamp = 10.0f;
+inline float gelu_clamp(float z) {
+  return z < -kGeluClamp ? -kGeluClamp : (z > kGeluClamp ? kGeluClamp : z);  // NaN stays NaN
+}
+// sigmoid(2u) of the clamped input c.
+inline float gelu_gate(float c) { return sigmoid_poly((c * kGeluK) * (1.0f + kGeluA * (c * c))); }
+inline float gelu_slope(float c, float s) { return s + (c * (s * (1.0f - s))) * (kGeluK * (1.0f + kGelu3A * (c * c))); }
+
 }  // namespace s3r::kernels::ref
