@@ -9,10 +9,14 @@
 // explicit (std::fma in the reference, vfmadd in the tiers; both round once).
 //
 // Blocks: queries and keys in blocks of kAttnBlock = 32 (the last one may be shorter). The block
-// pair (query block [i0, i0 + ni), key block [j0, j0 + nj)) is visited iff j0 <= i0 (blocks
-// wholly above the diagonal are skipped); j0 < i0 is a full pair, j0 = i0 the diagonal pair.
-// The causal mask (j > i) is applied by setting the score to -inf before the maximum and the
-// probability (and dS) to exactly +0, never through exp. In the diagonal pair, masked terms are
+// pair (query block [i0, i0 + ni), key block [j0, j0 + nj)) is visited iff
+// first_key_block(i0, W) <= j0 <= i0 (blocks wholly above the diagonal are skipped, and with a
+// sliding window W those wholly before every row's window); j0 < i0 is a full pair, j0 = i0 the
+// diagonal pair. Key j is masked for row i iff j > i (causal) or, with a window W >= 1,
+// i - j >= W (row i attends to keys i - W < j <= i: Hugging Face's and llama.cpp's sliding
+// window). The mask is applied by leaving the score out of the maximum and setting the
+// probability (and dS) to exactly +0, never through exp; a full pair's window-masked keys are
+// accumulated like the others (adding fma(+0, x, acc) = acc). In the diagonal pair, masked terms are
 // also skipped, at a granularity that every tier shares (kAttnGroup = 4 rows): query row i of
 // group g (rows i0 + 4g .. i0 + 4g + 3) accumulates over keys j < j0 + min(nj, 4g + 4), and key j
 // of group g accumulates over rows i >= i0 + 4g; the masked keys those ranges still include add
@@ -20,7 +24,8 @@
 //
 // Per visited pair, for query row i and keys j (in order):
 //   s_ij  = fma chain over d = 0..HD-1 of k_j[d] * q_i[d] (from 0), then * scale
-// forward (state m_i = -inf, l_i = 0, acc_i = 0 before the first key block):
+// forward (state m_i = lowest finite float, l_i = 0, acc_i = 0 before the first key block; a
+// row none of whose keys in a pair is unmasked keeps m, l = 0 and acc = 0, alpha being 1):
 //   mb    = max over unmasked j of s_ij (as mb = s > mb ? s : mb, from -inf)
 //   mnew  = mb > m ? mb : m;  alpha = exp_poly(m - mnew)
 //   p_ij  = unmasked ? exp_poly(s_ij - mnew) : 0;  lsum = ((0 + p_i0) + p_i1) + ...
@@ -49,6 +54,15 @@ namespace s3r::kernels {
 inline constexpr int64_t kAttnBlock = 32;
 inline constexpr int64_t kAttnGroup = 4;
 
+// The first key block the query block starting at row i0 visits: the block of key i0 - W + 1,
+// the first that row i0 (and so any row of the block) may attend to; 0 without a window (W = 0).
+inline int64_t first_key_block(int64_t i0, int64_t window) {
+  if (window <= 0 || i0 - window + 1 <= 0) return 0;
+  return (i0 - window + 1) / kAttnBlock * kAttnBlock;
+}
+// W for the vector tiers' lane masks (i - j < W): a window, or one no row distance reaches.
+inline int64_t window_or_all(int64_t window) { return window > 0 ? window : int64_t{1} << 30; }
+
 // One (example, query head) and the kv head it reads; HD = head_dim columns of each row are used.
 // Row s of q (and of out, dout, dq) starts at s * ld, row s of k and v at s * ld_kv, row s of dk
 // and dv (the backward's outputs) at s * ld_dkv. The strides change no arithmetic: a kernel's
@@ -68,6 +82,7 @@ struct AttnHead {
   int64_t ld_kv = 0;         // >= HD: k, v (NKV * HD in the (T, NKV * HD) layout)
   int64_t ld_dkv = 0;        // >= HD: dk, dv (backward only; ld_kv, or HD for a scratch)
   float scale = 1.0f;        // 1 / sqrt(HD)
+  int64_t window = 0;        // W >= 1: sliding window (row i attends to keys i - W < j <= i); 0: none
 };
 
 // Scratch floats a kernel needs (the caller provides them, e.g. one buffer per thread).

@@ -20,6 +20,7 @@ namespace {
 // The dimensions of one call: T = B*S tokens, NH query heads, NKV kv heads, G = NH / NKV.
 struct Dims {
   int64_t T, B, S, NH, NKV, HD;
+  int64_t W = 0;  // sliding window; 0: none
   int64_t C() const { return NH * HD; }    // q, out, dout, dq: (T, C)
   int64_t Ckv() const { return NKV * HD; }  // k, v, dk, dv: (T, Ckv)
   int64_t G() const { return NH / NKV; }
@@ -27,7 +28,8 @@ struct Dims {
 
 // Checks the dimensions and q's size.
 Dims check_shape(const char* fn, size_t q_size, int64_t seq_len, int64_t heads, int64_t kv_heads,
-                 int64_t head_dim) {
+                 int64_t head_dim, int64_t window) {
+  if (window < 0) throw Error(std::string(fn) + ": window must be >= 0 (0: none), got " + std::to_string(window));
   for (auto [name, value] : {std::pair{"seq_len", seq_len},
                              {"heads", heads},
                              {"kv_heads", kv_heads},
@@ -50,7 +52,7 @@ Dims check_shape(const char* fn, size_t q_size, int64_t seq_len, int64_t heads, 
     throw Error(msg.str());
   }
   const int64_t T = static_cast<int64_t>(q_size) / C;
-  return {T, T / seq_len, seq_len, heads, kv_heads, head_dim};
+  return {T, T / seq_len, seq_len, heads, kv_heads, head_dim, window};
 }
 
 float* thread_scratch(int64_t floats) {
@@ -72,7 +74,8 @@ kernels::AttnHead head_of(const Dims& d, const float* q, const float* k, const f
           d.C(),
           d.Ckv(),
           d.Ckv(),
-          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.HD)))};
+          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.HD))),
+          d.W};
 }
 
 // dst (rows, stride ld) += src (rows, HD contiguous), element by element in f32.
@@ -86,9 +89,9 @@ void add_rows(float* dst, int64_t ld, const float* src, int64_t rows, int64_t HD
 
 void flash_attention_forward(std::span<float> out, std::span<float> lse, std::span<const float> q,
                              std::span<const float> k, std::span<const float> v, int64_t seq_len,
-                             int64_t heads, int64_t kv_heads, int64_t head_dim) {
+                             int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t window) {
   const char* fn = "flash_attention_forward";
-  const Dims d = check_shape(fn, q.size(), seq_len, heads, kv_heads, head_dim);
+  const Dims d = check_shape(fn, q.size(), seq_len, heads, kv_heads, head_dim, window);
   expect_size(fn, "k", k.size(), d.T * d.Ckv());
   expect_size(fn, "v", v.size(), d.T * d.Ckv());
   expect_size(fn, "out", out.size(), d.T * d.C());
@@ -110,9 +113,9 @@ void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::spa
                               std::span<const float> dout, std::span<const float> out,
                               std::span<const float> q, std::span<const float> k,
                               std::span<const float> v, std::span<const float> lse, int64_t seq_len,
-                              int64_t heads, int64_t kv_heads, int64_t head_dim) {
+                              int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t window) {
   const char* fn = "flash_attention_backward";
-  const Dims d = check_shape(fn, q.size(), seq_len, heads, kv_heads, head_dim);
+  const Dims d = check_shape(fn, q.size(), seq_len, heads, kv_heads, head_dim, window);
   expect_size(fn, "k", k.size(), d.T * d.Ckv());
   expect_size(fn, "v", v.size(), d.T * d.Ckv());
   expect_size(fn, "out", out.size(), d.T * d.C());

@@ -39,6 +39,9 @@ constexpr double kTiny = 0x1p-149;
 
 struct Shape {
   int64_t B, S, NH, HD;
+  int64_t W = 0;  // sliding window (row i attends to keys i - W < j <= i); 0: none
+  // The first key row i attends to.
+  int64_t first_key(int64_t i) const { return W > 0 ? std::max<int64_t>(0, i - W + 1) : 0; }
   int64_t C() const { return NH * HD; }
   int64_t T() const { return B * S; }
   size_t acts() const { return static_cast<size_t>(T() * C()); }
@@ -46,7 +49,7 @@ struct Shape {
   double scale() const { return 1.0 / std::sqrt(static_cast<double>(HD)); }
   std::string str() const {
     return "B=" + std::to_string(B) + " S=" + std::to_string(S) + " NH=" + std::to_string(NH) +
-           " HD=" + std::to_string(HD);
+           " HD=" + std::to_string(HD) + (W > 0 ? " W=" + std::to_string(W) : "");
   }
 };
 
@@ -90,25 +93,27 @@ struct RefForward {
   DVec p;    // (B, NH, S, S), 0 where masked
 };
 
-// softmax over keys j <= i + mask_offset (mask_offset = 1 is the off-by-one mutant).
+// softmax over keys first_key(i) - window_offset <= j <= i + mask_offset (mask_offset = 1 is the
+// causal mask's off-by-one mutant, window_offset = 1 the window's).
 inline RefForward reference_forward(const Shape& s, const DVec& q, const DVec& k, const DVec& v,
-                             int64_t mask_offset = 0) {
+                             int64_t mask_offset = 0, int64_t window_offset = 0) {
   RefForward r{DVec(s.acts(), 0.0), DVec(s.rows()), DVec(s.rows() * s.S, 0.0)};
   for (int64_t b = 0; b < s.B; ++b) {
     for (int64_t h = 0; h < s.NH; ++h) {
       for (int64_t i = 0; i < s.S; ++i) {
         const int64_t last = std::min(s.S - 1, i + mask_offset);
+        const int64_t first = std::max<int64_t>(0, s.first_key(i) - window_offset);
         double* p = r.p.data() + ((b * s.NH + h) * s.S + i) * s.S;
         double mx = -INFINITY;
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = first; j <= last; ++j) {
           p[j] = s.scale() * dot(s, q, k, b, h, i, j);
           mx = std::max(mx, p[j]);
         }
         double sum = 0.0;
-        for (int64_t j = 0; j <= last; ++j) sum += std::exp(p[j] - mx);
-        for (int64_t j = 0; j <= last; ++j) p[j] = std::exp(p[j] - mx) / sum;
+        for (int64_t j = first; j <= last; ++j) sum += std::exp(p[j] - mx);
+        for (int64_t j = first; j <= last; ++j) p[j] = std::exp(p[j] - mx) / sum;
         r.lse[(b * s.NH + h) * s.S + i] = mx + std::log(sum);
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = first; j <= last; ++j) {
           for (int64_t d = 0; d < s.HD; ++d)
             r.out[at(s, b, i, h, d)] += p[j] * v[at(s, b, j, h, d)];
         }
@@ -239,14 +244,14 @@ inline Bounds error_bounds(const Shape& s, const DVec& q, const DVec& k, const D
       for (int64_t i = 0; i < S; ++i) {  // forward, row i
         const int64_t nb = i / 32 + 1;
         double m = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = s.first_key(i); j <= i; ++j) {
           sv[i * S + j] = sc * dot(s, q, k, b, h, i, j);
           m = std::max(m, sv[i * S + j]);
         }
         double R = 0.0;
-        for (int64_t j = 0; j <= i; ++j) R = std::max(R, m - sv[i * S + j]);
+        for (int64_t j = s.first_key(i); j <= i; ++j) R = std::max(R, m - sv[i * S + j]);
         double lse_err = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = s.first_key(i); j <= i; ++j) {
           const double dsc =
               (HD + 1) * kU * sc * abs_dot(q, k, i, j) + kU * std::fabs(sv[i * S + j]);
           rho[j] = dsc + (nb + 1) * (kExpErr + 2 * kU) + kU * (m - sv[i * S + j]) + nb * kU * R;
@@ -256,7 +261,7 @@ inline Bounds error_bounds(const Shape& s, const DVec& q, const DVec& k, const D
         for (int64_t d = 0; d < HD; ++d) {
           const double o = ref.out[at(s, b, i, h, d)];
           double a = 0.0, c = 0.0;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = s.first_key(i); j <= i; ++j) {
             const double vj = v[at(s, b, j, h, d)];
             a += (P[i * S + j] * rho[j] + kExpFloor) * std::fabs(vj - o);
             c += P[i * S + j] * std::fabs(vj);
@@ -268,14 +273,14 @@ inline Bounds error_bounds(const Shape& s, const DVec& q, const DVec& k, const D
       for (int64_t i = 0; i < S; ++i) {  // backward: ds and its error, row i
         const double dlse = e.lse[(b * s.NH + h) * S + i];
         double D = 0.0, D_err = 0.0;
-        for (int64_t j = 0; j <= i; ++j) D += P[i * S + j] * dot(s, dout, v, b, h, i, j);
+        for (int64_t j = s.first_key(i); j <= i; ++j) D += P[i * S + j] * dot(s, dout, v, b, h, i, j);
         for (int64_t d = 0; d < HD; ++d) {
           D_err += std::fabs(dout[at(s, b, i, h, d)]) * e.out[at(s, b, i, h, d)];
         }
         D_err += kU * std::fabs(D);
         for (int64_t j = 0; j < S; ++j) {
           const size_t ij = static_cast<size_t>(i * S + j);
-          if (j > i) {
+          if (j > i || j < s.first_key(i)) {
             ds[ij] = ds_err[ij] = 0.0;
             continue;
           }
@@ -295,7 +300,7 @@ inline Bounds error_bounds(const Shape& s, const DVec& q, const DVec& k, const D
         }
       }
       for (int64_t i = 0; i < S; ++i) {
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = s.first_key(i); j <= i; ++j) {
           const size_t ij = static_cast<size_t>(i * S + j);
           for (int64_t d = 0; d < HD; ++d) {
             const double kj = std::fabs(k[at(s, b, j, h, d)]), qi = std::fabs(q[at(s, b, i, h, d)]);
@@ -331,9 +336,9 @@ struct Result {
 
 inline Result run_flash(const Shape& s, const Inputs& in) {
   Result r{FVec(s.acts()), FVec(s.rows()), FVec(s.acts()), FVec(s.acts()), FVec(s.acts())};
-  flash_attention_forward(r.out, r.lse, in.q, in.k, in.v, s.S, s.NH, s.NH, s.HD);
+  flash_attention_forward(r.out, r.lse, in.q, in.k, in.v, s.S, s.NH, s.NH, s.HD, s.W);
   flash_attention_backward(r.dq, r.dk, r.dv, in.dout, r.out, in.q, in.k, in.v, r.lse, s.S, s.NH,
-                           s.NH, s.HD);
+                           s.NH, s.HD, s.W);
   return r;
 }
 

@@ -26,6 +26,10 @@
 // computed from the data. Saved for the backward: lse, B*NH*S floats, instead of the two-pass
 // attention's (B, NH, S, S) probabilities.
 //
+// Sliding window (Gemma's local layers): with window W >= 1, query i attends to keys
+// i - W < j <= i only (W >= S: the same as none); key blocks wholly outside every row's window are
+// not visited. window = 0: causal attention over all earlier keys.
+//
 // Threads: OpenMP inside each call; the forward over (example, head, query block), the backward
 // over (example, kv head). Each thread keeps one scratch buffer, grown once (O(S HD) floats).
 // Outputs must not alias inputs. Sizes are checked: a wrong one is an s3r::Error naming the
@@ -40,7 +44,7 @@ namespace s3r::model {
 // (f32), saved for the backward, overwritten. q (T, C); k, v (T, Ckv).
 void flash_attention_forward(std::span<float> out, std::span<float> lse, std::span<const float> q,
                              std::span<const float> k, std::span<const float> v, int64_t seq_len,
-                             int64_t heads, int64_t kv_heads, int64_t head_dim);
+                             int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t window = 0);
 
 // dq (T, C), dk, dv (T, Ckv) overwritten (not accumulated), from dout (T, C) and the forward's
 // out (T, C) and lse (B, NH, S): probabilities recomputed block by block as P = exp(s - lse),
@@ -50,6 +54,7 @@ void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::spa
                               std::span<const float> dout, std::span<const float> out,
                               std::span<const float> q, std::span<const float> k,
                               std::span<const float> v, std::span<const float> lse, int64_t seq_len,
-                              int64_t heads, int64_t kv_heads, int64_t head_dim);
+                              int64_t heads, int64_t kv_heads, int64_t head_dim,
+                              int64_t window = 0);
 
 }  // namespace s3r::model

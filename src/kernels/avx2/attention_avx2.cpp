@@ -15,10 +15,14 @@ namespace {
 constexpr int64_t kB = kAttnBlock;
 
 
-// Lanes r (of the 8 starting at lane0) with r >= t: all-ones, else zero.
-inline __m256 lanes_from(int64_t lane0, int64_t t) {
+// Lanes r (of the 8 starting at lane0) with t <= r < t + w: all-ones, else zero. With t = the
+// key's index minus the block's first row (j0 + j - i0) and w = window_or_all(W): the rows for
+// which the key is unmasked (causal, inside the window).
+inline __m256 lanes_unmasked(int64_t lane0, int64_t t, int64_t w) {
   const __m256i r = _mm256_add_epi32(lane_iota(), _mm256_set1_epi32(static_cast<int32_t>(lane0)));
-  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(r, _mm256_set1_epi32(static_cast<int32_t>(t - 1))));
+  const __m256i from = _mm256_cmpgt_epi32(r, _mm256_set1_epi32(static_cast<int32_t>(t - 1)));
+  const __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(t + w)), r);
+  return _mm256_castsi256_ps(_mm256_and_si256(from, below));
 }
 
 // st[j * 32 + h + r] = (fma chain over d of a[j * lda + d] * bt[d * ldb + h + r]) * scale for
@@ -235,9 +239,10 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   float* alpha = ls + kB;     // (32)
   transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  std::fill(ms, ms + kB, -kInf);
+  const int64_t W = window_or_all(h.window), jfirst = first_key_block(i0, h.window);
+  std::fill(ms, ms + kB, std::numeric_limits<float>::lowest());
   std::fill(ls, ls + kB, 0.0f);
-  for (int64_t j0 = 0; j0 <= i0; j0 += kB) {
+  for (int64_t j0 = jfirst; j0 <= i0; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
@@ -246,7 +251,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
       __m256 mb = _mm256_set1_ps(-kInf);
       for (int64_t j = 0; j < jn; ++j) {
-        const __m256 keep = lanes_from(g, j0 + j - i0);
+        const __m256 keep = lanes_unmasked(g, j0 + j - i0, W);
         const __m256 s = _mm256_loadu_ps(p + j * kB + g);
         mb = _mm256_blendv_ps(mb, _mm256_max_ps(s, mb), keep);
       }
@@ -255,7 +260,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       const __m256 a = exp_poly8(_mm256_sub_ps(m, mn));
       __m256 sum = _mm256_setzero_ps();
       for (int64_t j = 0; j < jn; ++j) {
-        const __m256 keep = lanes_from(g, j0 + j - i0);
+        const __m256 keep = lanes_unmasked(g, j0 + j - i0, W);
         const __m256 e =
             _mm256_and_ps(keep, exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), mn)));
         _mm256_storeu_ps(p + j * kB + g, e);
@@ -265,7 +270,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       _mm256_storeu_ps(ms + g, mn);
       _mm256_storeu_ps(alpha + g, a);
     }
-    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == 0, alpha,
+    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == jfirst, alpha,
                diagonal ? Range::kKeysUpToGroup : Range::kAll);
   }
   for (int64_t r = 0; r < ni; ++r) {
@@ -300,9 +305,10 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
   // dq, dk, dv are not zeroed: each row's first accumulation starts from +0 (init).
 
   const __m256 sc = _mm256_set1_ps(h.scale);
+  const int64_t W = window_or_all(h.window);
   for (int64_t j0 = 0; j0 < S; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
-    for (int64_t i0 = j0; i0 < S; i0 += kB) {
+    for (int64_t i0 = j0; i0 < S && first_key_block(i0, h.window) <= j0; i0 += kB) {
       const int64_t ni = std::min(kB, S - i0);
       const bool diagonal = i0 == j0;
       score_tile(p, h.k + j0 * ldkv, ldkv, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
@@ -311,7 +317,7 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
         const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
         const __m256 Lg = _mm256_loadu_ps(L + i0 + g), Dg = _mm256_loadu_ps(D + i0 + g);
         for (int64_t j = 0; j < jn; ++j) {
-          const __m256 keep = lanes_from(g, j0 + j - i0);
+          const __m256 keep = lanes_unmasked(g, j0 + j - i0, W);
           const __m256 e =
               _mm256_and_ps(keep, exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), Lg)));
           _mm256_storeu_ps(p + j * kB + g, e);
@@ -326,8 +332,8 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
                  nullptr, rows);
       accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, h.q + i0 * ld, ld, ni, HD, diagonal,
                  nullptr, rows);
-      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, h.k + j0 * ldkv, ldkv, nj, HD, j0 == 0, nullptr,
-                 keys);
+      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, h.k + j0 * ldkv, ldkv, nj, HD,
+                 j0 == first_key_block(i0, h.window), nullptr, keys);
     }
   }
 }

@@ -231,6 +231,13 @@ void transpose_block(float* dst, int64_t ldd, const float* src, int64_t lds, int
   }
 }
 
+// Lanes (rows i = base + lane, r = the lane's i - j0) whose key j0 + j is unmasked:
+// j <= r < j + W (causal, and inside the window; W = window_or_all).
+inline __mmask16 unmasked(__m512i r, int64_t j, int64_t w) {
+  const __mmask16 causal = _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(static_cast<int32_t>(j)));
+  return _mm512_mask_cmplt_epi32_mask(causal, r, _mm512_set1_epi32(static_cast<int32_t>(j + w)));
+}
+
 // D_i = dout_i . out_i as ref's row_dots: lane l of 8 doubles sums d = l mod 8 (exact products,
 // then the add), then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
 void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t ld, int64_t hd) {
@@ -262,24 +269,24 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const __m512i iota = lane_iota();
+  const int64_t W = window_or_all(h.window), jfirst = first_key_block(i0, h.window);
   for (int64_t half = 0; half < kB; half += 16) {
-    _mm512_storeu_ps(ms + half, _mm512_set1_ps(-kInf));
+    _mm512_storeu_ps(ms + half, _mm512_set1_ps(std::numeric_limits<float>::lowest()));
     _mm512_storeu_ps(ls + half, _mm512_setzero_ps());
   }
-  for (int64_t j0 = 0; j0 <= i0; j0 += kB) {
+  for (int64_t j0 = jfirst; j0 <= i0; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
     for (int64_t half = 0; half < kB; half += 16) {  // rows half .. half + 15 in the lanes
-      // Lane r of key j is unmasked iff j0 + j <= i0 + half + r. In the diagonal pair the keys
-      // past the half's last row are masked in every lane: their scores were not computed.
+      // Lane r of key j is unmasked iff 0 <= (i0 + half + r) - (j0 + j) < W. In the diagonal pair
+      // the keys past the half's last row are masked in every lane: their scores were not computed.
       const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
       const __m512i r =
           _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(i0 + half - j0)));
       __m512 mb = _mm512_set1_ps(-kInf);
       for (int64_t j = 0; j < jn; ++j) {
-        const __mmask16 keep =
-            _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(static_cast<int32_t>(j)));
+        const __mmask16 keep = unmasked(r, j, W);
         mb = _mm512_mask_max_ps(mb, keep, _mm512_loadu_ps(p + j * kB + half), mb);
       }
       const __m512 m = _mm512_loadu_ps(ms + half);
@@ -287,8 +294,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       const __m512 a = exp_poly16(_mm512_sub_ps(m, mn));
       __m512 sum = _mm512_setzero_ps();
       for (int64_t j = 0; j < jn; ++j) {
-        const __mmask16 keep =
-            _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(static_cast<int32_t>(j)));
+        const __mmask16 keep = unmasked(r, j, W);
         const __m512 e =
             _mm512_maskz_mov_ps(keep, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), mn)));
         _mm512_storeu_ps(p + j * kB + half, e);
@@ -298,7 +304,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       _mm512_storeu_ps(ms + half, mn);
       _mm512_storeu_ps(alpha + half, a);
     }
-    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == 0, alpha,
+    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == jfirst, alpha,
                diagonal ? Range::kKeysUpToGroup : Range::kAll);
   }
   for (int64_t r = 0; r < ni; ++r) {
@@ -335,9 +341,10 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
 
   const __m512i iota = lane_iota();
   const __m512 sc = _mm512_set1_ps(h.scale);
+  const int64_t W = window_or_all(h.window);
   for (int64_t j0 = 0; j0 < S; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
-    for (int64_t i0 = j0; i0 < S; i0 += kB) {
+    for (int64_t i0 = j0; i0 < S && first_key_block(i0, h.window) <= j0; i0 += kB) {
       const int64_t ni = std::min(kB, S - i0);
       const bool diagonal = i0 == j0;
       score_tile(p, h.k + j0 * ldkv, ldkv, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
@@ -348,8 +355,7 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
             _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(i0 + half - j0)));
         const __m512 Lh = _mm512_loadu_ps(L + i0 + half), Dh = _mm512_loadu_ps(D + i0 + half);
         for (int64_t j = 0; j < jn; ++j) {
-          const __mmask16 keep =
-              _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(static_cast<int32_t>(j)));
+          const __mmask16 keep = unmasked(r, j, W);
           const __m512 e = _mm512_maskz_mov_ps(
               keep, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), Lh)));
           _mm512_storeu_ps(p + j * kB + half, e);
@@ -364,7 +370,8 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
                  nullptr, rows);
       accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, h.q + i0 * ld, ld, ni, HD, diagonal,
                  nullptr, rows);
-      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, h.k + j0 * ldkv, ldkv, nj, HD, j0 == 0, nullptr,
+      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, h.k + j0 * ldkv, ldkv, nj, HD,
+                 j0 == first_key_block(i0, h.window), nullptr,
                  keys);
     }
   }

@@ -21,6 +21,9 @@ float dot_scaled(const float* a, const float* b, int64_t n, float scale) {
   return s * scale;
 }
 
+// Whether key j is masked for query row i: causally, or outside the sliding window.
+bool masked(int64_t i, int64_t j, int64_t window) { return j > i || (window > 0 && i - j >= window); }
+
 // The keys row r of a block pair accumulates over: all nj, or in the diagonal pair those up to
 // the end of r's group of kAttnGroup rows.
 int64_t key_limit(bool diagonal, int64_t r, int64_t nj) {
@@ -58,15 +61,15 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   float* l = m + kB;         // (32)
   float* alpha = l + kB;     // (32)
   std::fill(acc, acc + ni * HD, 0.0f);
-  std::fill(m, m + ni, -std::numeric_limits<float>::infinity());
+  std::fill(m, m + ni, std::numeric_limits<float>::lowest());
   std::fill(l, l + ni, 0.0f);
-  for (int64_t j0 = 0; j0 <= i0; j0 += kB) {
+  for (int64_t j0 = first_key_block(i0, h.window); j0 <= i0; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
     for (int64_t r = 0; r < ni; ++r) {
       const float* qi = h.q + (i0 + r) * ld;
       float mb = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < nj; ++j) {
-        if (j0 + j > i0 + r) continue;  // masked: no score needed
+        if (masked(i0 + r, j0 + j, h.window)) continue;  // no score needed
         const float s = dot_scaled(h.k + (j0 + j) * ldkv, qi, HD, h.scale);
         p[j * kB + r] = s;
         mb = s > mb ? s : mb;
@@ -75,7 +78,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
       alpha[r] = exp_poly(m[r] - mnew);
       float lsum = 0.0f;
       for (int64_t j = 0; j < nj; ++j) {
-        const float e = j0 + j <= i0 + r ? exp_poly(p[j * kB + r] - mnew) : 0.0f;
+        const float e = masked(i0 + r, j0 + j, h.window) ? 0.0f : exp_poly(p[j * kB + r] - mnew);
         p[j * kB + r] = e;
         lsum = lsum + e;
       }
@@ -112,13 +115,13 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
   row_dots(D, dout, out, S, ld, HD);
   for (int64_t j0 = 0; j0 < S; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
-    for (int64_t i0 = j0; i0 < S; i0 += kB) {
+    for (int64_t i0 = j0; i0 < S && first_key_block(i0, h.window) <= j0; i0 += kB) {
       const int64_t ni = std::min(kB, S - i0);
       const bool diagonal = i0 == j0;
       for (int64_t j = 0; j < nj; ++j) {
         for (int64_t r = 0; r < ni; ++r) {
           const int64_t i = i0 + r;
-          if (j0 + j > i) {  // masked
+          if (masked(i, j0 + j, h.window)) {
             p[j * kB + r] = ds[j * kB + r] = 0.0f;
             continue;
           }
