@@ -19,7 +19,7 @@ namespace s3r::tools {
 struct ModelOptions {
   std::string preset = "small";
   std::string arch = "llama";  // --arch: model::parse_family
-  std::optional<int64_t> layers, width, heads, kv_heads, head_size, ffn, vocab, seq, batch;
+  std::optional<int64_t> layers, width, heads, kv_heads, head_size, ffn, vocab, seq, batch, window;
   std::string head = "default";  // --head default | int8 (nn::HeadChoice; part of the recipe)
   void add_to(CLI::App* cmd);
   model::ModelConfig config() const;  // validated; throws s3r::Error naming the bad field

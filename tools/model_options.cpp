@@ -32,6 +32,9 @@ void ModelOptions::add_to(CLI::App* cmd) {
                      "ratio, the heads for llama, half of them for qwen3)", 1,
                      kMaxDim);
   add_integer_option(cmd, "--ffn", ffn, "F", 1, kMaxDim);
+  add_integer_option(cmd, "--window", window,
+                     "sliding window W of the local layers (gemma3: five of every six layers; below S; default S / 2)",
+                     1, kMaxDim);
   add_integer_option(cmd, "--vocab", vocab, "V (training: must equal the tokenizer's)", 1, kMaxVocab);
   add_integer_option(cmd, "--seq-len", seq, "S", 1, kMaxDim);
   add_integer_option(cmd, "--batch", batch, "B", 1, kMaxDim);
@@ -60,6 +63,17 @@ model::ModelConfig ModelOptions::config() const {
   if (vocab) m.vocab = *vocab;
   if (seq) m.seq_len = *seq;
   if (batch) m.batch = *batch;
+  if (window && m.traits().local_period == 0) {
+    throw Error("--window " + std::to_string(*window) + ": the " + std::string(m.traits().name) +
+                " family has no local layers (--arch gemma3 has)");
+  }
+  if (m.traits().local_period > 0) {
+    m.window = window ? *window : m.seq_len / 2;
+    if (m.window >= m.seq_len) {
+      throw Error("--window " + std::to_string(m.window) + " must be below --seq-len " + std::to_string(m.seq_len) +
+                  " (a window of S keys or more is none: the local layers would attend like the global ones)");
+    }
+  }
   m.validate();  // bounded too: every size computed from m fits in int64 (model/config.cpp)
   static_cast<model::Architecture&>(m) = m.architecture().normalized();
   return m;
@@ -70,7 +84,7 @@ std::string ModelOptions::command_line() const {
   s << "--preset '" << preset << "' --arch '" << arch << "' --head " << head;
   const std::pair<const char*, const std::optional<int64_t>*> fields[] = {
       {"--layers", &layers}, {"--width", &width}, {"--heads", &heads}, {"--kv-heads", &kv_heads},
-      {"--head-size", &head_size}, {"--ffn", &ffn},
+      {"--head-size", &head_size}, {"--ffn", &ffn}, {"--window", &window},
       {"--vocab", &vocab},   {"--seq-len", &seq}, {"--batch", &batch}};
   for (const auto& [name, value] : fields) {
     if (*value) s << " " << name << " " << **value;

@@ -81,6 +81,7 @@ void save_checkpoint(const std::string& run_dir, const CheckpointInfo& info, mod
     fs::create_directories(tmp);
     std::vector<io::TensorView> weights, moments;
     for (const model::ParamInfo& p : model.param_table()) {
+      if (p.tied) continue;  // the embedding's values; its moments stay zero (params.hpp)
       const std::vector<int64_t> shape = p.shape;
       weights.push_back({p.name, shape, params.subspan(p.offset, p.size)});
       moments.push_back({p.name + ".m", shape, m.subspan(p.offset, p.size)});
@@ -147,6 +148,7 @@ CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std:
   const fs::path weights_path = folder / kFiles[0];
   const io::SafetensorsFile weights = io::read_safetensors(weights_path.string());
   for (const model::ParamInfo& p : model.param_table()) {
+    if (p.tied) continue;
     copy_tensor(weights, weights_path, p.name, model.params().data() + p.offset,
                 p.shape, info.version);
   }
@@ -157,6 +159,7 @@ CheckpointInfo load_checkpoint(const std::string& dir, model::Model& model, std:
     const fs::path moments_path = folder / kFiles[1];
     const io::SafetensorsFile moments = io::read_safetensors(moments_path.string());
     for (const model::ParamInfo& p : model.param_table()) {
+      if (p.tied) continue;
       const std::vector<int64_t> shape = p.shape;
       copy_tensor(moments, moments_path, p.name + ".m", m.data() + p.offset, shape, info.version);
       copy_tensor(moments, moments_path, p.name + ".v", v.data() + p.offset, shape, info.version);
@@ -177,6 +180,7 @@ CheckpointInfo load_checkpoint_for_inference(const std::string& dir, model::Mode
   const fs::path weights_path = folder / kFiles[0];
   const io::SafetensorsFile weights = io::read_safetensors(weights_path.string());
   for (const model::ParamInfo& p : model.param_table()) {
+    if (p.tied) continue;
     copy_tensor(weights, weights_path, p.name, model.params().data() + p.offset,
                 p.shape, info.version);
   }

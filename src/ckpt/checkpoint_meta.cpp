@@ -20,8 +20,8 @@ namespace detail {
 // fields). from_json throws s3r::Error naming `where` and the field.
 // "kv_heads" is written only with grouped-query attention (kv_heads < heads): a checkpoint without
 // it has kv_heads = heads, as every checkpoint before grouped-query attention has. Likewise
-// "head_size" only when it is explicit (not C / heads), and "arch" only for a family other than
-// llama.
+// "head_size" only when it is explicit (not C / heads), "arch" only for a family other than
+// llama, and "window" only when the family's local layers have one.
 nlohmann::json to_json(const RunConfig& c) {
   const model::ModelConfig& m = c.model;
   nlohmann::json j = {{"layers", m.layers},       {"width", m.width},   {"heads", m.heads},
@@ -34,6 +34,7 @@ nlohmann::json to_json(const RunConfig& c) {
   if (m.kv_heads != m.heads) j["kv_heads"] = m.kv_heads;
   if (m.head_size != 0) j["head_size"] = m.head_size;
   if (m.family != model::Family::kLlama) j["arch"] = std::string(m.traits().name);
+  if (m.window != 0) j["window"] = m.window;
   return j;
 }
 
@@ -102,6 +103,7 @@ RunConfig from_json(const nlohmann::json& j, const std::string& where) {
       throw Error(where + ": field \"arch\": " + e.what());
     }
   }
+  m.window = j.contains("window") ? field<int64_t>(j, "window", where) : 0;
   m.ffn_width = field<int64_t>(j, "ffn_width", where);
   m.vocab = field<int64_t>(j, "vocab", where);
   m.seq_len = field<int64_t>(j, "seq_len", where);
@@ -153,6 +155,23 @@ nlohmann::json architecture(const RunConfig& c) {
   if (m.traits().qk_norm) {
     a["qk_norm"] = {{"type", "rmsnorm"}, {"eps", m.norm_eps}, {"over", "each head of q and k (head_dim), before RoPE"},
                     {"gains", "attn.q_norm, attn.k_norm (head_dim each)"}};
+  }
+  const model::FamilyTraits& t = m.traits();
+  if (t.norm_offset != 0.0f) a["norm"]["formula"] = "x / sqrt(mean(x^2) + eps) * (1 + gain)";
+  if (t.post_norms) {
+    a["post_norms"] = {{"gains", "attn_post_norm, ffn_post_norm (width each)"},
+                       {"formula", "x + norm(sublayer(norm(x))) for the attention and the FFN"}};
+  }
+  if (t.gelu) {
+    a["ffn"] = {{"type", "geglu"},
+                {"formula", "(gelu_tanh(x gate) * (x up)) down, gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3)))"}};
+  }
+  if (t.embed_scale) a["embedding"]["scale"] = "sqrt(width)";
+  if (t.tied_head) a["embedding"]["tied"] = true;
+  if (t.local_period > 0 && m.window > 0) {
+    a["attention"]["sliding_window"] = m.window;
+    a["attention"]["local_layers"] = "l with (l + 1) % " + std::to_string(t.local_period) + " != 0: keys i - window < j <= i";
+    a["rope"]["theta_local"] = t.rope_theta_local;
   }
   return a;
 }

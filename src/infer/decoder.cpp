@@ -42,20 +42,26 @@ LoadedCheckpoint load_for_inference(const std::string& dir) {
 
 struct Decoder::Impl {
   struct Layer {
-    const float *attn_norm, *ffn_norm;
-    const float *q_norm = nullptr, *k_norm = nullptr;  // QK-norm gains (HD), when the family has them
+    // The gains each RMSNorm applies (the family's offset added: Gemma's 1 + w); q_norm, k_norm
+    // (HD) with QK-norm, attn_post, ffn_post with post-norms, else empty.
+    std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post, ffn_post;
+    float rope_theta = 0;
+    int64_t window = 0;
     std::array<nn::LinearWeight, model::kProjectionsPerBlock> w;  // by model::Projection
     const nn::LinearWeight& operator[](model::Projection p) const { return w[static_cast<size_t>(p)]; }
     std::vector<float> k_cache, v_cache;  // (context, Ckv)
   };
   model::ModelConfig cfg;
   LinearMode mode, head_mode;
-  const float *tok_emb, *final_norm;
+  const float* tok_emb;
+  std::vector<float> final_norm;
+  float embed_scale = 1.0f;  // sqrt(C) with the family's embed_scale
   nn::LinearWeight head;
   std::vector<Layer> layers;
   // Scratch for n tokens (grown on demand).
   std::vector<float> x, xn, rstd, q, k, v, att, o, h1, h3, hidden, ff, logits;
   std::vector<float> qk_raw, qk_rstd;  // QK-norm: q or k before its norm, and its rstd
+  std::vector<float> post_raw;         // post-norms: the output before its norm
   nn::LinearInput in, hid_in;
   std::vector<double> scores;
 };
@@ -66,6 +72,15 @@ const float* param(const model::Model& m, const model::ParamInfo& p) {
   return const_cast<model::Model&>(m).params().data() + p.offset;
 }
 const float* param(const model::Model& m, const std::string& name) { return param(m, m.param_info(name)); }
+
+// The gain the RMSNorm `name` applies: the family's norm_offset + w, as Model::gain computes it.
+std::vector<float> gain(const model::Model& m, const std::string& name) {
+  const model::ParamInfo& p = m.param_info(name);
+  const float base = m.config().traits().norm_offset;
+  std::vector<float> g(static_cast<size_t>(p.size));
+  for (int64_t i = 0; i < p.size; ++i) g[i] = base == 0.0f ? param(m, p)[i] : base + param(m, p)[i];
+  return g;
+}
 
 // RoPE at absolute positions first, first + 1, ...: the model's rope_forward (layers.cpp) with
 // positions taken from the cache instead of t % S; the same operations in the same order.
@@ -91,18 +106,20 @@ void rope_at(std::span<float> x, int64_t first, int64_t n, int64_t heads, int64_
 // token's own position: scores as f32 products scaled as the model does (q . k) / sqrt(HD), the
 // softmax and the weighted sum in double. q, att (n, NH HD); caches (context, NKV HD); query head
 // h reads key/value head h / (NH / NKV), as the model's attention does.
+// With a sliding window W > 0, the token at position i attends to positions i - W < j <= i only.
 void cached_attention(std::span<float> att, std::span<const float> q, const std::vector<float>& k_cache,
-                      const std::vector<float>& v_cache, int64_t first, int64_t n, const model::Architecture& a) {
+                      const std::vector<float>& v_cache, int64_t first, int64_t n, const model::Architecture& a,
+                      int64_t window) {
   const int64_t NH = a.heads, HD = a.head_dim(), Cq = a.q_width(), Ckv = a.kv_width(), group = a.heads / a.kv_heads;
   const double scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
   // One (token, head) per task; each task's arithmetic is its own.
   parallel_blocks(n * NH, 1, [&](int64_t task, int64_t) {
     const int64_t t = task / NH, h = task % NH, kv_offset = (h / group) * HD;
-    const int64_t upto = first + t + 1;
+    const int64_t upto = first + t + 1, from = window > 0 ? std::max<int64_t>(0, upto - window) : 0;
     std::vector<double> s(static_cast<size_t>(upto));
     const float* qv = q.data() + t * Cq + h * HD;
     double mx = -INFINITY;
-    for (int64_t j = 0; j < upto; ++j) {
+    for (int64_t j = from; j < upto; ++j) {
       const float* kv = k_cache.data() + j * Ckv + kv_offset;
       double dot = 0;
       for (int64_t d = 0; d < HD; ++d) dot += static_cast<double>(qv[d]) * kv[d];
@@ -110,9 +127,9 @@ void cached_attention(std::span<float> att, std::span<const float> q, const std:
       mx = std::max(mx, s[j]);
     }
     double sum = 0;
-    for (int64_t j = 0; j < upto; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    for (int64_t j = from; j < upto; ++j) sum += (s[j] = std::exp(s[j] - mx));
     std::vector<double> acc(static_cast<size_t>(HD), 0.0);
-    for (int64_t j = 0; j < upto; ++j) {
+    for (int64_t j = from; j < upto; ++j) {
       const float* vv = v_cache.data() + j * Ckv + kv_offset;
       const double pj = s[j] / sum;
       for (int64_t d = 0; d < HD; ++d) acc[d] += pj * vv[d];
@@ -135,19 +152,33 @@ Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context
   m.mode = recipe.projections();
   m.head_mode = recipe.head();
   const model::Model& model = *w.model;
+  const model::FamilyTraits& fam = m.cfg.traits();
   m.tok_emb = param(model, "tok_emb");
-  m.final_norm = param(model, "final_norm");
-  nn::prepare_weight(m.head, {param(model, "lm_head"), size_t(C * V)}, C, V, m.head_mode, "lm_head.W");
+  m.final_norm = gain(model, "final_norm");
+  if (fam.embed_scale) m.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(C)));
+  std::vector<float> tied;  // (C, V): the embedding transposed, for a tied head
+  if (fam.tied_head) {
+    tied.resize(static_cast<size_t>(C * V));
+    model::transpose_into(tied.data(), m.tok_emb, V, C);
+  }
+  nn::prepare_weight(m.head, {fam.tied_head ? tied.data() : param(model, "lm_head"), size_t(C * V)}, C, V, m.head_mode,
+                     "lm_head.W");
   m.layers.resize(static_cast<size_t>(m.cfg.layers));
   for (int64_t l = 0; l < m.cfg.layers; ++l) {
     Impl::Layer& L = m.layers[l];
     const std::string p = "blocks." + std::to_string(l) + ".";
-    L.attn_norm = param(model, p + "attn_norm");
-    L.ffn_norm = param(model, p + "ffn_norm");
-    if (m.cfg.traits().qk_norm) {
-      L.q_norm = param(model, p + "attn.q_norm");
-      L.k_norm = param(model, p + "attn.k_norm");
+    L.attn_norm = gain(model, p + "attn_norm");
+    L.ffn_norm = gain(model, p + "ffn_norm");
+    if (fam.qk_norm) {
+      L.q_norm = gain(model, p + "attn.q_norm");
+      L.k_norm = gain(model, p + "attn.k_norm");
     }
+    if (fam.post_norms) {
+      L.attn_post = gain(model, p + "attn_post_norm");
+      L.ffn_post = gain(model, p + "ffn_post_norm");
+    }
+    L.rope_theta = m.cfg.rope_theta_of(l);
+    L.window = m.cfg.window_of(l);
     L.k_cache.assign(static_cast<size_t>(context * Ckv), 0.0f);
     L.v_cache.assign(static_cast<size_t>(context * Ckv), 0.0f);
   }
@@ -178,37 +209,49 @@ std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vecto
   for (auto* b : {&m.h1, &m.h3, &m.hidden}) b->resize(static_cast<size_t>(n * F));
   m.rstd.resize(static_cast<size_t>(n));
   model::embedding_forward(m.x, tokens, {m.tok_emb, size_t(V * C)}, V, C);
+  if (m.embed_scale != 1.0f) model::scale_in_place(m.x, m.embed_scale);
   const auto& kernels = kernels::active_kernels();
+  const model::FamilyTraits& fam = m.cfg.traits();
+  // y (n, C) = rmsnorm(y) with the post-norm gains g (Gemma), in place; no-op without them.
+  const auto post_norm = [&](std::vector<float>& y, const std::vector<float>& g) {
+    if (g.empty()) return;
+    m.post_raw.assign(y.begin(), y.begin() + n * C);
+    model::rmsnorm_forward(std::span<float>(y.data(), size_t(n * C)), std::span<float>(m.rstd.data(), size_t(n)),
+                           m.post_raw, g, C, m.cfg.norm_eps);
+  };
   for (int64_t l = 0; l < m.cfg.layers; ++l) {
     Impl::Layer& L = m.layers[l];
     const std::string p = "blocks." + std::to_string(l) + ".";
-    model::rmsnorm_forward(m.xn, m.rstd, m.x, {L.attn_norm, size_t(C)}, C, m.cfg.norm_eps);
+    model::rmsnorm_forward(m.xn, m.rstd, m.x, L.attn_norm, C, m.cfg.norm_eps);
     nn::prepare_input(m.in, m.xn, n, C, m.mode, p + "attn.X");
     nn::linear_forward(m.q, m.in, L[P::kQ]);
     nn::linear_forward(m.k, m.in, L[P::kK]);
     nn::linear_forward(m.v, m.in, L[P::kV]);
-    if (L.q_norm != nullptr) {  // QK-norm: RMSNorm over each head's HD elements, as the model does
-      for (auto [x, gain, heads] : {std::tuple{&m.q, L.q_norm, NH}, std::tuple{&m.k, L.k_norm, NKV}}) {
+    if (!L.q_norm.empty()) {  // QK-norm: RMSNorm over each head's HD elements, as the model does
+      for (auto [x, g, heads] : {std::tuple{&m.q, &L.q_norm, NH}, std::tuple{&m.k, &L.k_norm, NKV}}) {
         m.qk_raw.assign(x->begin(), x->end());
         m.qk_rstd.resize(static_cast<size_t>(n * heads));
-        model::rmsnorm_forward(*x, m.qk_rstd, m.qk_raw, {gain, size_t(HD)}, HD, m.cfg.norm_eps);
+        model::rmsnorm_forward(*x, m.qk_rstd, m.qk_raw, *g, HD, m.cfg.norm_eps);
       }
     }
-    rope_at(m.q, pos_, n, NH, HD, m.cfg.rope_theta);
-    rope_at(m.k, pos_, n, NKV, HD, m.cfg.rope_theta);
+    rope_at(m.q, pos_, n, NH, HD, L.rope_theta);
+    rope_at(m.k, pos_, n, NKV, HD, L.rope_theta);
     std::copy(m.k.begin(), m.k.end(), L.k_cache.begin() + pos_ * Ckv);
     std::copy(m.v.begin(), m.v.end(), L.v_cache.begin() + pos_ * Ckv);
-    cached_attention(m.att, m.q, L.k_cache, L.v_cache, pos_, n, m.cfg);
+    cached_attention(m.att, m.q, L.k_cache, L.v_cache, pos_, n, m.cfg, L.window);
     nn::prepare_input(m.in, m.att, n, Cq, m.mode, p + "attn.o.X");
     nn::linear_forward(m.o, m.in, L[P::kO]);
+    post_norm(m.o, L.attn_post);
     for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.o[i];  // x is now the block's x_mid
-    model::rmsnorm_forward(m.xn, m.rstd, m.x, {L.ffn_norm, size_t(C)}, C, m.cfg.norm_eps);
+    model::rmsnorm_forward(m.xn, m.rstd, m.x, L.ffn_norm, C, m.cfg.norm_eps);
     nn::prepare_input(m.in, m.xn, n, C, m.mode, "ffn.X");
     nn::linear_forward(m.h1, m.in, L[P::kGate]);
     nn::linear_forward(m.h3, m.in, L[P::kUp]);
-    kernels.swiglu_forward_ew(m.hidden.data(), m.h1.data(), m.h3.data(), 0, n * F);  // silu(h1) * h3
+    (fam.gelu ? kernels.geglu_forward_ew : kernels.swiglu_forward_ew)(m.hidden.data(), m.h1.data(), m.h3.data(), 0,
+                                                                       n * F);  // act(h1) * h3
     nn::prepare_input(m.hid_in, m.hidden, n, F, m.mode, "ffn.hidden");
     nn::linear_forward(m.ff, m.hid_in, L[P::kDown]);
+    post_norm(m.ff, L.ffn_post);
     for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.ff[i];
   }
   pos_ += n;
@@ -216,7 +259,7 @@ std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vecto
   const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
   std::span<const float> last_x(m.x.data() + first * C, static_cast<size_t>(rows * C));
   std::span<float> xn_rows(m.xn.data(), static_cast<size_t>(rows * C));
-  model::rmsnorm_forward(xn_rows, std::span<float>(m.rstd.data(), size_t(rows)), last_x, {m.final_norm, size_t(C)}, C,
+  model::rmsnorm_forward(xn_rows, std::span<float>(m.rstd.data(), size_t(rows)), last_x, m.final_norm, C,
                          m.cfg.norm_eps);
   nn::prepare_input(m.in, xn_rows, rows, C, m.head_mode, "lm_head.X");
   m.logits.resize(static_cast<size_t>(rows * V));

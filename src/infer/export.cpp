@@ -9,6 +9,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <span>
 #include <vector>
 
 #include "s3r/core/bf16.hpp"
@@ -90,9 +91,10 @@ struct OutTensor {
   bool vector = false;
 };
 
-// Each parameter's name in GGUF (llama.cpp's LLM_ARCH_LLAMA, LLM_ARCH_QWEN3) and in Hugging
-// Face's LlamaForCausalLM and Qwen3ForCausalLM, by its name in the schema (ParamInfo::local); "#"
-// is the block index.
+// Each parameter's name in GGUF (llama.cpp's LLM_ARCH_LLAMA, LLM_ARCH_QWEN3, LLM_ARCH_GEMMA3) and
+// in Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM and Gemma3ForCausalLM, by its name in the
+// schema (ParamInfo::local); "#" is the block index. Gemma's Hugging Face names differ for the
+// norm before the FFN (kGemmaHfNames).
 struct FormatNames {
   std::string_view local, gguf, hf;
 };
@@ -111,10 +113,18 @@ constexpr FormatNames kFormatNames[] = {
     {"ffn.down", "blk.#.ffn_down.weight", "model.layers.#.mlp.down_proj.weight"},
     {"final_norm", "output_norm.weight", "model.norm.weight"},
     {"lm_head", "output.weight", "lm_head.weight"},
+    {"attn_post_norm", "blk.#.post_attention_norm.weight", "model.layers.#.post_attention_layernorm.weight"},
+    {"ffn_post_norm", "blk.#.post_ffw_norm.weight", "model.layers.#.post_feedforward_layernorm.weight"},
+};
+// Gemma3DecoderLayer's post_attention_layernorm is the attention's post-norm; the FFN's pre-norm
+// is its pre_feedforward_layernorm.
+constexpr FormatNames kGemmaHfNames[] = {
+    {"ffn_norm", "blk.#.ffn_norm.weight", "model.layers.#.pre_feedforward_layernorm.weight"},
 };
 
 // What the consumers call a family and how their RoPE pairs a head's elements: llama.cpp rotates
-// adjacent pairs for llama (as s3r does) but halves for qwen3 (NEOX); Hugging Face halves for both.
+// adjacent pairs for llama (as s3r does) but halves for qwen3 and gemma3 (NEOX); Hugging Face
+// halves for all.
 struct FormatFamily {
   model::Family family;
   std::string_view hf_architecture, hf_model_type;
@@ -123,6 +133,7 @@ struct FormatFamily {
 constexpr FormatFamily kFormatFamilies[] = {
     {model::Family::kLlama, "LlamaForCausalLM", "llama", false},
     {model::Family::kQwen3, "Qwen3ForCausalLM", "qwen3", true},
+    {model::Family::kGemma3, "Gemma3ForCausalLM", "gemma3_text", true},
 };
 
 const FormatFamily& format_family(model::Family f) {
@@ -132,30 +143,41 @@ const FormatFamily& format_family(model::Family f) {
   throw Error("export: no GGUF or Hugging Face layout for the architecture '" + std::string(model::traits(f).name) + "'");
 }
 
-std::string format_name(const model::ParamInfo& p, bool hf_names) {
-  for (const FormatNames& f : kFormatNames) {
-    if (f.local != p.local) continue;
-    std::string name(hf_names ? f.hf : f.gguf);
-    if (const size_t at = name.find('#'); at != std::string::npos) name.replace(at, 1, std::to_string(p.block));
-    return name;
+std::string format_name(const model::ParamInfo& p, bool hf_names, model::Family family) {
+  const bool gemma_hf = hf_names && family == model::Family::kGemma3;
+  for (std::span<const FormatNames> table :
+       {std::span<const FormatNames>(kGemmaHfNames), std::span<const FormatNames>(kFormatNames)}) {
+    if (table.data() == kGemmaHfNames && !gemma_hf) continue;
+    for (const FormatNames& f : table) {
+      if (f.local != p.local) continue;
+      std::string name(hf_names ? f.hf : f.gguf);
+      if (const size_t at = name.find('#'); at != std::string::npos) name.replace(at, 1, std::to_string(p.block));
+      return name;
+    }
   }
   throw Error("export: no GGUF or Hugging Face name for the parameter '" + p.name + "'");
 }
 
 // The model's tensors in schema order, in Hugging Face orientation (out, in): the embedding
-// (V, C) as it is, gains as vectors, every other matrix transposed; `hf_names` picks the names,
-// and `half_split` whether Q and K are permuted for half-split RoPE (per query head and per
-// key/value head).
+// (V, C) as it is, gains as vectors, every other matrix transposed, a tied head left out (both
+// formats tie it to the embedding); `hf_names` picks the names, and `half_split` whether Q and K
+// are permuted for half-split RoPE (per query head and per key/value head). GGUF's gains are the
+// gains applied (llama.cpp multiplies by the stored vector): Gemma's 1 + w; Hugging Face stores w.
 std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, bool half_split,
                                       const std::string& inject) {
   const model::ModelConfig& m = c.info.model;
   const bool permute_qk = half_split != (inject == "permute-qk");
   std::vector<OutTensor> out;
+  const float gain_offset = hf_names || inject == "no-gain-offset" ? 0.0f : m.traits().norm_offset;
   for (const model::ParamInfo& p : c.model->param_table()) {
+    if (p.tied) continue;
     const float* data = c.model->params().data() + p.offset;
-    OutTensor t{format_name(p, hf_names), {}, 1, p.shape[0], true};
+    OutTensor t{format_name(p, hf_names, m.family), {}, 1, p.shape[0], true};
     if (p.shape.size() == 1) {
       t.data.assign(data, data + p.size);
+      if (gain_offset != 0.0f) {
+        for (float& x : t.data) x += gain_offset;
+      }
       // A QK-norm gain acts on one head's elements: it follows the rows of Q and K.
       if (permute_qk && (p.local == "attn.q_norm" || p.local == "attn.k_norm")) {
         t.data = permute_for_half_split(t.data, 1, m.head_dim(), 1);
@@ -197,9 +219,9 @@ std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, 
 
 void check_inject(const std::string& inject) {
   if (!inject.empty() && inject != "permute-qk" && inject != "transpose-o" && inject != "f16-overflow" &&
-      inject != "nan-weight") {
+      inject != "nan-weight" && inject != "no-gain-offset") {
     throw Error("export: unknown --inject '" + inject +
-                "'; expected permute-qk, transpose-o, f16-overflow or nan-weight");
+                "'; expected permute-qk, transpose-o, f16-overflow, nan-weight or no-gain-offset");
   }
 }
 
@@ -274,7 +296,8 @@ void put_model_keys(GgufBuffer& kv, const LoadedCheckpoint& c, const ExportOptio
     kv.kv_u32(a + ".attention.value_length", static_cast<uint32_t>(m.head_dim()));
   }
   kv.kv_u32(a + ".rope.dimension_count", static_cast<uint32_t>(m.head_dim()));
-  kv.kv_f32(a + ".rope.freq_base", m.rope_theta);
+  kv.kv_f32(a + ".rope.freq_base", m.rope_theta);  // gemma3: the global layers' (llama.cpp: 1e4 for local ones)
+  if (m.window > 0) kv.kv_u32(a + ".attention.sliding_window", static_cast<uint32_t>(m.window));
   kv.kv_f32(a + ".attention.layer_norm_rms_epsilon", m.norm_eps);
   kv.kv_u32(a + ".vocab_size", static_cast<uint32_t>(m.vocab));
 }
@@ -381,6 +404,30 @@ void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const st
   });
 }
 
+namespace {
+
+// Gemma3TextConfig's fields beyond Llama's: GeGLU, the tied head, the local layers' window,
+// pattern and RoPE base, the query scale (query_pre_attn_scalar^-1/2 = 1/sqrt(HD)), no
+// soft-capping; its norms apply 1 + w to the stored w (Gemma3RMSNorm).
+void add_gemma3_config(nlohmann::json& config, const model::ModelConfig& m) {
+  config.erase("hidden_act");
+  config.erase("mlp_bias");
+  config.erase("pretraining_tp");
+  config["hidden_activation"] = "gelu_pytorch_tanh";
+  config["tie_word_embeddings"] = true;
+  config["query_pre_attn_scalar"] = m.head_dim();
+  config["rope_local_base_freq"] = m.traits().rope_theta_local;
+  config["sliding_window_pattern"] = m.traits().local_period;
+  config["sliding_window"] = m.window > 0 ? m.window : m.seq_len;
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < m.layers; ++l) types.push_back(m.is_local(l) ? "sliding_attention" : "full_attention");
+  config["layer_types"] = types;
+  config["final_logit_softcapping"] = nullptr;
+  config["attn_logit_softcapping"] = nullptr;
+}
+
+}  // namespace
+
 void export_hf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std::string& dir, const ExportOptions& o) {
   check_inject(o.inject);
   if (o.type != GgufType::kF32) throw Error("export: --format hf writes f32 weights only; leave --type out");
@@ -395,7 +442,7 @@ void export_hf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std:
   }
   io::write_safetensors((fs::path(dir) / "model.safetensors").string(), views, {{"format", "pt"}});
   const int32_t start = tok.document_start_id();
-  const nlohmann::json config = {
+  nlohmann::json config = {
       {"architectures", {std::string(format_family(m.family).hf_architecture)}},
       {"model_type", std::string(format_family(m.family).hf_model_type)},
       {"hidden_size", m.width}, {"intermediate_size", m.ffn_width}, {"num_hidden_layers", m.layers},
@@ -408,6 +455,7 @@ void export_hf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std:
       {"s3r", {{"mode", std::string(nn::to_string(c.info.recipe.projections()))}, {"step", c.info.step + 1},
                {"rope_note", "q_proj and k_proj rows are permuted per head from s3r's adjacent-pair RoPE layout "
                              "to the half-split layout Hugging Face computes"}}}};
+  if (m.family == model::Family::kGemma3) add_gemma3_config(config, m);
   const auto write_json = [&](const char* name, const nlohmann::json& j) {
     io::write_file_atomic((fs::path(dir) / name).string(), [&](std::ostream& f) { f << j.dump(2) << "\n"; });
   };

@@ -24,6 +24,9 @@ void check_range(const char* name, int64_t v, int64_t max = kMaxDim) {
 constexpr FamilyTraits kFamilies[] = {
     {Family::kLlama, "llama", false, 10000.0f, 1e-5f},
     {Family::kQwen3, "qwen3", true, 1000000.0f, 1e-6f},
+    {.family = Family::kGemma3, .name = "gemma3", .qk_norm = true, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
+     .norm_offset = 1.0f, .post_norms = true, .gelu = true, .embed_scale = true, .tied_head = true,
+     .local_period = 6, .rope_theta_local = 10000.0f},
 };
 
 }  // namespace
@@ -63,6 +66,14 @@ void Architecture::validate() const {
                 std::to_string(head_dim()) + " must be even for RoPE");
   }
   check_range("heads x head size", q_width());
+  if (window < 0 || window > kMaxDim) {
+    throw Error("model config: window must be in [0, " + std::to_string(kMaxDim) + "] (0: none), got " +
+                std::to_string(window));
+  }
+  if (window > 0 && traits().local_period == 0) {
+    throw Error("model config: a sliding window (" + std::to_string(window) + ") needs a family with local layers (gemma3); " +
+                std::string(traits().name) + " has none");
+  }
   if (heads % kv_heads != 0) {
     throw Error("model config: kv_heads = " + std::to_string(kv_heads) + " does not divide heads = " +
                 std::to_string(heads) + " (each key/value head serves heads / kv_heads query heads)");
@@ -75,6 +86,7 @@ std::string Architecture::describe() const {
   s << "L=" << layers << " C=" << width << " heads=" << heads;
   if (kv_heads != heads) s << "/kv=" << kv_heads;
   if (head_size != 0) s << " hd=" << head_size;
+  if (window != 0) s << " window=" << window;
   s << " F=" << ffn_width << " V=" << vocab;
   return s.str();
 }
@@ -142,6 +154,10 @@ ModelConfig preset(std::string_view name, Family family) {
   if (family == Family::kQwen3) {  // Qwen3-0.6B's ratios: NKV = NH / 2, HD = 2 C / NH (128 of C 1024, 16 heads)
     m.kv_heads = m.heads / 2;
     m.head_size = 2 * m.width / m.heads;
+  }
+  if (family == Family::kGemma3) {  // Gemma 3 4B's NKV = NH / 2; its window of 1024 is 1/32 of its context
+    m.kv_heads = m.heads / 2;       // of 32k: at these lengths S / 2, so that local layers differ from global
+    m.window = m.seq_len / 2;
   }
   return m;
 }

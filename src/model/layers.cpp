@@ -83,6 +83,28 @@ void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t hea
 
 }  // namespace
 
+void scale_in_place(std::span<float> x, float s) {
+  parallel_blocks(static_cast<int64_t>(x.size()), int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x[i] *= s;
+  });
+}
+
+void transpose_into(float* dst, const float* src, int64_t rows, int64_t cols) {
+  parallel_blocks(cols, 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      for (int64_t r = 0; r < rows; ++r) dst[c * rows + r] = src[r * cols + c];
+    }
+  });
+}
+
+void add_transposed(float* dst, const float* src, int64_t rows, int64_t cols) {
+  parallel_blocks(cols, 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      for (int64_t r = 0; r < rows; ++r) dst[c * rows + r] += src[r * cols + c];
+    }
+  });
+}
+
 void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,
                        std::span<const float> table, int64_t vocab, int64_t width) {
   const int64_t T = static_cast<int64_t>(tokens.size());

@@ -23,6 +23,9 @@ using nn::LinearMode;
 struct Model::Block {
   int64_t attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
   int64_t q_norm = -1, k_norm = -1;      // QK-norm gains (HD each), when the family has them
+  int64_t attn_post = -1, ffn_post = -1;  // post-norm gains (C each), when the family has them
+  float rope_theta = 0;                  // this layer's RoPE base (local layers: their own)
+  int64_t window = 0;                    // this layer's sliding window (0: none)
   std::string prefix;                    // "blocks.l.": names of quantized operands in errors
   std::vector<float> x_in;               // (T, C) residual stream entering the block
   std::vector<float> xn1, rstd1;         // attention RMSNorm
@@ -32,6 +35,8 @@ struct Model::Block {
   std::vector<float> q_rstd, k_rstd;     // QK-norm: (T NH), (T NKV)
   std::vector<float> lse;                // (B, NH, S): the fused attention's log-sum-exp
   std::vector<float> x_mid, xn2, rstd2;  // after the attention residual; FFN RMSNorm
+  std::vector<float> o_raw, rstd_o;      // post-norms: attention output (T, C) before its norm
+  std::vector<float> f_raw, rstd_f;      // post-norms: FFN output (T, C) before its norm
   nn::LinearInput qkv_in, o_in;
   nn::LinearWeight wq_w, wk_w, wv_w, wo_w;
   nn::SwigluState ffn;
@@ -65,7 +70,8 @@ std::string_view to_string(Projection p) {
 int64_t Model::parameter_count(const Architecture& a) {
   const int64_t C = a.width, Cq = a.q_width(), Ckv = a.kv_width(), F = a.ffn_width, V = a.vocab;
   const int64_t qk_norm = a.traits().qk_norm ? 2 * a.head_dim() : 0;
-  return 2 * V * C + C + a.layers * (2 * C + qk_norm + 2 * C * Cq + 2 * C * Ckv + 3 * C * F);
+  const int64_t norms = a.traits().post_norms ? 4 * C : 2 * C;
+  return 2 * V * C + C + a.layers * (norms + qk_norm + 2 * C * Cq + 2 * C * Ckv + 3 * C * F);
 }
 
 int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
@@ -83,6 +89,7 @@ int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
   double f32 = 2.0 * static_cast<double>(parameter_count(c));  // parameters, gradients
   f32 += L * (4.0 * T * C + 2.0 * T * Cq + 2.0 * T * Ckv + 2.0 * T + B * NH * S);  // per block: saved activations
   if (c.traits().qk_norm) f32 += L * (T * (Cq + Ckv) + T * (NH + c.kv_heads)) + T * (Cq + Ckv);  // QK-norm
+  if (c.traits().post_norms) f32 += L * (2.0 * T * C + 2.0 * T) + T * C;  // post-norms' inputs, d_post_
   f32 += L * 2.0 * T * F + 4.0 * T * F;  // SwiGLU: h1, h3 per block; one scratch (hidden, gradients)
   f32 += 4.0 * T * C + 2.0 * T * Cq + 2.0 * T * Ckv + T + 1.0 * T * V;  // final norm, gradients, logits
   double bytes = 4.0 * f32;
@@ -105,6 +112,8 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     Block& b = blocks_[l];
     b.prefix = "blocks." + std::to_string(l) + ".";
+    b.rope_theta = cfg_.rope_theta_of(l);
+    b.window = cfg_.window_of(l);
     const auto projection = [&](Projection j, int64_t in, int64_t out) {
       return add_param(std::string(to_string(j)), {in, out}, ParamRole::kProjection, l, j);
     };
@@ -121,10 +130,17 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
       b.q_rstd.resize(T * NH);
       b.k_rstd.resize(T * cfg_.kv_heads);
     }
+    if (cfg_.traits().post_norms) {
+      b.attn_post = add_param("attn_post_norm", {C}, ParamRole::kNorm, l);
+      for (auto* v : {&b.o_raw, &b.f_raw}) v->resize(T * C);
+      b.rstd_o.resize(T);
+      b.rstd_f.resize(T);
+    }
     b.ffn_norm = add_param("ffn_norm", {C}, ParamRole::kNorm, l);
     b.w_gate = projection(Projection::kGate, C, F);
     b.w_up = projection(Projection::kUp, C, F);
     b.w_down = projection(Projection::kDown, F, C);
+    if (cfg_.traits().post_norms) b.ffn_post = add_param("ffn_post_norm", {C}, ParamRole::kNorm, l);
     for (auto* v : {&b.x_in, &b.xn1, &b.x_mid, &b.xn2}) v->resize(T * C);
     b.q.resize(T * Cq);
     b.att.resize(T * Cq);
@@ -136,6 +152,12 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
   }
   final_norm_ = add_param("final_norm", {C}, ParamRole::kNorm);
   lm_head_ = add_param("lm_head", {C, V}, ParamRole::kHead);
+  if (cfg_.traits().tied_head) {
+    table_.back().tied = true;
+    table_.back().decay = false;  // its gradient is the embedding's, which has no decay
+  }
+  if (cfg_.traits().post_norms) d_post_.resize(T * C);
+  if (cfg_.traits().embed_scale) embed_scale_ = static_cast<float>(std::sqrt(static_cast<double>(C)));
   params_.assign(static_cast<size_t>(table_.back().offset + table_.back().size), 0.0f);
   grads_.assign(params_.size(), 0.0f);
   for (auto* v : {&x_final_, &xn_final_, &dx_, &dxn_}) v->resize(T * C);
@@ -181,12 +203,13 @@ void Model::init_weights(uint32_t seed) {
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const float residual_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(cfg_.layers));
   for (const ParamInfo& p : table_) {
+    if (p.tied) continue;  // written from the embedding by every forward
     float* w = param(p.offset);
     const bool gain = p.role == ParamRole::kNorm;
     const bool residual = p.role == ParamRole::kProjection &&
                           (p.projection == Projection::kO || p.projection == Projection::kDown);
     for (int64_t i = 0; i < p.size; ++i) {
-      w[i] = gain ? 1.0f : normal(gen) * (residual ? residual_scale : 1.0f);
+      w[i] = gain ? 1.0f - cfg_.traits().norm_offset : normal(gen) * (residual ? residual_scale : 1.0f);
     }
   }
 }
@@ -251,7 +274,7 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
   targets_.assign(targets.begin(), targets.end());
   {
     const Zone z(breakdown_, &B::embedding);
-    embedding_forward(blocks_.empty() ? x_final_ : blocks_[0].x_in, inputs, {param(tok_emb_), size_t(V * C)}, V, C);
+    embed_forward();
   }
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     attention_forward(blocks_[l]);
@@ -259,13 +282,11 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
   }
   {
     const Zone z(breakdown_, &B::norms);
-    rmsnorm_forward(xn_final_, rstd_final_, x_final_, {param(final_norm_), size_t(C)}, C, cfg_.norm_eps);
+    rmsnorm_forward(xn_final_, rstd_final_, x_final_, gain(final_norm_, C), C, cfg_.norm_eps);
   }
   {
     const Zone z(breakdown_, &B::lm_head);
-    nn::prepare_input(head_in_, xn_final_, T, C, head_mode_, "lm_head.X");
-    nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode_, "lm_head.W");
-    nn::linear_forward(logits_, head_in_, head_w_);
+    head_forward();
   }
   // logits_ becomes dL/dlogits here: the backward starts from it, divided by the step's tokens.
   const Zone z(breakdown_, &B::cross_entropy);
@@ -273,13 +294,51 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
   cross_entropy_fused(logits_, targets_, V, 1.0f / static_cast<float>(step_tokens), leaf_loss_);
 }
 
-// x_mid = x_in + attention(rmsnorm(x_in)) W_o.
+// x = embedding rows of the inputs (times sqrt(C) with embed_scale).
+void Model::embed_forward() {
+  const int64_t C = cfg_.width, V = cfg_.vocab;
+  std::vector<float>& x = blocks_.empty() ? x_final_ : blocks_[0].x_in;
+  embedding_forward(x, inputs_, {param(tok_emb_), size_t(V * C)}, V, C);
+  if (embed_scale_ != 1.0f) scale_in_place(x, embed_scale_);
+}
+
+// logits = xn_final W_head; a tied head's W is the embedding transposed, written here.
+void Model::head_forward() {
+  const int64_t C = cfg_.width, V = cfg_.vocab, T = cfg_.tokens();
+  if (table_.back().tied) transpose_into(param(lm_head_), param(tok_emb_), V, C);
+  nn::prepare_input(head_in_, xn_final_, T, C, head_mode_, "lm_head.X");
+  nn::prepare_weight(head_w_, {param(lm_head_), size_t(C * V)}, C, V, head_mode_, "lm_head.W");
+  nn::linear_forward(logits_, head_in_, head_w_);
+}
+
+std::span<const float> Model::gain(int64_t offset, int64_t n) {
+  const float base = cfg_.traits().norm_offset;
+  if (base == 0.0f) return {param(offset), size_t(n)};
+  gain_.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) gain_[i] = base + param(offset)[i];
+  return gain_;
+}
+
+void Model::post_norm_forward(std::vector<float>& out, std::vector<float>& rstd, const std::vector<float>& raw,
+                              int64_t norm) {
+  const int64_t C = cfg_.width;
+  rmsnorm_forward(out, rstd, raw, gain(norm, C), C, cfg_.norm_eps);
+}
+
+void Model::post_norm_backward(std::vector<float>& d_raw, const std::vector<float>& d_out, const std::vector<float>& raw,
+                               const std::vector<float>& rstd, int64_t norm) {
+  const int64_t C = cfg_.width;
+  std::fill(d_raw.begin(), d_raw.end(), 0.0f);
+  rmsnorm_backward(d_raw, {grad(norm), size_t(C)}, d_out, raw, gain(norm, C), rstd, C, dp_.leaves);
+}
+
+// x_mid = x_in + attention(rmsnorm(x_in)) W_o (with post-norms: + rmsnorm(attention(...) W_o)).
 void Model::attention_forward(Block& b) {
   const int64_t C = cfg_.width, Cq = cfg_.q_width(), T = cfg_.tokens(), S = cfg_.seq_len;
   const int64_t NH = cfg_.heads, NKV = cfg_.kv_heads, HD = cfg_.head_dim();
   {
     const Zone z(breakdown_, &B::norms);
-    rmsnorm_forward(b.xn1, b.rstd1, b.x_in, {param(b.attn_norm), size_t(C)}, C, cfg_.norm_eps);
+    rmsnorm_forward(b.xn1, b.rstd1, b.x_in, gain(b.attn_norm, C), C, cfg_.norm_eps);
   }
   {
     const Zone z(breakdown_, &B::projections);
@@ -291,12 +350,12 @@ void Model::attention_forward(Block& b) {
   }
   {
     const Zone z(breakdown_, &B::rope);
-    rope_forward(b.q, S, NH, HD, cfg_.rope_theta);
-    rope_forward(b.k, S, NKV, HD, cfg_.rope_theta);
+    rope_forward(b.q, S, NH, HD, b.rope_theta);
+    rope_forward(b.k, S, NKV, HD, b.rope_theta);
   }
   {
     const Zone z(breakdown_, &B::attention);
-    flash_attention_forward(b.att, b.lse, b.q, b.k, b.v, S, NH, NKV, HD);
+    flash_attention_forward(b.att, b.lse, b.q, b.k, b.v, S, NH, NKV, HD, b.window);
   }
   {
     const Zone z(breakdown_, &B::projections);
@@ -306,7 +365,11 @@ void Model::attention_forward(Block& b) {
   {
     const Zone z(breakdown_, &B::projections);
     const nn::PhaseZone<nn::PhaseTimes> gemm(projection_phases(), &nn::PhaseTimes::gemm);
-    nn::linear_forward(b.x_mid, b.o_in, b.wo_w);
+    nn::linear_forward(b.attn_post >= 0 ? b.o_raw : b.x_mid, b.o_in, b.wo_w);
+  }
+  if (b.attn_post >= 0) {
+    const Zone z(breakdown_, &B::norms);
+    post_norm_forward(b.x_mid, b.rstd_o, b.o_raw, b.attn_post);
   }
   const Zone z(breakdown_, &B::residual);
   dist::add_into(b.x_mid, b.x_in);  // threaded, one addition per element
@@ -337,8 +400,8 @@ void Model::qkv_forward(Block& b) {
 // gains of HD shared by the heads.
 void Model::qk_norm_forward(Block& b) {
   const int64_t HD = cfg_.head_dim();
-  rmsnorm_forward(b.q, b.q_rstd, b.q_raw, {param(b.q_norm), size_t(HD)}, HD, cfg_.norm_eps);
-  rmsnorm_forward(b.k, b.k_rstd, b.k_raw, {param(b.k_norm), size_t(HD)}, HD, cfg_.norm_eps);
+  rmsnorm_forward(b.q, b.q_rstd, b.q_raw, gain(b.q_norm, HD), HD, cfg_.norm_eps);
+  rmsnorm_forward(b.k, b.k_rstd, b.k_raw, gain(b.k_norm, HD), HD, cfg_.norm_eps);
 }
 
 // dq_ and dk_ (of the normed q, k) become dq_raw_ and dk_raw_; the gains' gradients add up over
@@ -347,25 +410,28 @@ void Model::qk_norm_backward(Block& b) {
   const int64_t HD = cfg_.head_dim();
   std::fill(dq_raw_.begin(), dq_raw_.end(), 0.0f);
   std::fill(dk_raw_.begin(), dk_raw_.end(), 0.0f);
-  rmsnorm_backward(dq_raw_, {grad(b.q_norm), size_t(HD)}, dq_, b.q_raw, {param(b.q_norm), size_t(HD)}, b.q_rstd, HD,
-                   dp_.leaves);
-  rmsnorm_backward(dk_raw_, {grad(b.k_norm), size_t(HD)}, dk_, b.k_raw, {param(b.k_norm), size_t(HD)}, b.k_rstd, HD,
-                   dp_.leaves);
+  rmsnorm_backward(dq_raw_, {grad(b.q_norm), size_t(HD)}, dq_, b.q_raw, gain(b.q_norm, HD), b.q_rstd, HD, dp_.leaves);
+  rmsnorm_backward(dk_raw_, {grad(b.k_norm), size_t(HD)}, dk_, b.k_raw, gain(b.k_norm, HD), b.k_rstd, HD, dp_.leaves);
 }
 
-// out = x_mid + swiglu(rmsnorm(x_mid)).
+// out = x_mid + ffn(rmsnorm(x_mid)) (with post-norms: + rmsnorm(ffn(...))); ffn = SwiGLU or GeGLU.
 void Model::ffn_forward(Block& b, std::vector<float>& out) {
   const int64_t C = cfg_.width, F = cfg_.ffn_width, T = cfg_.tokens();
   {
     const Zone z(breakdown_, &B::norms);
-    rmsnorm_forward(b.xn2, b.rstd2, b.x_mid, {param(b.ffn_norm), size_t(C)}, C, cfg_.norm_eps);
+    rmsnorm_forward(b.xn2, b.rstd2, b.x_mid, gain(b.ffn_norm, C), C, cfg_.norm_eps);
   }
   {
     const Zone z(breakdown_, &B::ffn);
-    nn::swiglu_forward(out, b.xn2,
+    nn::swiglu_forward(b.ffn_post >= 0 ? b.f_raw : out, b.xn2,
                        {{param(b.w_gate), size_t(C * F)}, {param(b.w_up), size_t(C * F)},
                         {param(b.w_down), size_t(F * C)}},
-                       T, C, F, mode_, b.ffn, ffn_scratch_);
+                       T, C, F, mode_, b.ffn, ffn_scratch_,
+                       cfg_.traits().gelu ? nn::GatedActivation::kGeluTanh : nn::GatedActivation::kSilu);
+  }
+  if (b.ffn_post >= 0) {
+    const Zone z(breakdown_, &B::norms);
+    post_norm_forward(out, b.rstd_f, b.f_raw, b.ffn_post);
   }
   const Zone z(breakdown_, &B::residual);
   dist::add_into(out, b.x_mid);
@@ -402,16 +468,27 @@ void Model::backward(Key step_key) {
   }
   {
     const Zone z(breakdown_, &B::norms);
-    rmsnorm_backward(dx_, {grad(final_norm_), size_t(C)}, dxn_, x_final_, {param(final_norm_), size_t(C)},
-                     rstd_final_, C, dp_.leaves);
+    rmsnorm_backward(dx_, {grad(final_norm_), size_t(C)}, dxn_, x_final_, gain(final_norm_, C), rstd_final_, C,
+                     dp_.leaves);
   }
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     ffn_backward(l);
     attention_backward(l);
     if (capture_input_grads_) blocks_[l].x_in_grad = dx_;
   }
-  const Zone z(breakdown_, &B::embedding);
-  embedding_backward({grad(tok_emb_), size_t(V * C)}, dx_, inputs_, C, dp_.leaves, &embedding_scratch_);
+  {
+    const Zone z(breakdown_, &B::embedding);
+    if (embed_scale_ != 1.0f) scale_in_place(dx_, embed_scale_);  // d(embedding rows) = dx sqrt(C)
+    embedding_backward({grad(tok_emb_), size_t(V * C)}, dx_, inputs_, C, dp_.leaves, &embedding_scratch_);
+  }
+  if (!dp_.defer_tied_fold) fold_tied_head();
+}
+
+void Model::fold_tied_head() {
+  if (!table_.back().tied) return;
+  const int64_t C = cfg_.width, V = cfg_.vocab;
+  add_transposed(grad(tok_emb_), grad(lm_head_), C, V);  // dE[v, c] += dW[c, v]
+  std::fill_n(grad(lm_head_), C * V, 0.0f);
 }
 
 // Every projection's and the LM head's backward overwrites its weight gradient; the embedding
@@ -429,6 +506,10 @@ void Model::clear_accumulated_grads() {
   for (Block& b : blocks_) {
     std::fill_n(grad(b.attn_norm), C, 0.0f);
     std::fill_n(grad(b.ffn_norm), C, 0.0f);
+    if (b.attn_post >= 0) {
+      std::fill_n(grad(b.attn_post), C, 0.0f);
+      std::fill_n(grad(b.ffn_post), C, 0.0f);
+    }
     if (b.q_norm >= 0) {
       std::fill_n(grad(b.q_norm), cfg_.head_dim(), 0.0f);
       std::fill_n(grad(b.k_norm), cfg_.head_dim(), 0.0f);
@@ -443,15 +524,18 @@ void Model::ffn_backward(int64_t l) {
   {
     // The FFN adds into d(x_mid) through xn2. Its three projections are the consecutive layers
     // gate, up, down (params.hpp).
+    if (b.ffn_post >= 0) {
+      const Zone zn(breakdown_, &B::norms);
+      post_norm_backward(d_post_, dx_, b.f_raw, b.rstd_f, b.ffn_post);
+    }
     const Zone z(breakdown_, &B::ffn);
     nn::swiglu_backward(dxn_, {{grad(b.w_gate), size_t(C * F)}, {grad(b.w_up), size_t(C * F)},
                                {grad(b.w_down), size_t(F * C)}},
-                        dx_, correction_, cfg_.seq_len, step_key_, layer_index(l, Projection::kGate), b.ffn,
+                        b.ffn_post >= 0 ? d_post_ : dx_, correction_, cfg_.seq_len, step_key_, layer_index(l, Projection::kGate), b.ffn,
                         ffn_scratch_, place_);
   }
   const Zone z(breakdown_, &B::norms);
-  rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, {param(b.ffn_norm), size_t(C)}, b.rstd2, C,
-                   dp_.leaves);
+  rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, gain(b.ffn_norm, C), b.rstd2, C, dp_.leaves);
 }
 
 // x_mid = x_in + attention(rmsnorm(x_in)) W_o: dx_ is d(x_mid) and becomes d(x_in).
@@ -459,18 +543,23 @@ void Model::attention_backward(int64_t l) {
   const int64_t C = cfg_.width, Cq = cfg_.q_width(), Ckv = cfg_.kv_width(), S = cfg_.seq_len;
   const int64_t NH = cfg_.heads, NKV = cfg_.kv_heads, HD = cfg_.head_dim();
   Block& b = blocks_[l];
+  if (b.attn_post >= 0) {
+    const Zone z(breakdown_, &B::norms);
+    post_norm_backward(d_post_, dx_, b.o_raw, b.rstd_o, b.attn_post);
+  }
   {
     const Zone z(breakdown_, &B::projections);
-    nn::linear_backward(datt_, {grad(b.wo), size_t(Cq * C)}, dx_, b.o_in, b.wo_w, layer_backward(l, Projection::kO, false), ws_);
+    nn::linear_backward(datt_, {grad(b.wo), size_t(Cq * C)}, b.attn_post >= 0 ? d_post_ : dx_, b.o_in, b.wo_w,
+                        layer_backward(l, Projection::kO, false), ws_);
   }
   {
     const Zone z(breakdown_, &B::attention);
-    flash_attention_backward(dq_, dk_, dv_, datt_, b.att, b.q, b.k, b.v, b.lse, S, NH, NKV, HD);
+    flash_attention_backward(dq_, dk_, dv_, datt_, b.att, b.q, b.k, b.v, b.lse, S, NH, NKV, HD, b.window);
   }
   {
     const Zone z(breakdown_, &B::rope);
-    rope_backward(dq_, S, NH, HD, cfg_.rope_theta);
-    rope_backward(dk_, S, NKV, HD, cfg_.rope_theta);
+    rope_backward(dq_, S, NH, HD, b.rope_theta);
+    rope_backward(dk_, S, NKV, HD, b.rope_theta);
   }
   if (b.q_norm >= 0) {
     const Zone z(breakdown_, &B::norms);
@@ -485,8 +574,7 @@ void Model::attention_backward(int64_t l) {
     nn::linear_backward(dxn_, {grad(b.wv), size_t(C * Ckv)}, dv_, b.qkv_in, b.wv_w, layer_backward(l, Projection::kV, true), ws_);
   }
   const Zone z(breakdown_, &B::norms);
-  rmsnorm_backward(dx_, {grad(b.attn_norm), size_t(C)}, dxn_, b.x_in, {param(b.attn_norm), size_t(C)}, b.rstd1, C,
-                   dp_.leaves);
+  rmsnorm_backward(dx_, {grad(b.attn_norm), size_t(C)}, dxn_, b.x_in, gain(b.attn_norm, C), b.rstd1, C, dp_.leaves);
 }
 
 }  // namespace s3r::model

@@ -122,7 +122,7 @@ StepResult StepRunner::run(std::span<const int32_t> in, std::span<const int32_t>
     ~Tally() { into += model.tokens_forwarded() - before; }
   } tally{step_key != nullptr ? tokens_trained_ : tokens_evaluated_, model_, seen_before};
   if (plan_.whole_batch()) {
-    model_.set_data_parallel({&world_, plan_.first_example(), T, plan_.leaves_per_forward()});
+    model_.set_data_parallel({&world_, plan_.first_example(), T, plan_.leaves_per_forward(), true});
     const size_t first = static_cast<size_t>(plan_.first_example() * S);
     try {
       result.loss = model_.forward(in.subspan(first, per), tg.subspan(first, per));
@@ -130,6 +130,7 @@ StepResult StepRunner::run(std::span<const int32_t> in, std::span<const int32_t>
       if (step_key != nullptr) {
         model_.backward(*step_key);  // non-finite gradients: thrown on every rank at the same D
         complete_gradient();
+        model_.fold_tied_head();  // after the reduction: the same sums for any rank count
       }
     } catch (const NonFiniteError& e) {
       result = {std::nan(""), false, e.what()};
@@ -141,7 +142,7 @@ StepResult StepRunner::run(std::span<const int32_t> in, std::span<const int32_t>
   leaf_loss_.assign(static_cast<size_t>(micro * L), std::nan(""));
   for (int64_t j = 0; j < micro && result.ok; ++j) {
     const int64_t first_example = plan_.first_example() + j * plan_.micro_batch;
-    model_.set_data_parallel({nullptr, first_example, T, L});
+    model_.set_data_parallel({nullptr, first_example, T, L, true});
     const size_t first = static_cast<size_t>(first_example * S);
     try {
       model_.forward(in.subspan(first, per), tg.subspan(first, per));
@@ -168,6 +169,7 @@ StepResult StepRunner::run(std::span<const int32_t> in, std::span<const int32_t>
     std::span<float> grads = model_.grads();
     if (result.ok) std::copy(stack_[level].begin(), stack_[level].end(), grads.begin());
     world_.tree_sum(grads);  // every rank calls it, also one that failed (its step is skipped)
+    model_.fold_tied_head();
   }
   if (result.ok && !std::isfinite(loss)) result = {loss, false, "non-finite loss " + std::to_string(loss)};
   if (result.ok) result.loss = loss;

@@ -199,12 +199,22 @@ double decoder_mean_loss(const LoadedCheckpoint& c, Precision p, const std::vect
   return sum / static_cast<double>(in.size());
 }
 
-void expect_decoder_matches_model(nn::LinearMode mode, double rtol) {
-  model::ModelConfig cfg = tiny();
+// Gemma 3 with six layers: five local ones (window 16 of S = 32) and a global one; its gains
+// (1 + w) drawn around the identity so that the offset matters.
+void expect_decoder_matches_model(nn::LinearMode mode, double rtol, model::Family family = model::Family::kLlama) {
+  model::ModelConfig cfg = model::preset("tiny", family);
+  cfg.vocab = 300;
   cfg.batch = 1;
+  if (family == model::Family::kGemma3) cfg.layers = 6;
   model::Model m(cfg, nn::Recipe::make(mode, nn::Recipe::default_correction(mode)));
   init_peaky(m, 5);
-  const std::string run = save(std::string("dec_") + std::string(nn::to_string(mode)), m);
+  std::mt19937 g(7);
+  std::normal_distribution<float> n(0.0f, 0.2f);
+  for (const model::ParamInfo& p : m.param_table()) {
+    if (p.role != model::ParamRole::kNorm || cfg.traits().norm_offset == 0.0f) continue;
+    for (int64_t i = 0; i < p.size; ++i) m.params()[p.offset + i] = n(g);
+  }
+  const std::string run = save(std::string("dec_") + std::string(cfg.traits().name) + "_" + std::string(nn::to_string(mode)), m);
   const LoadedCheckpoint c = load_for_inference(run);
   std::mt19937 gen(11);
   std::vector<int32_t> tokens(static_cast<size_t>(cfg.seq_len + 1));
@@ -231,6 +241,15 @@ void expect_decoder_matches_model(nn::LinearMode mode, double rtol) {
 TEST(Decoder, MatchesTheModelForwardInF32) { expect_decoder_matches_model(nn::LinearMode::kF32, 2e-6); }
 TEST(Decoder, MatchesTheModelForwardInBf16) { expect_decoder_matches_model(nn::LinearMode::kBf16, 2e-5); }
 TEST(Decoder, MatchesTheModelForwardInS3r) { expect_decoder_matches_model(nn::LinearMode::kS3r, 2e-5); }
+TEST(Decoder, MatchesTheModelForwardQwen3) { expect_decoder_matches_model(nn::LinearMode::kF32, 2e-6, model::Family::kQwen3); }
+TEST(Decoder, MatchesTheModelForwardGemma3InF32) {
+  expect_decoder_matches_model(nn::LinearMode::kF32, 2e-6, model::Family::kGemma3);
+}
+// The int8 forward's gap is codes flipped by the last bits of the f32 (model) against the double
+// (decoder) attention: six layers give about three times the two-layer model's (2.0e-5 measured).
+TEST(Decoder, MatchesTheModelForwardGemma3InS3r) {
+  expect_decoder_matches_model(nn::LinearMode::kS3r, 6e-5, model::Family::kGemma3);
+}
 
 TEST(Decoder, PrecisionF32DiffersFromTheInt8ForwardOnlyByRounding) {
   model::ModelConfig cfg = tiny();

@@ -27,24 +27,25 @@ Vec matmul(const Vec& x, const double* w, int64_t T, int64_t K, int64_t N) {
   return y;
 }
 
-Vec rmsnorm(const Vec& x, const double* g, int64_t T, int64_t C, double eps) {
+// gain = offset + g (Gemma: 1 + g).
+Vec rmsnorm(const Vec& x, const double* g, int64_t T, int64_t C, double eps, double offset = 0.0) {
   Vec y(x.size());
   for (int64_t t = 0; t < T; ++t) {
     double ss = 0.0;
     for (int64_t c = 0; c < C; ++c) ss += x[t * C + c] * x[t * C + c];
     const double r = 1.0 / std::sqrt(ss / C + eps);
-    for (int64_t c = 0; c < C; ++c) y[t * C + c] = x[t * C + c] * r * g[c];
+    for (int64_t c = 0; c < C; ++c) y[t * C + c] = x[t * C + c] * r * (offset + g[c]);
   }
   return y;
 }
 
-// x (T, heads HD).
-void rope(Vec& x, const ModelConfig& m, int64_t heads) {
+// x (T, heads HD), RoPE base theta.
+void rope(Vec& x, const ModelConfig& m, int64_t heads, double theta) {
   const int64_t HD = m.head_dim(), C = heads * HD;
   for (int64_t t = 0; t < m.tokens(); ++t)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < HD / 2; ++i) {
-        const double ang = static_cast<double>(t % m.seq_len) * std::pow(double(m.rope_theta), -2.0 * i / HD);
+        const double ang = static_cast<double>(t % m.seq_len) * std::pow(theta, -2.0 * i / HD);
         double* p = &x[t * C + h * HD + 2 * i];
         const double a = p[0], b = p[1];
         p[0] = a * std::cos(ang) - b * std::sin(ang);
@@ -52,60 +53,77 @@ void rope(Vec& x, const ModelConfig& m, int64_t heads) {
       }
 }
 
-// q (T, NH HD); k, v (T, NKV HD): query head h reads key/value head h / (NH / NKV).
-Vec attention(const Vec& q, const Vec& k, const Vec& v, const ModelConfig& m) {
+// q (T, NH HD); k, v (T, NKV HD): query head h reads key/value head h / (NH / NKV); with a window
+// W > 0, query i attends to keys i - W < j <= i only.
+Vec attention(const Vec& q, const Vec& k, const Vec& v, const ModelConfig& m, int64_t window) {
   const int64_t C = m.heads * m.head_dim(), HD = m.head_dim(), S = m.seq_len, Ckv = m.kv_heads * HD;
   Vec out(q.size(), 0.0);
   for (int64_t b = 0; b < m.batch; ++b)
     for (int64_t h = 0; h < m.heads; ++h)
       for (int64_t i = 0; i < S; ++i) {
         const int64_t g = h / (m.heads / m.kv_heads);
-        Vec s(i + 1);
+        Vec s(i + 1, 0.0);
+        const int64_t j0 = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
         double mx = -1e300, sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = j0; j <= i; ++j) {
           double d = 0.0;
           for (int64_t e = 0; e < HD; ++e) d += q[(b * S + i) * C + h * HD + e] * k[(b * S + j) * Ckv + g * HD + e];
           s[j] = d / std::sqrt(double(HD));
           mx = std::max(mx, s[j]);
         }
-        for (auto& x : s) sum += (x = std::exp(x - mx));
-        for (int64_t j = 0; j <= i; ++j)
+        for (int64_t j = j0; j <= i; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        for (int64_t j = j0; j <= i; ++j)
           for (int64_t e = 0; e < HD; ++e) out[(b * S + i) * C + h * HD + e] += s[j] / sum * v[(b * S + j) * Ckv + g * HD + e];
       }
   return out;
 }
 
-// The model's loss in double from a double copy of the parameter arena.
+double gelu_tanh(double z) {
+  return 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / std::acos(-1.0)) * (z + 0.044715 * z * z * z)));
+}
+
+// The model's loss in double from a double copy of the parameter arena, written from each
+// family's definition (Gemma 3: gains 1 + w, post-norms, GeGLU, embeddings times sqrt(C), the
+// head tied to the embedding, local layers with their window and RoPE base 1e4).
 double reference_loss(const ModelConfig& m, const std::map<std::string, ParamInfo>& info,
                       const Vec& params, const std::vector<int32_t>& in,
                       const std::vector<int32_t>& tg) {
   const int64_t T = m.tokens(), C = m.width, F = m.ffn_width, V = m.vocab;
   auto P = [&](const std::string& name) { return params.data() + info.at(name).offset; };
+  const bool gemma = m.family == Family::kGemma3;
+  const double off = gemma ? 1.0 : 0.0, scale = gemma ? std::sqrt(double(C)) : 1.0;
   Vec x(T * C);
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t c = 0; c < C; ++c) x[t * C + c] = P("tok_emb")[in[t] * C + c];
+    for (int64_t c = 0; c < C; ++c) x[t * C + c] = P("tok_emb")[in[t] * C + c] * scale;
   for (int64_t l = 0; l < m.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
-    const Vec xn = rmsnorm(x, P(p + "attn_norm"), T, C, m.norm_eps);
+    const bool local = gemma && m.window > 0 && (l + 1) % 6 != 0;
+    const double theta = local ? 10000.0 : double(m.rope_theta);
+    const Vec xn = rmsnorm(x, P(p + "attn_norm"), T, C, m.norm_eps, off);
     const int64_t Ckv = m.kv_width(), Cq = m.q_width();
     Vec q = matmul(xn, P(p + "attn.q"), T, C, Cq), k = matmul(xn, P(p + "attn.k"), T, C, Ckv);
     const Vec v = matmul(xn, P(p + "attn.v"), T, C, Ckv);
     if (m.traits().qk_norm) {  // each head's HD elements are one RMSNorm row
-      q = rmsnorm(q, P(p + "attn.q_norm"), T * m.heads, m.head_dim(), m.norm_eps);
-      k = rmsnorm(k, P(p + "attn.k_norm"), T * m.kv_heads, m.head_dim(), m.norm_eps);
+      q = rmsnorm(q, P(p + "attn.q_norm"), T * m.heads, m.head_dim(), m.norm_eps, off);
+      k = rmsnorm(k, P(p + "attn.k_norm"), T * m.kv_heads, m.head_dim(), m.norm_eps, off);
     }
-    rope(q, m, m.heads);
-    rope(k, m, m.kv_heads);
-    const Vec o = matmul(attention(q, k, v, m), P(p + "attn.o"), T, Cq, C);
+    rope(q, m, m.heads, theta);
+    rope(k, m, m.kv_heads, theta);
+    Vec o = matmul(attention(q, k, v, m, local ? m.window : 0), P(p + "attn.o"), T, Cq, C);
+    if (gemma) o = rmsnorm(o, P(p + "attn_post_norm"), T, C, m.norm_eps, off);
     for (int64_t i = 0; i < T * C; ++i) x[i] += o[i];
-    const Vec xn2 = rmsnorm(x, P(p + "ffn_norm"), T, C, m.norm_eps);
+    const Vec xn2 = rmsnorm(x, P(p + "ffn_norm"), T, C, m.norm_eps, off);
     const Vec h1 = matmul(xn2, P(p + "ffn.gate"), T, C, F), h3 = matmul(xn2, P(p + "ffn.up"), T, C, F);
     Vec hidden(T * F);
-    for (int64_t i = 0; i < T * F; ++i) hidden[i] = h1[i] / (1.0 + std::exp(-h1[i])) * h3[i];
-    const Vec y = matmul(hidden, P(p + "ffn.down"), T, F, C);
+    for (int64_t i = 0; i < T * F; ++i) hidden[i] = (gemma ? gelu_tanh(h1[i]) : h1[i] / (1.0 + std::exp(-h1[i]))) * h3[i];
+    Vec y = matmul(hidden, P(p + "ffn.down"), T, F, C);
+    if (gemma) y = rmsnorm(y, P(p + "ffn_post_norm"), T, C, m.norm_eps, off);
     for (int64_t i = 0; i < T * C; ++i) x[i] += y[i];
   }
-  const Vec logits = matmul(rmsnorm(x, P("final_norm"), T, C, m.norm_eps), P("lm_head"), T, C, V);
+  Vec head(C * V);  // (C, V): the untied head, or the embedding (V, C) transposed
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t v = 0; v < V; ++v) head[c * V + v] = gemma ? P("tok_emb")[v * C + c] : P("lm_head")[c * V + v];
+  const Vec logits = matmul(rmsnorm(x, P("final_norm"), T, C, m.norm_eps, off), head.data(), T, C, V);
   double loss = 0.0;
   for (int64_t t = 0; t < T; ++t) {
     double mx = -1e300, sum = 0.0;
@@ -128,14 +146,20 @@ TEST_P(ModelGradientKv, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
   ModelConfig m{{2, 16, 4, std::get<0>(GetParam()), 24, 19}, {6, 2}};
   m.head_size = std::get<1>(GetParam());
   m.family = std::get<2>(GetParam());
+  if (m.family == Family::kGemma3) {  // six layers: five local (window 3 of S = 6), one global
+    m.layers = 6;
+    m.window = 3;
+    m.rope_theta = m.traits().rope_theta;
+  }
   Model model(m, nn::Recipe::make(nn::LinearMode::kF32, nn::Correction::kNone));
   model.init_weights(5);
   // Larger weights than the 0.02 init so that every path carries a visible gradient.
   std::mt19937 gen(3);
   std::normal_distribution<float> normal(0.0f, 0.3f);
   for (const ParamInfo& p : model.param_table()) {
-    if (p.role == ParamRole::kNorm) continue;
-    for (int64_t i = 0; i < p.size; ++i) model.params()[p.offset + i] = normal(gen);
+    // Gains too, around their identity (1, or 0 with Gemma's 1 + w), so that a wrong offset shows.
+    const float base = p.role == ParamRole::kNorm ? 1.0f - m.traits().norm_offset : 0.0f;
+    for (int64_t i = 0; i < p.size; ++i) model.params()[p.offset + i] = base + normal(gen);
   }
   std::vector<int32_t> in(m.tokens()), tg(m.tokens());
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.vocab - 1));
@@ -149,6 +173,10 @@ TEST_P(ModelGradientKv, F32GradientMatchesFiniteDifferencesOfADoubleForward) {
   EXPECT_NEAR(loss, reference_loss(m, info, params, in, tg), 1e-5 * loss);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (const ParamInfo& p : model.param_table()) {
+    if (p.tied) {  // its gradient went into the embedding's (checked there through the head's path)
+      for (int64_t i = 0; i < p.size; ++i) ASSERT_EQ(model.grads()[p.offset + i], 0.0f) << p.name;
+      continue;
+    }
     double rms = 0.0;
     for (int64_t i = 0; i < p.size; ++i) rms += double(model.grads()[p.offset + i]) * model.grads()[p.offset + i];
     rms = std::sqrt(rms / p.size);
@@ -172,7 +200,7 @@ INSTANTIATE_TEST_SUITE_P(KvHeads, ModelGradientKv,
                          ::testing::Values(std::tuple{4, 0, Family::kLlama}, std::tuple{2, 0, Family::kLlama},
                                            std::tuple{1, 0, Family::kLlama}, std::tuple{2, 6, Family::kLlama},
                                            std::tuple{4, 2, Family::kLlama}, std::tuple{2, 6, Family::kQwen3},
-                                           std::tuple{4, 0, Family::kQwen3}));
+                                           std::tuple{4, 0, Family::kQwen3}, std::tuple{2, 0, Family::kGemma3}));
 
 // /head-int8: the LM head becomes a quantized projection of an int8 model. The same weights and
 // batch give a loss within 1% of the bf16 head's (int8 codes carry ~2^-8 relative error) but not

@@ -171,7 +171,7 @@ cmp -s "$work/qwen3-1.out" "$work/qwen3-2.out" || fail "qwen3: greedy generation
 expect_error "the checkpoint's configuration \\(qwen3 L=2 .*\\) differs from this run's \\(L=2 " \
   "$s3r" train --preset tiny --vocab 300 --data "$work/data" --steps 50 --resume "$work/run-qwen3" --out "$work/run-qwen3"
 grep -q '"step": 39' "$work/run-qwen3/checkpoint/meta.json" || fail "qwen3: the refused resume changed the checkpoint"
-expect_error "unknown architecture 'gemma9'; expected one of: llama, qwen3" \
+expect_error "unknown architecture 'gemma9'; expected one of: llama, qwen3, gemma3" \
   "$s3r" train --arch gemma9 --preset tiny --data "$work/data"
 "$s3r" eval --checkpoint "$work/run-qwen3" --data "$work/data" > "$work/qwen3-eval.out" 2>&1 \
   || fail "qwen3: eval: $(cat "$work/qwen3-eval.out")"
@@ -179,4 +179,40 @@ expect_error "unknown architecture 'gemma9'; expected one of: llama, qwen3" \
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); sys.exit(0 if (c["architectures"], c["model_type"],
   c["head_dim"]) == (["Qwen3ForCausalLM"], "qwen3", 32) else 1)' "$work/hf-qwen3/config.json" \
   || fail "qwen3: hf config.json: $(cat "$work/hf-qwen3/config.json")"
+# Gemma 3 (--arch gemma3: 1 + w gains, post-norms, GeGLU, embeddings times sqrt(C), tied head,
+# local layers with a window of S / 2 = 16): meta.json names them; no lm_head tensor is saved;
+# generation is deterministic; eval's loss is the logged one; --window is checked before any work.
+"$s3r" train --arch gemma3 --preset tiny --vocab 300 --data "$work/data" --steps 40 --warmup 3 --lr 3e-3 \
+  --eval-every 40 --eval-batches 4 --out "$work/run-gemma3" > "$work/train-gemma3.log" 2>&1 \
+  || fail "train --arch gemma3: $(tail -3 "$work/train-gemma3.log")"
+python3 - "$work/run-gemma3/checkpoint" <<'PY' || fail "gemma3 in meta.json"
+import json, struct, sys
+m = json.load(open(sys.argv[1] + "/meta.json"))
+c, a = m["config"], m["architecture"]
+raw = open(sys.argv[1] + "/model.safetensors", "rb").read()
+names = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]]).keys()
+got = (c.get("arch"), c.get("window"), c["kv_heads"], a["embedding"].get("tied"), a["embedding"].get("scale"),
+       a["ffn"]["type"], a["attention"].get("sliding_window"), "post_norms" in a, "lm_head" in names,
+       "blocks.0.attn_post_norm" in names)
+print(f"gemma3 meta.json: arch, window, kv_heads, tied, scale, ffn, sliding_window, post_norms: {got[:8]}; "
+      f"lm_head saved {got[8]}, post-norm saved {got[9]}")
+sys.exit(0 if got == ("gemma3", 16, 2, True, "sqrt(width)", "geglu", 16, True, False, True) else 1)
+PY
+for i in 1 2; do
+  "$s3r" generate --checkpoint "$work/run-gemma3" --prompt "the gradient" --max-tokens 10 --temperature 0 --ignore-eos \
+    > "$work/gemma3-$i.out" 2> "$work/gemma3-$i.err" || fail "generate (gemma3): $(cat "$work/gemma3-$i.err")"
+done
+cmp -s "$work/gemma3-1.out" "$work/gemma3-2.out" || fail "gemma3: greedy generation is not deterministic"
+"$s3r" eval --checkpoint "$work/run-gemma3" --data "$work/data" > "$work/gemma3-eval.out" 2>&1 \
+  || fail "gemma3: eval: $(cat "$work/gemma3-eval.out")"
+loss=$(sed -n 's/^loss \([0-9.]*\) nats.*/\1/p' "$work/gemma3-eval.out")
+logged=$(grep val_loss "$work/run-gemma3/metrics.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.e+-]*\).*/\1/')
+echo "gemma3 eval: loss $loss (logged val_loss $logged)"
+python3 -c "import sys; a, b = float('$loss'), float('$logged'); sys.exit(0 if abs(a - b) <= 0.1 * b else 1)" \
+  || fail "gemma3: eval loss $loss is far from the logged val_loss $logged"
+expect_error "--window 32 must be below --seq-len 32 " \
+  "$s3r" train --arch gemma3 --preset tiny --window 32 --data "$work/data" --out "$work/none"
+expect_error "--window 8: the llama family has no local layers" \
+  "$s3r" train --preset tiny --window 8 --data "$work/data" --out "$work/none"
+[ ! -e "$work/none" ] || fail "a refused --window left $work/none"
 echo "infer smoke: ok"

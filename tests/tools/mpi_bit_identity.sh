@@ -2,7 +2,7 @@
 # Data-parallel training is bit-identical for any number of ranks (SPEC section 6):
 # every logged number (losses, gradient norms, validation losses) of `mpirun -np 2` and
 # `mpirun -np 4` equals one process's without mpirun, in the default mode, two-way correction,
-# sr and bf16, and with Qwen3's block; and with --micro-batch, R = 1, 2, 4 agree with each other. Matching bits alone do
+# sr and bf16, and with Qwen3's and Gemma 3's blocks; and with --micro-batch, R = 1, 2, 4 agree with each other. Matching bits alone do
 # not show that the ranks split the work, so mpi_work_split.py also checks each rank's tokens, its
 # AdamW moments (whole, or a 1/R share with --shard-optimizer) and the bytes sent per step
 # against docs/DISTRIBUTED.md's formula. Also: an error on one rank ends every rank with a
@@ -56,6 +56,12 @@ done
 # Qwen3's block (QK-norm: gains whose gradients are float partials summed per reduction leaf).
 run qwen3-1 0 --arch qwen3; run qwen3-2 2 --arch qwen3; run qwen3-4 4 --arch qwen3
 same qwen3-1 qwen3-2; same qwen3-1 qwen3-4
+# Gemma 3's block: the tied head's gradient is reduced in its own slot and folded into the
+# embedding's after the reduction (also after micro-batches); local layers with a window.
+run gemma3-1 0 --arch gemma3; run gemma3-2 2 --arch gemma3; run gemma3-4 4 --arch gemma3
+same gemma3-1 gemma3-2; same gemma3-1 gemma3-4
+run gemma3-micro-1 0 --arch gemma3 --micro-batch 2; run gemma3-micro-4 4 --arch gemma3 --micro-batch 2
+same gemma3-micro-1 gemma3-micro-4
 # Resume with another R: 2 steps of the 3-step schedule in one process and the last under
 # mpirun -np 2, or 2 steps under -np 4 and the last in one process: the straight run's numbers.
 resume() {  # resume NAME RANKS_BEFORE RANKS_AFTER ARGS...

@@ -11,13 +11,21 @@ namespace s3r::model {
 
 // The model families s3r trains. A family is data: what its blocks have beyond the Llama block
 // (FamilyTraits), read by the model, the decoder, checkpoints and exports from one table.
-enum class Family : uint8_t { kLlama, kQwen3 };
+enum class Family : uint8_t { kLlama, kQwen3, kGemma3 };
 
 struct FamilyTraits {
   Family family;
-  std::string_view name;  // "llama", "qwen3": --arch, meta.json, GGUF general.architecture
+  std::string_view name;  // "llama", "qwen3", "gemma3": --arch, meta.json, GGUF general.architecture
   bool qk_norm;           // RMSNorm over each head of q and k (weights of HD), before RoPE
-  float rope_theta, norm_eps;  // the family's defaults
+  float rope_theta, norm_eps;  // the family's defaults (rope_theta: of the global layers)
+  // Gemma's block (docs/SPEC.md, appendix A.9):
+  float norm_offset = 0.0f;     // an RMSNorm's gain is norm_offset + w (Gemma: 1 + w, w from 0)
+  bool post_norms = false;      // RMSNorm of the attention's and the FFN's outputs before the residual add
+  bool gelu = false;            // GeGLU (GELU's tanh form) instead of SwiGLU
+  bool embed_scale = false;     // token embeddings times sqrt(C)
+  bool tied_head = false;       // LM head = the embedding, transposed; its gradient flows into the embedding
+  int64_t local_period = 0;     // > 0: layers l with (l + 1) % local_period != 0 are local (sliding window)
+  float rope_theta_local = 0;   // RoPE base of the local layers
 };
 
 const FamilyTraits& traits(Family f);
@@ -41,6 +49,9 @@ struct Architecture {
   // equal.
   int64_t head_size = 0;
   Family family = Family::kLlama;  // what the blocks add to Llama's (traits())
+  // W, the sliding window of the family's local layers (traits().local_period): their query i
+  // attends to keys i - W < j <= i; 0: no window (every layer attends to all earlier keys).
+  int64_t window = 0;
 
   int64_t head_dim() const { return head_size != 0 ? head_size : width / heads; }  // HD
   int64_t q_width() const { return heads * head_dim(); }       // columns of Q and of attention's output: NH HD
@@ -48,6 +59,12 @@ struct Architecture {
   // This architecture with head_size 0 where it equals C / NH.
   Architecture normalized() const;
   const FamilyTraits& traits() const { return model::traits(family); }
+  // Layer l attends through the sliding window (a local layer of a family that has them, W > 0).
+  bool is_local(int64_t l) const {
+    return window > 0 && traits().local_period > 0 && (l + 1) % traits().local_period != 0;
+  }
+  int64_t window_of(int64_t l) const { return is_local(l) ? window : 0; }  // for flash attention
+  float rope_theta_of(int64_t l) const { return is_local(l) ? traits().rope_theta_local : rope_theta; }
   // Throws s3r::Error naming the first invalid field (e.g. C not divisible by heads).
   void validate() const;
   // "L=2 C=64 heads=4 F=192 V=256" ("heads=4/kv=2" with GQA, " hd=32" with an explicit head size)
@@ -79,7 +96,8 @@ struct ModelConfig : Architecture, RunShape {
 // the FFN shape W2 of the paper's Table III: GEMM-bound, for `s3r bench step`), "paper" (the
 // paper's 12-layer decoder), of a family. Llama's presets have kv_heads = heads; Qwen3's keep
 // Qwen3's ratios at these widths (kv_heads = heads / 2, a head size of 2 C / heads, its RoPE
-// base 1e6 and norm eps 1e-6).
+// base 1e6 and norm eps 1e-6); Gemma 3's have kv_heads = heads / 2, a window of S / 2 for its
+// local layers (five of every six), RoPE bases 1e4 (local) and 1e6 (global), norm eps 1e-6.
 ModelConfig preset(std::string_view name, Family family = Family::kLlama);
 
 }  // namespace s3r::model

@@ -18,6 +18,14 @@ struct LeafScratch {
   std::vector<int64_t> run_starts;  // where each row's run of `order` starts, then T
 };
 
+// ---- element-wise helpers of the families' additions (Gemma: embedding scale, tied head) -----
+// x *= s, element by element (threaded; each element one f32 multiply).
+void scale_in_place(std::span<float> x, float s);
+// dst (cols, rows) = src (rows, cols) transposed.
+void transpose_into(float* dst, const float* src, int64_t rows, int64_t cols);
+// dst (cols, rows) += src (rows, cols) transposed, one f32 add per element.
+void add_transposed(float* dst, const float* src, int64_t rows, int64_t cols);
+
 // ---- embedding: out[t, :] = table[tokens[t], :] -------------------------------------------
 // out (T, C); tokens (T) in [0, V); table (V, C). Throws s3r::Error naming a token out of range.
 void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,

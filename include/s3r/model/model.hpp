@@ -1,7 +1,10 @@
 #pragma once
 // Llama-style decoder: token embedding; per block RMSNorm -> Q, K, V -> RoPE -> causal
 // attention -> output projection -> residual; RMSNorm -> SwiGLU (gate, up, down) -> residual;
-// final RMSNorm; untied LM head; mean cross-entropy.
+// final RMSNorm; untied LM head; mean cross-entropy. A family (config.hpp: FamilyTraits) adds to
+// it: QK-norm (qwen3, gemma3); Gemma 3's gains 1 + w, RMSNorms of the attention's and the FFN's
+// outputs before their residual adds, GeGLU, embeddings times sqrt(C), the LM head tied to the
+// embedding, and local layers with a sliding window and their own RoPE base (docs/SPEC.md A.9).
 //
 // Attention is fused (s3r/model/attention.hpp): no (B, NH, S, S) tensor is kept. With
 // kv_heads < heads (grouped-query attention) K and V have NKV HD columns and query head h reads
@@ -64,6 +67,10 @@ struct DataParallel {
   int64_t first_example = 0;  // global index of this batch's example 0 (thresholds, sr bits)
   int64_t step_tokens = 0;    // tokens of the whole step: the loss gradient is divided by it; 0: T
   int64_t leaves = 0;         // reduction leaves in this batch (dist/tree_sum.hpp); 0: default_leaves(B)
+  // A tied LM head's gradient stays in its own slot after backward, for the caller to reduce like
+  // the other gradients and fold once the step's is complete (fold_tied_head): the fold after the
+  // reduction keeps the sums the same for any rank and micro-batch count. false: backward folds.
+  bool defer_tied_fold = false;
 };
 
 
@@ -109,6 +116,9 @@ class Model {
   // every other gradient is this process's partial, a subtree of the fixed leaf tree, which
   // Communicator::tree_sum completes.
   void backward(Key step_key);
+  // With a tied LM head: its gradient (C, V) added, transposed, into the embedding's (V, C), then
+  // cleared; no-op without one. backward calls it unless data_parallel().defer_tied_fold.
+  void fold_tied_head();
 
   void set_data_parallel(const DataParallel& placement);
   const DataParallel& data_parallel() const { return dp_; }
@@ -138,6 +148,16 @@ class Model {
   void qkv_forward(Block& b);
   void qk_norm_forward(Block& b);
   void qk_norm_backward(Block& b);
+  // The gain an RMSNorm applies: the parameter at `offset` (n values), or norm_offset + w in
+  // gain_ (Gemma).
+  std::span<const float> gain(int64_t offset, int64_t n);
+  // out (T, C) = rmsnorm(raw) with the post-norm at `norm` (Gemma), forward and backward: d_raw
+  // (zeroed here) from d_out.
+  void post_norm_forward(std::vector<float>& out, std::vector<float>& rstd, const std::vector<float>& raw, int64_t norm);
+  void post_norm_backward(std::vector<float>& d_raw, const std::vector<float>& d_out, const std::vector<float>& raw,
+                          const std::vector<float>& rstd, int64_t norm);
+  void embed_forward();
+  void head_forward();
   void ffn_forward(Block& b, std::vector<float>& out);
   void clear_accumulated_grads();
   void ffn_backward(int64_t layer);
@@ -165,6 +185,9 @@ class Model {
   std::vector<float> dq_, datt_;             // (T, Cq)
   std::vector<float> dk_, dv_;               // (T, Ckv)
   std::vector<float> dq_raw_, dk_raw_;       // QK-norm: d(q), d(k) before their norms
+  std::vector<float> d_post_;                // post-norms: d(output) before its norm (T, C)
+  std::vector<float> gain_;                  // gain(): 1 + w of the norm at hand
+  float embed_scale_ = 1.0f;                 // sqrt(C) with embed_scale, else 1
   Key step_key_{};                           // the running backward's step key
   nn::BatchPlacement place_;                 // ... and this batch's place in the step
   nn::LinearInput head_in_;

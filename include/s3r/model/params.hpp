@@ -42,6 +42,10 @@ struct ParamInfo {
   int64_t block = -1;          // the block it belongs to; -1 outside the blocks
   Projection projection{};     // role kProjection only
   bool decay = true;           // AdamW weight decay: matrices (projections, head), not gains or the embedding
+  // The tied LM head (a family with tied_head): its values are the embedding transposed, written
+  // by every forward; its gradient, once the step's is complete, is added into the embedding's
+  // (Model::fold_tied_head) and cleared. Not saved in checkpoints, not updated by the optimizer.
+  bool tied = false;
 };
 
 }  // namespace s3r::model
