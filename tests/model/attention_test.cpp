@@ -253,11 +253,7 @@ TEST(FlashAttention, SameBitsForAnyThreadCount) {
         const Result r = run_flash(s, in, isa);
         const std::string ctx =
             std::string(isa_name(isa)) + " " + s.str() + " threads=" + std::to_string(n);
-        expect_same_bits("out", one.out, r.out, ctx);
-        expect_same_bits("lse", one.lse, r.lse, ctx);
-        expect_same_bits("dq", one.dq, r.dq, ctx);
-        expect_same_bits("dk", one.dk, r.dk, ctx);
-        expect_same_bits("dv", one.dv, r.dv, ctx);
+        expect_same_result(one, r, ctx);
       }
     }
   }
@@ -275,11 +271,7 @@ TEST(FlashAttention, TiersAgreeBitForBit) {
         const Result got = run_flash(s, in, isa);
         const std::string ctx =
             std::string(isa_name(isa)) + " vs reference, " + s.str() + (sigma > 1.0f ? " x4" : "");
-        expect_same_bits("out", want.out, got.out, ctx);
-        expect_same_bits("lse", want.lse, got.lse, ctx);
-        expect_same_bits("dq", want.dq, got.dq, ctx);
-        expect_same_bits("dk", want.dk, got.dk, ctx);
-        expect_same_bits("dv", want.dv, got.dv, ctx);
+        expect_same_result(want, got, ctx);
       }
     }
   }

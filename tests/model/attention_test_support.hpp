@@ -377,6 +377,15 @@ inline void expect_same_bits(const char* what, const FVec& want, const FVec& got
   }
 }
 
+// Every output of two runs (out, lse, dq, dk, dv) bit for bit.
+inline void expect_same_result(const Result& want, const Result& got, const std::string& ctx) {
+  expect_same_bits("out", want.out, got.out, ctx);
+  expect_same_bits("lse", want.lse, got.lse, ctx);
+  expect_same_bits("dq", want.dq, got.dq, ctx);
+  expect_same_bits("dk", want.dk, got.dk, ctx);
+  expect_same_bits("dv", want.dv, got.dv, ctx);
+}
+
 // Shapes: S around the block of 32 (1, 31, 32, 33, 64, 65) and not a multiple of it (37, 100);
 // HD a multiple of 16 (16, 64), not (2, 6, 24, 40, 80).
 inline const std::vector<Shape>& sweep() {

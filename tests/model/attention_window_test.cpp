@@ -69,11 +69,7 @@ TEST(FlashAttentionWindow, TiersAgreeBitForBit) {
       for (Isa isa : tiers) {
         const Result got = run_flash(s, in, isa);
         const std::string ctx = std::string(isa_name(isa)) + " vs reference, " + s.str() + (sigma > 1.0f ? " x4" : "");
-        expect_same_bits("out", want.out, got.out, ctx);
-        expect_same_bits("lse", want.lse, got.lse, ctx);
-        expect_same_bits("dq", want.dq, got.dq, ctx);
-        expect_same_bits("dk", want.dk, got.dk, ctx);
-        expect_same_bits("dv", want.dv, got.dv, ctx);
+        expect_same_result(want, got, ctx);
       }
     }
   }
@@ -87,11 +83,7 @@ TEST(FlashAttentionWindow, WindowOfAtLeastSIsNoWindow) {
       const Inputs in = make_inputs(none, 93);
       const Result a = run_flash(none, in, isa), b = run_flash(windowed, in, isa);
       const std::string ctx = std::string(isa_name(isa)) + " W=" + std::to_string(W);
-      expect_same_bits("out", a.out, b.out, ctx);
-      expect_same_bits("lse", a.lse, b.lse, ctx);
-      expect_same_bits("dq", a.dq, b.dq, ctx);
-      expect_same_bits("dk", a.dk, b.dk, ctx);
-      expect_same_bits("dv", a.dv, b.dv, ctx);
+      expect_same_result(a, b, ctx);
     }
   }
 }
@@ -143,11 +135,7 @@ TEST(FlashAttentionWindow, SameBitsForAnyThreadCount) {
         testing::ScopedThreads threads(n);
         const Result r = run_flash(s, in, isa);
         const std::string ctx = std::string(isa_name(isa)) + " " + s.str() + " threads=" + std::to_string(n);
-        expect_same_bits("out", one.out, r.out, ctx);
-        expect_same_bits("lse", one.lse, r.lse, ctx);
-        expect_same_bits("dq", one.dq, r.dq, ctx);
-        expect_same_bits("dk", one.dk, r.dk, ctx);
-        expect_same_bits("dv", one.dv, r.dv, ctx);
+        expect_same_result(one, r, ctx);
       }
     }
   }

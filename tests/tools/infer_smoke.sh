@@ -20,6 +20,19 @@ done > "$work/corpus.txt"
 "$s3r" train --preset tiny --vocab 300 --data "$work/data" --steps 40 --warmup 3 --lr 3e-3 --eval-every 40 \
   --eval-batches 4 --out "$work/run" > "$work/train.log" || fail "train: $(tail -3 "$work/train.log")"
 tok=(--tokenizer "$work/data/tokenizer.model")
+# eval_near_logged NAME: `s3r eval` of run-NAME on the whole validation split within 10% of the
+# run's last logged val_loss (a few batches of it).
+eval_near_logged() {
+  "$s3r" eval --checkpoint "$work/run-$1" --data "$work/data" > "$work/$1-eval.out" 2> "$work/$1-eval.err" \
+    || fail "$1: eval: $(cat "$work/$1-eval.err")"
+  local loss logged
+  loss=$(sed -n 's/^loss \([0-9.]*\) nats.*/\1/p' "$work/$1-eval.out")
+  logged=$(grep val_loss "$work/run-$1/metrics.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.e+-]*\).*/\1/')
+  echo "$1 eval: loss $loss (logged val_loss $logged)"
+  python3 -c "import sys; a, b = float('$loss'), float('$logged'); sys.exit(0 if abs(a - b) <= 0.1 * b else 1)" \
+    || fail "$1: eval loss $loss is far from the logged val_loss $logged"
+}
+
 expect_error() {  # PATTERN COMMAND...: exit status 1 and PATTERN on stderr
   local pattern=$1; shift
   local out rc
@@ -136,13 +149,7 @@ cmp -s "$work/gqa1.out" "$work/gqa2.out" || fail "GQA: greedy generation is not 
 "$s3r" generate --checkpoint "$work/run-gqa" --prompt "the" --max-tokens 70 --ignore-eos --seed 1 \
   > /dev/null 2> "$work/gqa-long.err" || fail "GQA: generate past the context: $(cat "$work/gqa-long.err")"
 grep -q " 70 new tokens" "$work/gqa-long.err" || fail "GQA: not 70 tokens past the context: $(cat "$work/gqa-long.err")"
-"$s3r" eval --checkpoint "$work/run-gqa" --data "$work/data" > "$work/gqa-eval.out" 2> "$work/gqa-eval.err" \
-  || fail "GQA: eval: $(cat "$work/gqa-eval.err")"
-loss=$(sed -n 's/^loss \([0-9.]*\) nats.*/\1/p' "$work/gqa-eval.out")
-logged=$(grep val_loss "$work/run-gqa/metrics.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.e+-]*\).*/\1/')
-echo "GQA eval: loss $loss (logged val_loss $logged)"
-python3 -c "import sys; a, b = float('$loss'), float('$logged'); sys.exit(0 if abs(a - b) <= 0.1 * b else 1)" \
-  || fail "GQA: eval loss $loss is far from the logged val_loss $logged"
+eval_near_logged gqa
 "$s3r" export --checkpoint "$work/run-gqa" "${tok[@]}" --format gguf --out "$work/tiny-gqa.gguf" > /dev/null || fail "GQA: export gguf"
 "$s3r" export --checkpoint "$work/run-gqa" "${tok[@]}" --format hf --out "$work/hf-gqa" > /dev/null || fail "GQA: export hf"
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); sys.exit(0 if (c["num_attention_heads"],
@@ -203,13 +210,7 @@ for i in 1 2; do
     > "$work/gemma3-$i.out" 2> "$work/gemma3-$i.err" || fail "generate (gemma3): $(cat "$work/gemma3-$i.err")"
 done
 cmp -s "$work/gemma3-1.out" "$work/gemma3-2.out" || fail "gemma3: greedy generation is not deterministic"
-"$s3r" eval --checkpoint "$work/run-gemma3" --data "$work/data" > "$work/gemma3-eval.out" 2>&1 \
-  || fail "gemma3: eval: $(cat "$work/gemma3-eval.out")"
-loss=$(sed -n 's/^loss \([0-9.]*\) nats.*/\1/p' "$work/gemma3-eval.out")
-logged=$(grep val_loss "$work/run-gemma3/metrics.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.e+-]*\).*/\1/')
-echo "gemma3 eval: loss $loss (logged val_loss $logged)"
-python3 -c "import sys; a, b = float('$loss'), float('$logged'); sys.exit(0 if abs(a - b) <= 0.1 * b else 1)" \
-  || fail "gemma3: eval loss $loss is far from the logged val_loss $logged"
+eval_near_logged gemma3
 expect_error "--window 32 must be below --seq-len 32 " \
   "$s3r" train --arch gemma3 --preset tiny --window 32 --data "$work/data" --out "$work/none"
 expect_error "--window 8: the llama family has no local layers" \
