@@ -4,9 +4,9 @@
 # bf16) and `s3r bench step`, pooled into one table (tokens/s, median ms, spread, peak memory,
 # speed relative to the peer's fastest mode). About 4-5 minutes for `small` on 2 cores with the
 # defaults; run it on an otherwise idle machine. Per-process JSON and the log in
-# results/bench_peer/PRESET/ (PRESET-qwen3/ with --arch qwen3, PRESET-kvN/ with --kv-heads N,
+# results/bench_peer/PRESET/ (PRESET-qwen3/, PRESET-gemma3/ with --arch, PRESET-kvN/ with --kv-heads N,
 # PRESET-CAP/ under --cap).
-# Usage: scripts/bench_peer.sh [--preset small] [--arch llama|qwen3] [--kv-heads N] [--repeats N] [--rounds R] [--warmup W]
+# Usage: scripts/bench_peer.sh [--preset small] [--arch llama|qwen3|gemma3] [--kv-heads N] [--repeats N] [--rounds R] [--warmup W]
 #                              [--threads T] [--configs LIST] [--retries K] [--json OUT]
 #                              [--cap avx2|avx512|avx512_bf16]
 #   --kv-heads: grouped-query attention in both models (s3r train --kv-heads; default: the heads)

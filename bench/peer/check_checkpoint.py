@@ -5,7 +5,7 @@ folder's checkpoint in PyTorch and compares it with the val_loss that `s3r train
   /usr/bin/python3 bench/peer/check_checkpoint.py --run DIR --data DATA_DIR [--eval-batches N]
 
 - weights: DIR/checkpoint/model.safetensors (F32, matrices (in, out); shaped from version 3, flat
-  before), config from
+  before; a gemma3 checkpoint's LM head is its embedding transposed, with no tensor), config from
   DIR/checkpoint/meta.json (grouped-query attention: config "kv_heads" < "heads", Wk and Wv
   (C, kv_heads * HD); absent: kv_heads = heads); read by bench/peer/s3r_files.py from docs/FORMATS.md alone;
 - data: the windows of DATA_DIR/val.bin that s3r's `evaluate` reads (a fresh
@@ -43,7 +43,13 @@ no causal mask (2-3e-3), the windows in file order (3e-4 to 1e-3); on a grouped-
 torch.sigmoid instead of s3r's polynomial exp (3e-9) are below the resolution of a loss
 comparison.
 Grouped-query checkpoints take the same tolerances; measured (tiny, 4 heads, 2 kv heads): f32
-2.6e-9 (the plain-PyTorch peer 1.0e-8), s3r + dx 7.7e-7.
+2.6e-9 (the plain-PyTorch peer 1.0e-8), s3r + dx 7.7e-7. So do the families (meta.json config
+"arch"): qwen3 (tiny) f32 8.8e-10, s3r + dx 3.2e-10; gemma3 (tiny with 6 layers, five of them
+local with a window of 16) f32 2.1e-9 (the peer 2.5e-8), s3r + dx 8.7e-8. Gemma 3's bugs are
+caught by 10^3 or more: gains w instead of 1 + w (0.67), local layers without their window
+(3.6e-3), or with the global RoPE base (4.2e-3), embeddings without sqrt(C) (3.4e-3); GELU as
+torch's gelu(approximate="tanh") instead of s3r's sigmoid form moves the loss by 7e-11, below
+the resolution. A bug that cannot change the checkpoint's loss is refused (exit status 2).
 
 Exit status: 0 when every comparison is within its tolerance, 1 on a mismatch (the numbers and
 the relative difference are printed), 2 on unusable inputs.
@@ -57,39 +63,122 @@ import time
 import peer_env
 
 
-def main():
-    # BLAS and thread settings go into the environment before torch loads (peer_env re-executes).
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--threads", type=int, default=os.cpu_count())
-    threads = max(1, pre.parse_known_args()[0].threads)
-    peer_env.ensure(threads, malloc_tuning=False)
+# The bugs of the plain-PyTorch peer model alone (the s3r-numerics forward runs without them).
+PEER_BUGS = ("peer-norm-eps", "peer-gqa-kv-modulo", "peer-window-ignored")
+
+
+def inapplicable(inject, cfg, nkv, s3r_forward):
+    """Why the bug `inject` cannot show on this checkpoint (a bug that changes nothing here would
+    pass the check, so it is refused), or None."""
+    arch, mode = cfg.get("arch", "llama"), cfg["mode"]
+    if inject in PEER_BUGS and mode != "f32":
+        return f"needs an f32 checkpoint (the peer is compared on f32 only), not {mode}"
+    if inject in ("gqa-kv-modulo", "peer-gqa-kv-modulo") and nkv in (1, cfg["heads"]):
+        return (f"needs a grouped-query checkpoint with 1 < kv_heads < heads (here {nkv} kv heads, {cfg['heads']} "
+                "heads: h % NKV = h // (NH / NKV))")
+    if inject in s3r_forward.FAMILY_BUGS and arch not in s3r_forward.FAMILY_BUGS[inject]:
+        return f"needs a checkpoint of the {' or '.join(s3r_forward.FAMILY_BUGS[inject])} family, not {arch}"
+    local = any(s3r_forward.is_local(cfg, l) for l in range(cfg["layers"]))
+    if inject in ("window-ignored", "local-rope-global-base", "peer-window-ignored") and not local:
+        return "needs a checkpoint with local layers (a window, and layers l with (l + 1) % 6 != 0)"
+    return None
+
+
+def peer_loss(cfg, theta, nkv, inject, flat, batches):
+    """The benchmark's peer model (llama_peer.py, plain f32 PyTorch) on the checkpoint's weights:
+    its mean loss over `batches` [(inputs, targets)], with the peer's own bug if `inject` is one."""
+    import torch
+
+    import llama_peer
+
+    norm_eps = float(torch.tensor(cfg.get("norm_eps", 1e-5), dtype=torch.float32))
+    if inject == "peer-norm-eps":  # the other of the families' two eps
+        norm_eps = 1e-6 if abs(norm_eps - 1e-5) < 1e-9 else 1e-5
+    model = llama_peer.build_model_classes()(dict(cfg, rope_theta=theta, norm_eps=norm_eps, kv_heads=nkv),
+                                             kv_map="modulo" if inject == "peer-gqa-kv-modulo" else "group",
+                                             windows=inject != "peer-window-ignored")
+    model.load_s3r(flat)
+    with torch.no_grad():
+        return sum(float(model(*b)) for b in batches) / len(batches)
+
+
+def inject_weight_bug(inject, flat, params, cfg, nkv, frequent):
+    """perturb-weight: lm_head[0, frequent] += 0.01 in both the checkpoint's tensors (for the peer;
+    returned as a new dict) and params; transpose-attn: params' square attention matrices read
+    transposed."""
+    if inject == "perturb-weight":
+        flat = dict(flat)
+        if "lm_head" in flat:
+            flat["lm_head"] = flat["lm_head"].copy()
+            flat["lm_head"].reshape(-1)[frequent] += 0.01  # row 0 of the (C, V) matrix (stored shaped or flat)
+        else:  # a tied head: lm_head[0, t] is tok_emb[t, 0] (params' lm_head is a view of it)
+            flat["tok_emb"] = flat["tok_emb"].copy()
+            flat["tok_emb"].reshape(-1)[frequent * cfg["width"]] += 0.01
+        params["lm_head"][0, frequent] += 0.01
+    if inject == "transpose-attn":
+        for l in range(cfg["layers"]):
+            for m in ("q", "k", "v", "o") if nkv == cfg["heads"] else ("q", "o"):  # the square ones
+                name = f"blocks.{l}.attn.{m}"
+                params[name] = params[name].t().contiguous()
+    return flat
+
+
+def describe(cfg, nkv, int8_head, s3r_forward):
+    """The checkpoint's mode and model in one line (the header of the check's output)."""
+    mode, window = cfg["mode"], s3r_forward.window(cfg)
+    return (f"mode {mode}"
+            f"{' + ' + cfg.get('correction', 'none') if mode in s3r_forward.INT8_MODES else ''}"
+            f"{', int8 LM head' if int8_head else ''}, "
+            f"{cfg['arch'] + ' ' if cfg.get('arch', 'llama') != 'llama' else ''}"
+            f"L={cfg['layers']} C={cfg['width']} heads={cfg['heads']}"
+            f"{f' kv_heads={nkv}' if nkv != cfg['heads'] else ''}"
+            f"{f' hd={s3r_forward.head_dim(cfg)}' if cfg.get('head_size') else ''}"
+            f"{f' window={window}' if window else ''}"
+            f" F={cfg['ffn_width']} V={cfg['vocab']} S={cfg['seq_len']} B={cfg['batch']}")
+
+
+def parse_args(s3r_forward):
+    """The command line (after peer_env.ensure: the help lists s3r_forward's bugs)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True, help="s3r run folder (checkpoint/, metrics.jsonl)")
     ap.add_argument("--data", required=True, help="dataset folder with val.bin")
     ap.add_argument("--eval-batches", type=int, default=8, help="`s3r train --eval-batches` of the run (default 8)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rtol", type=float, help="override the tolerance of the s3r-numerics comparison")
-    import s3r_forward
-
     bugs = dict(s3r_forward.BUGS)
     bugs.update({"perturb-weight": "one weight changed: lm_head[0, the most frequent target token] += 0.01",
                  "transpose-attn": "the square attention matrices read as (out, in) instead of (in, out)",
                  "window-order": "validation windows in file order instead of the loader's shuffled order",
                  "peer-norm-eps": "the plain-PyTorch peer model alone (not the s3r-numerics forward) built with "
-                                  "RMSNorm eps 1e-6 instead of the checkpoint's: only the peer's comparison "
-                                  "can catch it (f32 checkpoints, without --no-peer)",
+                                  "RMSNorm eps 1e-6 instead of the checkpoint's 1e-5 (1e-5 instead of 1e-6 for "
+                                  "qwen3 and gemma3): only the peer's comparison can catch it (f32 checkpoints, "
+                                  "without --no-peer)",
                  "peer-gqa-kv-modulo": "the plain-PyTorch peer model alone built with query head h reading kv head "
-                                       "h % NKV instead of h // (NH / NKV) (f32 GQA checkpoints, without --no-peer)"})
+                                       "h % NKV instead of h // (NH / NKV) (f32 GQA checkpoints, without --no-peer)",
+                 "peer-window-ignored": "the plain-PyTorch peer model alone built with local layers attending to "
+                                        "every earlier key (f32 gemma3 checkpoints, without --no-peer)"})
     ap.add_argument("--inject", choices=sorted(bugs), metavar="BUG",
                     help="compute with a deliberate bug (the check must then fail, except for the changes "
-                         "below its resolution: silu-exact, round-half-away): " +
-                         "; ".join(f"{k}: {v}" for k, v in sorted(bugs.items())))
+                         "below its resolution: silu-exact, gelu-exact, round-half-away): " +
+                         "; ".join(f"{k}: {v}" for k, v in sorted(bugs.items())).replace("%", "%%"))
     ap.add_argument("--no-peer", action="store_true", help="skip the plain-PyTorch peer model")
     args = ap.parse_args()
     if args.eval_batches < 1 or args.threads < 1:
         ap.error("--eval-batches and --threads must be >= 1")
-    if args.inject in ("peer-norm-eps", "peer-gqa-kv-modulo") and args.no_peer:
+    if args.inject in PEER_BUGS and args.no_peer:
         ap.error(f"--inject {args.inject} changes the peer model only: leave out --no-peer")
+    return args
+
+
+def main():
+    # BLAS and thread settings go into the environment before torch loads (peer_env re-executes).
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--threads", type=int, default=os.cpu_count())
+    threads = max(1, pre.parse_known_args()[0].threads)
+    peer_env.ensure(threads, malloc_tuning=False)
+    import s3r_forward
+
+    args = parse_args(s3r_forward)
     import torch
 
     import s3r_files
@@ -104,6 +193,7 @@ def main():
         tokens, vocab = s3r_files.read_shard(os.path.join(args.data, "val.bin"))
         logged = s3r_files.logged_val_loss(args.run, step)
         nkv = s3r_forward.kv_heads(cfg)
+        params = s3r_forward.unflatten(flat, cfg)  # checks the family, the window, the tensors' shapes
     except (OSError, ValueError, KeyError, s3r_files.FormatError) as e:
         print(f"check_checkpoint: cannot read the run or the data: {e}", file=sys.stderr)
         return 2
@@ -118,13 +208,9 @@ def main():
     if mode not in ("f32", "bf16") + s3r_forward.INT8_MODES:
         print(f"check_checkpoint: unknown mode '{mode}' in meta.json", file=sys.stderr)
         return 2
-    if args.inject in ("peer-norm-eps", "peer-gqa-kv-modulo") and mode != "f32":
-        print(f"check_checkpoint: --inject {args.inject} needs an f32 checkpoint (the peer is compared on f32 only), "
-              f"not {mode}", file=sys.stderr)
-        return 2
-    if args.inject in ("gqa-kv-modulo", "peer-gqa-kv-modulo") and nkv in (1, cfg["heads"]):
-        print(f"check_checkpoint: --inject {args.inject} needs a grouped-query checkpoint with 1 < kv_heads < heads "
-              f"(here {nkv} kv heads, {cfg['heads']} heads: h % NKV = h // (NH / NKV))", file=sys.stderr)
+    refusal = inapplicable(args.inject, cfg, nkv, s3r_forward)
+    if refusal:
+        print(f"check_checkpoint: --inject {args.inject} {refusal}", file=sys.stderr)
         return 2
     B, S = cfg["batch"], cfg["seq_len"]
     if args.inject == "window-order":
@@ -139,21 +225,12 @@ def main():
         w = tok[torch.tensor(starts)[:, None] + offs[None, :]]  # (B, S + 1)
         return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 
-    params = s3r_forward.unflatten(flat, cfg)
-    if args.inject == "perturb-weight":
-        frequent = int(torch.bincount(torch.cat([batch_tensors(b)[1].reshape(-1) for b in batches])).argmax())
-        flat = dict(flat)
-        flat["lm_head"] = flat["lm_head"].copy()
-        flat["lm_head"].reshape(-1)[frequent] += 0.01  # row 0 of the (C, V) matrix (stored shaped or flat)
-        params["lm_head"][0, frequent] += 0.01
-    if args.inject == "transpose-attn":
-        for l in range(cfg["layers"]):
-            for m in ("q", "k", "v", "o") if nkv == cfg["heads"] else ("q", "o"):  # the square ones
-                name = f"blocks.{l}.attn.{m}"
-                params[name] = params[name].t().contiguous()
+    if args.inject in ("perturb-weight", "transpose-attn"):
+        targets = torch.cat([batch_tensors(b)[1].reshape(-1) for b in batches])
+        flat = inject_weight_bug(args.inject, flat, params, cfg, nkv, int(torch.bincount(targets).argmax()))
     bug = args.inject if args.inject in s3r_forward.BUGS else None
     theta = float(torch.tensor(cfg.get("rope_theta", 10000.0), dtype=torch.float32))
-    tables = s3r_forward.rope_tables(S, s3r_forward.head_dim(cfg), theta)
+    tables = s3r_forward.rope_tables_for(cfg, S, bug)
     t0 = time.time()
     total = 0.0
     for starts in batches:
@@ -178,31 +255,17 @@ def main():
               f"{'ok' if good else 'MISMATCH'}")
         return rel
 
-    print(f"check_checkpoint: {args.run} step {step}, mode {mode}"
-          f"{' + ' + cfg.get('correction', 'none') if mode in s3r_forward.INT8_MODES else ''}"
-          f"{', int8 LM head' if int8_head else ''}, "
-          f"{cfg['arch'] + ' ' if cfg.get('arch', 'llama') != 'llama' else ''}"
-          f"L={cfg['layers']} C={cfg['width']} heads={cfg['heads']}"
-          f"{f' kv_heads={nkv}' if nkv != cfg['heads'] else ''}"
-          f"{f' hd={s3r_forward.head_dim(cfg)}' if cfg.get('head_size') else ''} F={cfg['ffn_width']} V={cfg['vocab']} "
-          f"S={S} B={B}; {len(batches)} validation batches of {args.data}/val.bin")
+    print(f"check_checkpoint: {args.run} step {step}, {describe(cfg, nkv, int8_head, s3r_forward)}; "
+          f"{len(batches)} validation batches of {args.data}/val.bin")
     if args.inject:
         print(f"  INJECTED BUG: {args.inject}")
     print(f"  {'s3r val_loss (metrics.jsonl)':<38} {logged:.10f}")
     compare(f"PyTorch, s3r numerics ({mode})", ours, rtol)
     print(f"  ({elapsed:.1f} s; torch {torch.__version__}, {torch.get_num_threads()} threads)")
     if not args.no_peer:
-        import llama_peer
-
-        norm_eps = 1e-6 if args.inject == "peer-norm-eps" else float(torch.tensor(cfg.get("norm_eps", 1e-5),
-                                                                                 dtype=torch.float32))
-        model = llama_peer.build_model_classes()(dict(cfg, rope_theta=theta, norm_eps=norm_eps, kv_heads=nkv),
-                                                 kv_map="modulo" if args.inject == "peer-gqa-kv-modulo" else "group")
-        model.load_s3r(flat)
-        with torch.no_grad():
-            peer = sum(float(model(*batch_tensors(s))) for s in batches) / len(batches)
+        peer = peer_loss(cfg, theta, nkv, args.inject, flat, [batch_tensors(s) for s in batches])
         # The bugs that the peer sees too: its inputs (weights, windows) or the peer itself.
-        peer_sees = (None, "perturb-weight", "window-order", "peer-norm-eps", "peer-gqa-kv-modulo")
+        peer_sees = (None, "perturb-weight", "window-order") + PEER_BUGS
         if mode == "f32" and args.inject in peer_sees:
             compare("PyTorch peer model (plain f32 ops)", peer, 1e-5)
         else:

@@ -1,23 +1,32 @@
 #!/usr/bin/python3
 """Independent check of `s3r export --format hf`: reads the exported folder as a Hugging Face
-LlamaForCausalLM (config.json, model.safetensors) and computes its forward in PyTorch (float64)
-following transformers' Llama conventions, written from them and not from s3r: weights (out, in)
-applied as x W^T, RoPE on half-split pairs (rotate_half: (x[i], x[i + HD/2]) with inv_freq
-theta^(-2i/HD)), RMSNorm x / sqrt(mean(x^2) + eps) * w, MLP down(silu(gate(x)) * up(x)), untied
-lm_head; grouped-query attention with num_key_value_heads NKV < num_attention_heads NH
-(k_proj, v_proj (NKV * HD, C); repeat_kv: query head h attends with kv head h // (NH / NKV)); a
-Qwen3ForCausalLM is the same with q_norm and k_norm (RMSNorm over each head's head_dim elements
-of q and k, before RoPE). Its next-token log-probabilities after every prompt token are compared
-with s3r's own (`s3r generate --precision f32 --dump-logprobs FILE`).
+LlamaForCausalLM, Qwen3ForCausalLM or Gemma3ForCausalLM (config.json, model.safetensors) and
+computes its forward in PyTorch (float64) following transformers' conventions, written from them
+and not from s3r (the Gemma 3 parts from transformers' modeling_gemma3 and masking_utils):
+weights (out, in) applied as x W^T, RoPE on half-split pairs (rotate_half: (x[i], x[i + HD/2])
+with inv_freq theta^(-2i/HD)), RMSNorm x / sqrt(mean(x^2) + eps) * w, MLP
+down(silu(gate(x)) * up(x)), untied lm_head; grouped-query attention with num_key_value_heads
+NKV < num_attention_heads NH (k_proj, v_proj (NKV * HD, C); repeat_kv: query head h attends with
+kv head h // (NH / NKV)). A Qwen3ForCausalLM adds q_norm and k_norm (RMSNorm over each head's
+head_dim elements of q and k, before RoPE). A Gemma3ForCausalLM (model_type gemma3_text) is the
+Qwen3 block with Gemma3RMSNorm (gain 1 + w) everywhere, post_attention_layernorm on the
+attention's output and post_feedforward_layernorm on the MLP's (pre_feedforward_layernorm before
+it), the MLP's activation gelu_pytorch_tanh, embeddings times hidden_size ** 0.5 (a float32
+tensor, as Gemma3TextScaledWordEmbedding's buffer), scores times query_pre_attn_scalar ** -0.5,
+the head tied to embed_tokens (tie_word_embeddings), soft-capping where the config sets it, and
+per layer (config layer_types, or sliding_window_pattern P: layer l slides when (l + 1) % P != 0)
+either full causal attention with RoPE base rope_theta or a sliding window (query i sees keys
+i - sliding_window < j <= i, masking_utils' sliding_window_overlay) with rope_local_base_freq.
+Its next-token log-probabilities after every prompt token are compared with s3r's own
+(`s3r generate --precision f32 --dump-logprobs FILE`).
 
-  /usr/bin/python3 bench/peer/check_hf_export.py --hf DIR --logprobs FILE [--tolerance 1e-4]
-                                                  [--inject gqa-kv-modulo|qk-norm-skipped]
+  /usr/bin/python3 bench/peer/check_hf_export.py --hf DIR --logprobs FILE [--tolerance 1e-4] [--inject BUG]
 
 Tolerance: s3r's forward in f32 against this one in float64; measured 2e-6 on a tiny model. An
 export without the q/k permutation (half-split RoPE applied to adjacent-pair weights) or with
 a matrix left untransposed is off by 1e-2 or more (tests/peer/hf_export_check.sh); so is this
-reader with `--inject gqa-kv-modulo` (query head h reading kv head h % NKV: the wrong repeat_kv)
-on a grouped-query export.
+reader with an injected bug (--inject, BUGS below), such as the wrong repeat_kv on a grouped-query
+export or Gemma's norms applied as w instead of 1 + w.
 A non-finite number on either side (NaN or infinity here; NaN, infinity or null, JSON's stand-in
 for NaN, in s3r's dump) is a mismatch: a NaN difference compares false with the tolerance and
 would otherwise pass.
@@ -31,101 +40,158 @@ import sys
 
 import peer_env
 
+FAMILIES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+# Deliberate bugs in this reader (the check must then fail): name -> (what, model types it needs).
+BUGS = {
+    "gqa-kv-modulo": ("query head h reads kv head h % NKV instead of h // (NH / NKV) (grouped-query exports)",
+                      ("llama", "qwen3", "gemma3_text")),
+    "qk-norm-skipped": ("q_norm and k_norm left out", ("qwen3", "gemma3_text")),
+    "gemma-norm-offset-skipped": ("Gemma3RMSNorm's gain applied as w instead of 1 + w", ("gemma3_text",)),
+    "window-ignored": ("sliding layers attend to every earlier key", ("gemma3_text",)),
+    "local-rope-global-base": ("sliding layers rotate with rope_theta instead of rope_local_base_freq",
+                               ("gemma3_text",)),
+}
+SLIDING, FULL = "sliding_attention", "full_attention"
 
-def main():
-    peer_env.ensure(2, malloc_tuning=False)
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hf", required=True, help="folder written by s3r export --format hf")
-    ap.add_argument("--logprobs", required=True, help="JSON of s3r generate --dump-logprobs")
-    ap.add_argument("--tolerance", type=float, default=1e-4)
-    ap.add_argument("--inject", choices=("gqa-kv-modulo", "qk-norm-skipped"),
-                    help="a deliberate bug in this reader (the check must then fail): gqa-kv-modulo, query head h "
-                         "reads kv head h %% NKV instead of h // (NH / NKV) (grouped-query exports only); "
-                         "qk-norm-skipped, Qwen3's q_norm and k_norm left out")
-    args = ap.parse_args()
+
+class Model:
+    """The exported model's config.json read as transformers reads it."""
+
+    def __init__(self, cfg):
+        self.cfg, self.type = cfg, cfg["model_type"]
+        self.gemma = self.type == "gemma3_text"
+        self.qk_norm = self.type in ("qwen3", "gemma3_text")
+        self.L, self.C, self.NH = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
+        self.HD = cfg.get("head_dim") or self.C // self.NH
+        self.NKV = cfg.get("num_key_value_heads", self.NH)  # transformers' default: multi-head attention
+        if not isinstance(self.NKV, int) or self.NKV < 1 or self.NH % self.NKV != 0:
+            raise ValueError(f"num_key_value_heads {self.NKV!r} does not divide num_attention_heads {self.NH}")
+        self.eps = cfg["rms_norm_eps"]
+        self.tied = cfg.get("tie_word_embeddings", self.gemma)  # Gemma3TextConfig's default is True
+        if self.gemma:
+            act = cfg.get("hidden_activation")
+            if act != "gelu_pytorch_tanh":
+                raise ValueError(f"hidden_activation {act!r}: this reader knows gelu_pytorch_tanh")
+            self.scaling = cfg["query_pre_attn_scalar"] ** -0.5
+            self.kinds = cfg.get("layer_types") or [
+                SLIDING if (l + 1) % cfg.get("sliding_window_pattern", 6) else FULL for l in range(self.L)]
+            if len(self.kinds) != self.L or not set(self.kinds) <= {SLIDING, FULL}:
+                raise ValueError(f"layer_types {self.kinds!r}: not {self.L} of {SLIDING}, {FULL}")
+            self.window = cfg["sliding_window"]
+            rp = cfg.get("rope_parameters") or {}  # newer transformers: per layer type
+            self.theta = {FULL: rp.get(FULL, {}).get("rope_theta", cfg.get("rope_theta")),
+                          SLIDING: rp.get(SLIDING, {}).get("rope_theta", cfg.get("rope_local_base_freq"))}
+        else:
+            if cfg.get("hidden_act", "silu") != "silu":
+                raise ValueError(f"hidden_act {cfg.get('hidden_act')!r}: this reader knows silu")
+            self.scaling = self.HD ** -0.5
+            self.kinds, self.window, self.theta = [FULL] * self.L, None, {FULL: cfg["rope_theta"]}
+
+    def shape_error(self, w):
+        """A message when a tensor has a shape other than Hugging Face's (out, in) one, else None."""
+        want = {"model.embed_tokens.weight": (self.cfg["vocab_size"], self.C), "model.norm.weight": (self.C,)}
+        if not self.tied:
+            want["lm_head.weight"] = (self.cfg["vocab_size"], self.C)
+        for l in range(self.L):
+            p = f"model.layers.{l}.self_attn."
+            q, kv = self.NH * self.HD, self.NKV * self.HD
+            want.update({p + "q_proj.weight": (q, self.C), p + "k_proj.weight": (kv, self.C),
+                         p + "v_proj.weight": (kv, self.C), p + "o_proj.weight": (self.C, q)})
+        for name, shape in want.items():
+            got = tuple(w[name].shape) if name in w else None
+            if got != shape:
+                return (f"{name} has shape {got}, expected {shape} ({self.NH} heads, {self.NKV} kv heads of "
+                        f"{self.HD})")
+        if self.tied and "lm_head.weight" in w:
+            return "lm_head.weight in an export with tie_word_embeddings (the head is embed_tokens)"
+        return None
+
+
+def hf_logprobs(m, w, ids, inject):
+    """(S, V) float64 log-probabilities of the next token after each of `ids`."""
     import torch
-    import s3r_files
 
-    try:
-        with open(os.path.join(args.hf, "config.json")) as f:
-            cfg = json.load(f)
-        with open(args.logprobs) as f:
-            dump = json.load(f)
-        w = {k: torch.from_numpy(v.copy()).double()
-             for k, v in s3r_files.read_safetensors(os.path.join(args.hf, "model.safetensors")).items()}
-    except (OSError, ValueError, KeyError, s3r_files.FormatError) as e:
-        print(f"check_hf_export: cannot read the inputs: {e}", file=sys.stderr)
-        return 2
-    families = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
-    if cfg.get("architectures") != [families.get(cfg.get("model_type"))]:
-        print(f"check_hf_export: config.json is neither a LlamaForCausalLM nor a Qwen3ForCausalLM: "
-              f"{cfg.get('architectures')}, model_type {cfg.get('model_type')}", file=sys.stderr)
-        return 2
-    qk_norm = cfg["model_type"] == "qwen3"  # Qwen3Attention: q_norm, k_norm over head_dim before RoPE
-    L, C, NH = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
-    HD = cfg.get("head_dim", C // NH)
-    NKV = cfg.get("num_key_value_heads", NH)  # transformers' default: multi-head attention
-    if not isinstance(NKV, int) or NKV < 1 or NH % NKV != 0:
-        print(f"check_hf_export: num_key_value_heads {NKV!r} does not divide num_attention_heads {NH}",
-              file=sys.stderr)
-        return 2
-    if args.inject == "gqa-kv-modulo" and NKV in (1, NH):
-        print(f"check_hf_export: --inject gqa-kv-modulo needs 1 < num_key_value_heads < num_attention_heads "
-              f"(here {NKV} and {NH})", file=sys.stderr)
-        return 2
-    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
-    ids = torch.tensor(dump["prompt_ids"])
-    S = len(ids)
+    S, HD = len(ids), m.HD
 
-    def rmsnorm(x, g):
-        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * g
+    def norm(x, g):
+        gain = 1.0 + g if m.gemma and inject != "gemma-norm-offset-skipped" else g  # Gemma3RMSNorm: 1 + w
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + m.eps) * gain
+
+    def rope(kind):  # (S, 1, HD) cos and sin of the layer type's base
+        theta = m.theta[FULL if inject == "local-rope-global-base" else kind]
+        inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD))
+        emb = torch.outer(torch.arange(S, dtype=torch.float64), inv_freq).repeat(1, 2)
+        return emb.cos()[:, None, :], emb.sin()[:, None, :]
 
     def rotate_half(x):
         return torch.cat([-x[..., HD // 2:], x[..., :HD // 2]], dim=-1)
 
-    inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD))
-    freqs = torch.outer(torch.arange(S, dtype=torch.float64), inv_freq)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]  # (S, 1, HD)
-    mask = torch.full((S, S), float("-inf"), dtype=torch.float64).triu(1)
+    def mask(kind):  # additive (S, S): causal, and for a sliding layer keys j > i - window only
+        i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
+        keep = j <= i
+        if kind == SLIDING and inject != "window-ignored":
+            keep &= j > i - m.window
+        return torch.zeros(S, S, dtype=torch.float64).masked_fill(~keep, float("-inf"))
 
     def repeat_kv(t):  # (S, NKV, HD) -> (S, NH, HD): kv head j serves query heads j*G .. j*G + G-1
-        if args.inject == "gqa-kv-modulo":
-            return t.repeat(1, NH // NKV, 1)
-        return t.repeat_interleave(NH // NKV, dim=1)
+        if inject == "gqa-kv-modulo":
+            return t.repeat(1, m.NH // m.NKV, 1)
+        return t.repeat_interleave(m.NH // m.NKV, dim=1)
 
-    for l in range(L):  # Hugging Face's shapes (out, in): a wrong one is an export bug, not a traceback
+    def attention(h, l):
         p = f"model.layers.{l}.self_attn."
-        for name, shape in (("q_proj", (NH * HD, C)), ("k_proj", (NKV * HD, C)), ("v_proj", (NKV * HD, C)),
-                            ("o_proj", (C, NH * HD))):
-            got = tuple(w[p + name + ".weight"].shape) if p + name + ".weight" in w else None
-            if got != shape:
-                print(f"MISMATCH: {p}{name}.weight has shape {got}, expected {shape} "
-                      f"({NH} heads, {NKV} kv heads of {HD})")
-                return 1
-    x = w["model.embed_tokens.weight"][ids]  # (S, C)
-    for l in range(L):
-        p = f"model.layers.{l}."
-        h = rmsnorm(x, w[p + "input_layernorm.weight"])
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(S, NH, HD)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(S, NKV, HD)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(S, NKV, HD)
-        if qk_norm and args.inject != "qk-norm-skipped":
-            q, k = rmsnorm(q, w[p + "self_attn.q_norm.weight"]), rmsnorm(k, w[p + "self_attn.k_norm.weight"])
+        q = (h @ w[p + "q_proj.weight"].T).view(S, m.NH, HD)
+        k = (h @ w[p + "k_proj.weight"].T).view(S, m.NKV, HD)
+        v = (h @ w[p + "v_proj.weight"].T).view(S, m.NKV, HD)
+        if m.qk_norm and inject != "qk-norm-skipped":
+            q, k = norm(q, w[p + "q_norm.weight"]), norm(k, w[p + "k_norm.weight"])
+        cos, sin = rope(m.kinds[l])
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = repeat_kv(k), repeat_kv(v)
-        scores = torch.einsum("snd,tnd->nst", q, k) / math.sqrt(HD) + mask
-        att = torch.einsum("nst,tnd->snd", scores.softmax(-1), v).reshape(S, NH * HD)
-        x = x + att @ w[p + "self_attn.o_proj.weight"].T
-        h = rmsnorm(x, w[p + "post_attention_layernorm.weight"])
-        gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
-    logp = (rmsnorm(x, w["model.norm.weight"]) @ w["lm_head.weight"].T).log_softmax(-1)
+        scores = torch.einsum("snd,tnd->nst", q, k) * m.scaling
+        cap = m.cfg.get("attn_logit_softcapping") if m.gemma else None
+        if cap:
+            scores = torch.tanh(scores / cap) * cap
+        att = torch.einsum("nst,tnd->snd", (scores + mask(m.kinds[l])).softmax(-1), v).reshape(S, m.NH * HD)
+        return att @ w[p + "o_proj.weight"].T
+
+    def mlp(h, l):
+        p = f"model.layers.{l}.mlp."
+        gate, up = h @ w[p + "gate_proj.weight"].T, h @ w[p + "up_proj.weight"].T
+        act = torch.nn.functional.gelu(gate, approximate="tanh") if m.gemma else torch.nn.functional.silu(gate)
+        return (act * up) @ w[p + "down_proj.weight"].T
+
+    x = w["model.embed_tokens.weight"][ids]  # (S, C)
+    if m.gemma:  # the buffer torch.tensor(hidden_size ** 0.5) is float32, cast to the weights' dtype
+        x = x * torch.tensor(m.C ** 0.5).to(torch.float64)
+    for l in range(m.L):
+        p = f"model.layers.{l}."
+        if m.gemma:
+            a = attention(norm(x, w[p + "input_layernorm.weight"]), l)
+            x = x + norm(a, w[p + "post_attention_layernorm.weight"])
+            f = mlp(norm(x, w[p + "pre_feedforward_layernorm.weight"]), l)
+            x = x + norm(f, w[p + "post_feedforward_layernorm.weight"])
+        else:
+            x = x + attention(norm(x, w[p + "input_layernorm.weight"]), l)
+            x = x + mlp(norm(x, w[p + "post_attention_layernorm.weight"]), l)
+    head = w["model.embed_tokens.weight"] if m.tied else w["lm_head.weight"]
+    logits = norm(x, w["model.norm.weight"]) @ head.T
+    cap = m.cfg.get("final_logit_softcapping") if m.gemma else None
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits.log_softmax(-1)
+
+
+def compare(logp, dump, tolerance, logprobs_path):
+    """Exit status of the comparison of our log-probabilities with s3r's dump (printed)."""
+    import torch
+
     try:  # s3r writes a NaN as null
         s3r = torch.tensor([[math.nan if v is None else v for v in row] for row in dump["logprobs"]],
                            dtype=torch.float64)
     except (TypeError, ValueError) as e:
-        print(f"check_hf_export: {args.logprobs} holds no (positions, tokens) log-probabilities: {e}", file=sys.stderr)
+        print(f"check_hf_export: {logprobs_path} holds no (positions, tokens) log-probabilities: {e}",
+              file=sys.stderr)
         return 2
     if s3r.shape != logp.shape:
         print(f"MISMATCH: shapes {tuple(s3r.shape)} (s3r) and {tuple(logp.shape)} (Hugging Face)")
@@ -142,14 +208,72 @@ def main():
     # NaN counts as the largest difference (torch's max and argmax propagate it).
     worst = float(diff.max())
     pos, tok = divmod(int(diff.argmax()), logp.shape[1])
-    print(f"check_hf_export: {S} positions x {logp.shape[1]} tokens, max |log-prob difference| {worst:.3e} "
-          f"(tolerance {args.tolerance:g}) at position {pos}, token {tok}: "
+    print(f"check_hf_export: {logp.shape[0]} positions x {logp.shape[1]} tokens, max |log-prob difference| "
+          f"{worst:.3e} (tolerance {tolerance:g}) at position {pos}, token {tok}: "
           f"Hugging Face {float(logp[pos, tok]):.6f}, s3r {float(s3r[pos, tok]):.6f}")
-    if not finite or not math.isfinite(worst) or not worst <= args.tolerance:
+    if not finite or not math.isfinite(worst) or not worst <= tolerance:
         print("MISMATCH" + ("" if finite else ": non-finite log-probabilities"))
         return 1
     print("check_hf_export: ok")
     return 0
+
+
+def inapplicable(inject, m, prompt_len):
+    """Why the reader's bug `inject` cannot change this export's numbers (it would pass), or None."""
+    if inject not in BUGS:
+        return None
+    if m.type not in BUGS[inject][1]:
+        return f"needs a {' or '.join(FAMILIES[t] for t in BUGS[inject][1])} export, not {FAMILIES[m.type]}"
+    if inject == "gqa-kv-modulo" and m.NKV in (1, m.NH):
+        return f"needs 1 < num_key_value_heads < num_attention_heads (here {m.NKV} and {m.NH})"
+    if inject == "window-ignored" and not (SLIDING in m.kinds and prompt_len > m.window):
+        return f"needs a sliding layer and a prompt longer than sliding_window {m.window} (here {prompt_len} tokens)"
+    if inject == "local-rope-global-base" and not (SLIDING in m.kinds and m.theta[SLIDING] != m.theta[FULL]):
+        return "needs a sliding layer whose RoPE base differs from rope_theta"
+    return None
+
+
+def main():
+    peer_env.ensure(2, malloc_tuning=False)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hf", required=True, help="folder written by s3r export --format hf")
+    ap.add_argument("--logprobs", required=True, help="JSON of s3r generate --dump-logprobs")
+    ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--inject", choices=sorted(BUGS), metavar="BUG",
+                    help="a deliberate bug in this reader (the check must then fail): " +
+                         "; ".join(f"{k}: {v[0]}" for k, v in sorted(BUGS.items())).replace("%", "%%"))
+    args = ap.parse_args()
+    import torch
+    import s3r_files
+
+    try:
+        with open(os.path.join(args.hf, "config.json")) as f:
+            cfg = json.load(f)
+        with open(args.logprobs) as f:
+            dump = json.load(f)
+        w = {k: torch.from_numpy(v.copy()).double()
+             for k, v in s3r_files.read_safetensors(os.path.join(args.hf, "model.safetensors")).items()}
+        if cfg.get("architectures") != [FAMILIES.get(cfg.get("model_type"))]:
+            raise ValueError(f"config.json is none of {', '.join(FAMILIES.values())}: {cfg.get('architectures')}, "
+                             f"model_type {cfg.get('model_type')}")
+        m = Model(cfg)
+    except (OSError, ValueError, KeyError, TypeError, s3r_files.FormatError) as e:
+        print(f"check_hf_export: cannot read the inputs: {e}", file=sys.stderr)
+        return 2
+    ids = torch.tensor(dump["prompt_ids"])
+    refusal = inapplicable(args.inject, m, len(ids))
+    if refusal:
+        print(f"check_hf_export: --inject {args.inject} {refusal}", file=sys.stderr)
+        return 2
+    error = m.shape_error(w)  # a wrong shape is an export bug, not a traceback
+    if error:
+        print(f"MISMATCH: {error}")
+        return 1
+    if m.gemma:
+        local = sum(k == SLIDING for k in m.kinds)
+        print(f"check_hf_export: Gemma3ForCausalLM, {local} sliding layers of {m.L} (window {m.window}, RoPE base "
+              f"{m.theta[SLIDING]:g}; full: {m.theta[FULL]:g}), prompt of {len(ids)} tokens")
+    return compare(hf_logprobs(m, w, ids, args.inject), dump, args.tolerance, args.logprobs)
 
 
 if __name__ == "__main__":

@@ -9,14 +9,22 @@ pos * theta^(-2i/HD)) -> causal softmax attention -> output projection -> residu
 SwiGLU (silu(x W_gate) * (x W_up)) W_down -> residual; final RMSNorm; untied LM head; mean
 cross-entropy. Grouped-query attention with kv_heads NKV < heads NH (`s3r train --kv-heads`):
 W_k and W_v are (C, NKV * HD), RoPE rotates K per kv head, and query head h attends with kv head
-h // (NH / NKV) (K and V heads repeat_interleave'd, as Hugging Face's repeat_kv). Weights are stored (in, out) as s3r stores them: y = x W. Init as s3r: normal
-(0, 0.02), attn.o and ffn.down scaled by 1/sqrt(2L), norm gains 1. AdamW as `s3r train`'s
+h // (NH / NKV) (K and V heads repeat_interleave'd, as Hugging Face's repeat_kv). Weights are
+stored (in, out) as s3r stores them: y = x W. Init as s3r: normal (0, 0.02), attn.o and ffn.down
+scaled by 1/sqrt(2L), norm gains 1 (gemma3: 0, applied as 1 + w). AdamW as `s3r train`'s
 defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the matrices (not on the embedding or
 the norm gains), global gradient-norm clip 1.0.
 
+Families (`--arch`, SPEC.md A.9): qwen3 adds QK-norm (RMSNorm over each head of q and k, before
+RoPE); gemma3 is that block with RMSNorm gains 1 + w, post-norms (x + norm(att W_o), then
+x_mid + norm(ffn(norm(x_mid)))), GeGLU (gelu(x W_gate, approximate="tanh") * (x W_up)) W_down,
+embeddings times sqrt(C) (f32), the LM head tied to the embedding (logits = xn tok_emb^T), and
+local layers ((l + 1) % 6 != 0) that attend through a sliding window W (query i to keys
+i - W < j <= i) with RoPE base 1e4, the others causally with base 1e6.
+
 Usage:
-  /usr/bin/python3 bench/peer/llama_peer.py bench --preset small [--arch qwen3] [--kv-heads N] --mode f32|bf16 --threads 2 \\
-      --warmup 2 --repeats 5 [--json OUT]
+  /usr/bin/python3 bench/peer/llama_peer.py bench --preset small [--arch qwen3|gemma3] [--kv-heads N] \\
+      --mode f32|bf16 --threads 2 --warmup 2 --repeats 5 [--json OUT]
   /usr/bin/python3 bench/peer/llama_peer.py info [--threads 2]
 """
 import argparse
@@ -39,24 +47,45 @@ PRESETS = {
 # `s3r train` defaults (tools/train.cpp, include/s3r/optim/adamw.hpp)
 TRAIN_DEFAULTS = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "clip": 1.0,
                   "rope_theta": 10000.0, "norm_eps": 1e-5}
+ARCHS = ("llama", "qwen3", "gemma3")
+# Gemma 3's local layers: (l + 1) % GEMMA3_PERIOD != 0, with RoPE base GEMMA3_LOCAL_THETA.
+GEMMA3_PERIOD, GEMMA3_LOCAL_THETA = 6, 10000.0
 
 
 def preset_config(name, kv_heads=None, arch="llama"):
-    """A preset's model of family `arch` (`s3r train --arch`: llama, or qwen3 with QK-norm, half as
-    many kv heads as heads, a head size of 2 C / heads, RoPE base 1e6, eps 1e-6: src/model/config.cpp);
-    kv_heads (None: the family's) as `s3r train --kv-heads`, which must divide the heads."""
+    """A preset's model of family `arch` (`s3r train --arch`, src/model/config.cpp): llama; qwen3
+    with QK-norm, half as many kv heads as heads, a head size of 2 C / heads, RoPE base 1e6, eps
+    1e-6; gemma3 with half as many kv heads, the head size C / heads, base 1e6 (local layers 1e4),
+    eps 1e-6 and the window S / 2. kv_heads (None: the family's) as `s3r train --kv-heads`, which
+    must divide the heads."""
     L, C, H, F, V, S, B = PRESETS[name]
-    if arch not in ("llama", "qwen3"):
-        raise ValueError(f"--arch {arch}: expected llama or qwen3")
+    if arch not in ARCHS:
+        raise ValueError(f"--arch {arch}: expected one of {', '.join(ARCHS)}")
     if kv_heads is not None and (kv_heads < 1 or H % kv_heads != 0):
         raise ValueError(f"--kv-heads {kv_heads} does not divide the {H} heads of preset {name}")
-    qwen3 = arch == "qwen3"
-    cfg = {"layers": L, "width": C, "heads": H, "kv_heads": kv_heads or (H // 2 if qwen3 else H), "ffn_width": F,
-           "vocab": V, "seq_len": S, "batch": B, "rope_theta": 1e6 if qwen3 else TRAIN_DEFAULTS["rope_theta"],
-           "norm_eps": 1e-6 if qwen3 else TRAIN_DEFAULTS["norm_eps"]}
-    if qwen3:
+    plain = arch == "llama"
+    cfg = {"layers": L, "width": C, "heads": H, "kv_heads": kv_heads or (H if plain else H // 2), "ffn_width": F,
+           "vocab": V, "seq_len": S, "batch": B, "rope_theta": TRAIN_DEFAULTS["rope_theta"] if plain else 1e6,
+           "norm_eps": TRAIN_DEFAULTS["norm_eps"] if plain else 1e-6}
+    if arch == "qwen3":
         cfg.update(arch="qwen3", head_size=2 * C // H)
+    if arch == "gemma3":
+        cfg.update(arch="gemma3", window=S // 2)
     return cfg
+
+
+def is_local(cfg, layer):
+    """Whether layer `layer` of the model attends through the sliding window (gemma3's local layers)."""
+    return cfg.get("arch") == "gemma3" and cfg.get("window", 0) > 0 and (layer + 1) % GEMMA3_PERIOD != 0
+
+
+def rope_cos_sin(theta, head_dim, seq_len):
+    """cos, sin (S, HD/2) f32 of the angle pos * theta^(-2i/HD), computed in float64."""
+    import torch
+
+    freq = theta ** (-2.0 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
+    angle = torch.arange(seq_len, dtype=torch.float64)[:, None] * freq[None, :]
+    return torch.cos(angle).float(), torch.sin(angle).float()
 
 
 def build_model_classes():
@@ -66,16 +95,18 @@ def build_model_classes():
     from torch import nn
 
     class RMSNorm(nn.Module):
-        def __init__(self, width, eps):
+        def __init__(self, width, eps, offset=False):
             super().__init__()
             self.weight = nn.Parameter(torch.ones(width))
             self.eps = eps
+            self.offset = offset  # gemma3: the gain is 1 + w
 
         def forward(self, x):
-            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+            gain = 1.0 + self.weight if self.offset else self.weight
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * gain
 
     class Block(nn.Module):
-        def __init__(self, cfg, kv_map):
+        def __init__(self, cfg, kv_map, layer):
             super().__init__()
             C, Fw = cfg["width"], cfg["ffn_width"]
             self.heads = cfg["heads"]
@@ -87,13 +118,20 @@ def build_model_classes():
             self.kv_map = kv_map
             self.hd = cfg.get("head_size", 0) or C // self.heads  # HD: explicit, or C / heads
             kv, qw = self.kv_heads * self.hd, self.heads * self.hd
-            self.attn_norm = RMSNorm(C, cfg["norm_eps"])
-            # Qwen3's QK-norm: RMSNorm over each head of q and k (gains of HD), before RoPE
-            self.qk_norm = cfg.get("arch", "llama") == "qwen3"
+            arch, eps = cfg.get("arch", "llama"), cfg["norm_eps"]
+            gemma = arch == "gemma3"
+            self.local = is_local(cfg, layer)  # attends through the sliding window (the model's mask)
+            self.attn_norm = RMSNorm(C, eps, gemma)
+            # Qwen3's and Gemma 3's QK-norm: RMSNorm over each head of q and k (gains of HD), before RoPE
+            self.qk_norm = arch in ("qwen3", "gemma3")
             if self.qk_norm:
-                self.q_norm = RMSNorm(self.hd, cfg["norm_eps"])
-                self.k_norm = RMSNorm(self.hd, cfg["norm_eps"])
-            self.ffn_norm = RMSNorm(C, cfg["norm_eps"])
+                self.q_norm = RMSNorm(self.hd, eps, gemma)
+                self.k_norm = RMSNorm(self.hd, eps, gemma)
+            self.post_norms, self.gelu = gemma, gemma  # Gemma 3: post-norms, GeGLU
+            if self.post_norms:
+                self.attn_post_norm = RMSNorm(C, eps, gemma)
+                self.ffn_post_norm = RMSNorm(C, eps, gemma)
+            self.ffn_norm = RMSNorm(C, eps, gemma)
             # (in, out) matrices, y = x W, as s3r stores them; W_q (C, NH * HD), W_k, W_v (C, NKV * HD)
             self.q = nn.Parameter(torch.empty(C, qw))
             self.k = nn.Parameter(torch.empty(C, kv))
@@ -108,7 +146,7 @@ def build_model_classes():
             a, b = x[..., 0::2], x[..., 1::2]
             return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
 
-        def forward(self, x, cos, sin, mask):
+        def attend(self, x, cos, sin, mask):
             B, S, C = x.shape
             H, KV, HD = self.heads, self.kv_heads, self.hd
             xn = self.attn_norm(x)
@@ -125,26 +163,44 @@ def build_model_classes():
                     k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
             scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(HD))
             p = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-            att = (p @ v).transpose(1, 2).reshape(B, S, H * HD)
-            x = x + att @ self.o
+            return (p @ v).transpose(1, 2).reshape(B, S, H * HD) @ self.o
+
+        def forward(self, x, cos, sin, mask):
+            a = self.attend(x, cos, sin, mask)
+            x = x + (self.attn_post_norm(a) if self.post_norms else a)
             xn = self.ffn_norm(x)
-            return x + (F.silu(xn @ self.gate) * (xn @ self.up)) @ self.down
+            g = xn @ self.gate
+            f = ((F.gelu(g, approximate="tanh") if self.gelu else F.silu(g)) * (xn @ self.up)) @ self.down
+            return x + (self.ffn_post_norm(f) if self.post_norms else f)
 
     class LlamaPeer(nn.Module):
-        def __init__(self, cfg, kv_map="group"):
+        def __init__(self, cfg, kv_map="group", windows=True):
+            """windows=False (local layers attending to every earlier key) is a deliberate bug,
+            for check_checkpoint.py --inject peer-window-ignored only."""
             super().__init__()
             self.cfg = cfg
             C, V, S, H = cfg["width"], cfg["vocab"], cfg["seq_len"], cfg["heads"]
+            gemma = cfg.get("arch", "llama") == "gemma3"
             self.tok_emb = nn.Parameter(torch.empty(V, C))
-            self.blocks = nn.ModuleList(Block(cfg, kv_map) for _ in range(cfg["layers"]))
-            self.final_norm = RMSNorm(C, cfg["norm_eps"])
-            self.lm_head = nn.Parameter(torch.empty(C, V))
+            self.blocks = nn.ModuleList(Block(cfg, kv_map, l) for l in range(cfg["layers"]))
+            self.final_norm = RMSNorm(C, cfg["norm_eps"], gemma)
+            self.tied = gemma  # the LM head is tok_emb transposed
+            self.embed_scale = float(torch.tensor(math.sqrt(C), dtype=torch.float32)) if gemma else None
+            if not self.tied:
+                self.lm_head = nn.Parameter(torch.empty(C, V))
             hd = cfg.get("head_size", 0) or C // H
-            freq = cfg["rope_theta"] ** (-2.0 * torch.arange(hd // 2, dtype=torch.float64) / hd)
-            angle = torch.arange(S, dtype=torch.float64)[:, None] * freq[None, :]
-            self.register_buffer("cos", torch.cos(angle).float(), persistent=False)  # (S, HD/2)
-            self.register_buffer("sin", torch.sin(angle).float(), persistent=False)
-            self.register_buffer("mask", torch.triu(torch.ones(S, S, dtype=torch.bool), 1), persistent=False)
+            cos, sin = rope_cos_sin(cfg["rope_theta"], hd, S)
+            self.register_buffer("cos", cos, persistent=False)  # (S, HD/2)
+            self.register_buffer("sin", sin, persistent=False)
+            causal = torch.triu(torch.ones(S, S, dtype=torch.bool), 1)
+            self.register_buffer("mask", causal, persistent=False)
+            if any(b.local for b in self.blocks):  # keys j <= i - W are masked too; RoPE base 1e4
+                W = cfg["window"] if windows else S
+                self.register_buffer("mask_local", causal | torch.tril(torch.ones(S, S, dtype=torch.bool), -W),
+                                     persistent=False)
+                cos, sin = rope_cos_sin(GEMMA3_LOCAL_THETA, hd, S)
+                self.register_buffer("cos_local", cos, persistent=False)
+                self.register_buffer("sin_local", sin, persistent=False)
 
         def init_weights(self, seed=0):
             g = torch.Generator().manual_seed(seed)
@@ -152,7 +208,7 @@ def build_model_classes():
             with torch.no_grad():
                 for name, p in self.named_parameters():
                     if "norm" in name:
-                        p.fill_(1.0)
+                        p.fill_(0.0 if self.tied else 1.0)  # gemma3's gains are 1 + w
                     else:
                         p.normal_(0.0, 0.02, generator=g)
                         if name.endswith(".o") or name.endswith(".down"):
@@ -161,15 +217,21 @@ def build_model_classes():
         def forward(self, tokens, targets):
             S = tokens.shape[1]
             x = self.tok_emb[tokens]
-            cos, sin, mask = self.cos[:S], self.sin[:S], self.mask[:S, :S]
+            if self.embed_scale is not None:
+                x = x * self.embed_scale
             for blk in self.blocks:
-                x = blk(x, cos, sin, mask)
-            logits = self.final_norm(x) @ self.lm_head
+                if blk.local:
+                    x = blk(x, self.cos_local[:S], self.sin_local[:S], self.mask_local[:S, :S])
+                else:
+                    x = blk(x, self.cos[:S], self.sin[:S], self.mask[:S, :S])
+            logits = self.final_norm(x) @ (self.tok_emb.t() if self.tied else self.lm_head)
             return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
         def s3r_names(self):
-            """{s3r checkpoint tensor name: parameter} (docs/FORMATS.md)."""
-            out = {"tok_emb": self.tok_emb, "final_norm": self.final_norm.weight, "lm_head": self.lm_head}
+            """{s3r checkpoint tensor name: parameter} (docs/FORMATS.md; a tied head has no tensor)."""
+            out = {"tok_emb": self.tok_emb, "final_norm": self.final_norm.weight}
+            if not self.tied:
+                out["lm_head"] = self.lm_head
             for l, b in enumerate(self.blocks):
                 p = f"blocks.{l}."
                 out.update({p + "attn_norm": b.attn_norm.weight, p + "ffn_norm": b.ffn_norm.weight,
@@ -177,6 +239,9 @@ def build_model_classes():
                             p + "ffn.gate": b.gate, p + "ffn.up": b.up, p + "ffn.down": b.down})
                 if b.qk_norm:
                     out.update({p + "attn.q_norm": b.q_norm.weight, p + "attn.k_norm": b.k_norm.weight})
+                if b.post_norms:
+                    out.update({p + "attn_post_norm": b.attn_post_norm.weight,
+                                p + "ffn_post_norm": b.ffn_post_norm.weight})
             return out
 
         def load_s3r(self, flat):
@@ -304,7 +369,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bench", help="time full training steps on a fixed random batch")
     b.add_argument("--preset", choices=sorted(PRESETS), default="small")
-    b.add_argument("--arch", choices=("llama", "qwen3"), default="llama", help="model family, as `s3r train --arch`")
+    b.add_argument("--arch", choices=ARCHS, default="llama", help="model family, as `s3r train --arch`")
     b.add_argument("--kv-heads", type=int, help="key/value heads, as `s3r train --kv-heads` (must divide the preset's "
                    "heads; default: the heads, i.e. multi-head attention)")
     b.add_argument("--mode", choices=("f32", "bf16"), default="f32",

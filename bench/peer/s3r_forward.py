@@ -21,6 +21,15 @@ Grouped-query attention (meta.json's config "kv_heads" NKV < heads NH; absent: N
 Wv are (C, NKV * HD) with HD = C / NH, RoPE rotates K per kv head, and query head h attends with
 kv head h // (NH / NKV) (Hugging Face's repeat_kv: consecutive query heads share a kv head),
 written here with torch's repeat_interleave of the K and V heads.
+
+Families (meta.json config "arch"; absent: llama; SPEC.md A.9, the traits table FAMILIES below):
+qwen3 adds QK-norm (an RMSNorm over each head's HD elements of q and k, before RoPE); gemma3 is
+the qwen3 block with every RMSNorm's gain 1 + w (an f32 add, then the product), post-norms
+(x_mid = x + norm(att Wo), out = x_mid + norm(ffn(norm(x_mid)))), GeGLU (GELU's tanh form as s3r
+computes it: z * sigmoid_poly(2u) on z clamped to [-10, 10]), embeddings times f32(sqrt(C)), the
+LM head tied to the embedding (tok_emb transposed; no lm_head tensor), and local layers
+((l + 1) % 6 != 0, when config "window" W > 0) whose query i attends keys i - W < j <= i with
+RoPE base 1e4 (the other, global layers: causal, config rope_theta).
 """
 import math
 
@@ -33,7 +42,7 @@ INT8_MODES = ("rtne", "sr", "s3r", "s3r-bcast")
 # Deliberate bugs, to show that the check's tolerances catch them (check_checkpoint.py --inject).
 BUGS = {
     "rope-half-split": "RoPE rotates element i with i + HD/2 (the GPT-NeoX layout) instead of adjacent pairs 2i, 2i+1",
-    "norm-eps": "RMSNorm eps 1e-6 instead of the checkpoint's 1e-5",
+    "norm-eps": "RMSNorm eps 1e-6 instead of the checkpoint's 1e-5 (1e-5 instead of 1e-6 for qwen3 and gemma3)",
     "no-causal-mask": "attention may look at later tokens",
     "silu-exact": "SiLU with torch.sigmoid instead of s3r's polynomial exp (a 1-ulp-level change, not a bug: "
                   "shows the resolution of the check)",
@@ -42,7 +51,29 @@ BUGS = {
     "round-half-away": "int8 codes rounded half away from zero instead of half to even (int8 modes)",
     "gqa-kv-modulo": "grouped-query attention: query head h uses kv head h % NKV instead of h // (NH / NKV) "
                      "(GQA checkpoints only)",
-    "qk-norm-skipped": "q and k enter RoPE without their per-head RMSNorm (qwen3 checkpoints)",
+    "qk-norm-skipped": "q and k enter RoPE without their per-head RMSNorm (qwen3 and gemma3 checkpoints)",
+    "gemma-norm-offset-skipped": "every RMSNorm multiplies by w instead of 1 + w (gemma3 checkpoints)",
+    "window-ignored": "local layers attend to every earlier key, not only the window's (gemma3 checkpoints)",
+    "local-rope-global-base": "local layers rotate with the global RoPE base (1e6) instead of 1e4 (gemma3 checkpoints)",
+    "embed-scale-skipped": "embeddings not multiplied by sqrt(C) (gemma3 checkpoints)",
+    "gelu-exact": "GeGLU's GELU as torch's gelu(approximate='tanh') instead of s3r's sigmoid form (a change at "
+                  "the level of f32 rounding, not a bug: shows the resolution of the check; gemma3 checkpoints)",
+}
+# The bugs that only a family's own parts can show (check_checkpoint.py refuses them elsewhere).
+FAMILY_BUGS = {"qk-norm-skipped": ("qwen3", "gemma3"), "gemma-norm-offset-skipped": ("gemma3",),
+               "window-ignored": ("gemma3",), "local-rope-global-base": ("gemma3",),
+               "embed-scale-skipped": ("gemma3",), "gelu-exact": ("gemma3",)}
+
+# The families' traits (s3r/model/config.hpp, src/model/config.cpp; SPEC.md A.9). norm_offset:
+# gains 1 + w; local_period P: layers l with (l + 1) % P != 0 are local (sliding window, RoPE base
+# rope_theta_local) when config "window" > 0.
+FAMILIES = {
+    "llama": {"qk_norm": False, "norm_offset": False, "post_norms": False, "gelu": False, "embed_scale": False,
+              "tied_head": False, "local_period": 0, "rope_theta_local": None},
+    "qwen3": {"qk_norm": True, "norm_offset": False, "post_norms": False, "gelu": False, "embed_scale": False,
+              "tied_head": False, "local_period": 0, "rope_theta_local": None},
+    "gemma3": {"qk_norm": True, "norm_offset": True, "post_norms": True, "gelu": True, "embed_scale": True,
+               "tied_head": True, "local_period": 6, "rope_theta_local": 10000.0},
 }
 
 
@@ -55,13 +86,47 @@ def head_dim(cfg):
     return hd
 
 
-def qk_norm(cfg):
-    """Whether the checkpoint's family normalizes each head of q and k (meta.json config "arch":
-    qwen3; absent: llama, which does not)."""
+def family(cfg):
+    """The traits of the checkpoint's family (meta.json config "arch"; absent: llama)."""
     arch = cfg.get("arch", "llama")
-    if arch not in ("llama", "qwen3"):
-        raise ValueError(f"config arch {arch!r}: not a family this reader knows (llama, qwen3)")
-    return arch == "qwen3"
+    if arch not in FAMILIES:
+        raise ValueError(f"config arch {arch!r}: not a family this reader knows ({', '.join(FAMILIES)})")
+    return FAMILIES[arch]
+
+
+def qk_norm(cfg):
+    """Whether the checkpoint's family normalizes each head of q and k (qwen3, gemma3)."""
+    return family(cfg)["qk_norm"]
+
+
+def window(cfg):
+    """The sliding window W of the family's local layers (config "window"; absent or 0: none)."""
+    w = cfg.get("window", 0)
+    if not isinstance(w, int) or isinstance(w, bool) or w < 0:
+        raise ValueError(f"config window {w!r}: not a window size")
+    if w and not family(cfg)["local_period"]:
+        raise ValueError(f"config window {w}: the {cfg.get('arch', 'llama')} family has no local layers")
+    return w
+
+
+def is_local(cfg, layer):
+    """Whether layer `layer` is local: (l + 1) % P != 0 for the family's period P, with a window."""
+    period = family(cfg)["local_period"]
+    return window(cfg) > 0 and period > 0 and (layer + 1) % period != 0
+
+
+def layer_theta(cfg, layer, bug=None):
+    """The layer's RoPE base as the double that s3r's f32 option becomes (local layers: the
+    family's own base; the others: config rope_theta)."""
+    local = is_local(cfg, layer) and bug != "local-rope-global-base"
+    theta = family(cfg)["rope_theta_local"] if local else cfg.get("rope_theta", 10000.0)
+    return float(torch.tensor(theta, dtype=F32))
+
+
+def rope_tables_for(cfg, seq_len, bug=None):
+    """{theta: (cos, sin)} for every RoPE base that the model's layers use."""
+    thetas = {layer_theta(cfg, l, bug) for l in range(cfg["layers"])}
+    return {t: rope_tables(seq_len, head_dim(cfg), t) for t in sorted(thetas)}
 
 
 def kv_heads(cfg):
@@ -137,7 +202,7 @@ def rope(x, cos, sin, heads, bug=None):
     return out.reshape(B, S, C)
 
 
-def attention(q, k, v, heads, kv_heads=None, bug=None):
+def attention(q, k, v, heads, kv_heads=None, bug=None, window=0):
     """Causal softmax attention as s3r's unfused attention_forward computed it: scores in f32
     (products here in f64, rounded once), scaled in f32, max-subtracted, exp in f32 (libm expf;
     here exp in double rounded to f32), the row sum in double, probabilities times f32(1 / sum).
@@ -146,7 +211,9 @@ def attention(q, k, v, heads, kv_heads=None, bug=None):
     the float products, that is below the check's tolerances (measured: f32 9e-10, s3r + dx
     3e-7 on tiny runs).
     q (B, S, heads * HD); k, v (B, S, kv_heads * HD): query head h reads kv head
-    h // (heads / kv_heads) (each kv head repeated for its group of consecutive query heads)."""
+    h // (heads / kv_heads) (each kv head repeated for its group of consecutive query heads).
+    window W > 0 (a local layer): query i attends keys i - W < j <= i only; the keys it leaves
+    out get probability 0, as s3r's fused attention gives them (exactly +0)."""
     B, S, C = q.shape
     nkv = heads if kv_heads is None else kv_heads
     hd = C // heads
@@ -162,6 +229,8 @@ def attention(q, k, v, heads, kv_heads=None, bug=None):
     scores = (qh @ kh.transpose(-1, -2)).to(F32) * scale
     if bug != "no-causal-mask":
         future = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+        if window > 0:  # and the keys j <= i - W, before the window
+            future |= torch.tril(torch.ones(S, S, dtype=torch.bool), diagonal=-window)
         scores = scores.masked_fill(future, -math.inf)
     mx = scores.amax(-1, keepdim=True)
     e = torch.exp((scores - mx).to(F64)).to(F32)
@@ -169,6 +238,14 @@ def attention(q, k, v, heads, kv_heads=None, bug=None):
     p = e * (1.0 / total).to(F32)
     out = (p.to(F64) @ vh).to(F32)
     return out.transpose(1, 2).reshape(B, S, C)
+
+
+def gelu_tanh_poly(z):
+    """GELU's tanh form as s3r computes it (kernels/ref/numerics.hpp gelu_gate, gelu_clamp):
+    z * sigmoid_poly((c k) (1 + 0.044715 c^2)) with c = z clamped to [-10, 10], k = 2 sqrt(2/pi)
+    in f32, the same f32 operations in the same order."""
+    c = torch.clamp(z, -10.0, 10.0)
+    return z * sigmoid_poly((c * _f32(1.5957691216057308)) * (_f32(1.0) + _f32(0.044715) * (c * c)))
 
 
 def _bf16(x):
@@ -201,20 +278,34 @@ def linear(x, w, mode, bug=None):
     return (acc * sw) * sx  # (float(acc) * sw[n]) * sx[t], s3r's epilogue order
 
 
-def unflatten(tensors, cfg):
-    """{name: f32 torch tensor of its shape} from a checkpoint's tensors: stored with their shapes
-    (version 3; matrices (in, out)) or flat (versions 1 and 2). Wq is (C, heads * HD), Wo its
-    transpose's shape, Wk and Wv (C, kv_heads * HD)."""
+def tensor_shapes(cfg):
+    """{name: shape} of the checkpoint's tensors: Wq (C, heads * HD), Wo its transpose's shape,
+    Wk and Wv (C, kv_heads * HD); QK-norm gains (HD,), post-norm gains (C,); lm_head (C, V)
+    unless the family ties it to the embedding."""
     C, F, V = cfg["width"], cfg["ffn_width"], cfg["vocab"]
-    Q, KV = cfg["heads"] * head_dim(cfg), kv_heads(cfg) * head_dim(cfg)
-    shapes = {"tok_emb": (V, C), "final_norm": (C,), "lm_head": (C, V)}
+    hd = head_dim(cfg)
+    Q, KV = cfg["heads"] * hd, kv_heads(cfg) * hd
+    fam = family(cfg)
+    shapes = {"tok_emb": (V, C), "final_norm": (C,)}
+    if not fam["tied_head"]:
+        shapes["lm_head"] = (C, V)
     for l in range(cfg["layers"]):
         p = f"blocks.{l}."
         shapes.update({p + "attn_norm": (C,), p + "ffn_norm": (C,), p + "attn.q": (C, Q), p + "attn.k": (C, KV),
                        p + "attn.v": (C, KV), p + "attn.o": (Q, C), p + "ffn.gate": (C, F), p + "ffn.up": (C, F),
                        p + "ffn.down": (F, C)})
-        if qk_norm(cfg):
-            shapes.update({p + "attn.q_norm": (head_dim(cfg),), p + "attn.k_norm": (head_dim(cfg),)})
+        if fam["qk_norm"]:
+            shapes.update({p + "attn.q_norm": (hd,), p + "attn.k_norm": (hd,)})
+        if fam["post_norms"]:
+            shapes.update({p + "attn_post_norm": (C,), p + "ffn_post_norm": (C,)})
+    return shapes
+
+
+def unflatten(tensors, cfg):
+    """{name: f32 torch tensor of its shape} from a checkpoint's tensors: stored with their shapes
+    (version 3; matrices (in, out)) or flat (versions 1 and 2). A tied head (gemma3) is given as
+    "lm_head": the embedding transposed, a view of "tok_emb" (a change to one is in both)."""
+    shapes = tensor_shapes(cfg)
     missing = sorted(set(shapes) - set(tensors))
     extra = sorted(set(tensors) - set(shapes))
     if missing or extra:
@@ -227,54 +318,96 @@ def unflatten(tensors, cfg):
         if flat.dim() != 1 and tuple(flat.shape) != shape:
             raise ValueError(f"tensor '{name}' has shape {tuple(flat.shape)}, expected {shape} (in, out)")
         out[name] = flat.reshape(shape)
+    if family(cfg)["tied_head"]:
+        out["lm_head"] = out["tok_emb"].t()
     return out
 
 
-def mean_loss(params, cfg, mode, inputs, targets, bug=None, tables=None):
-    """Mean cross-entropy (float) of one batch: inputs, targets (B, S) int64 tensors."""
-    C, heads = cfg["width"], cfg["heads"]
-    nkv, hd = kv_heads(cfg), head_dim(cfg)
+class _Numerics:
+    """What one forward needs besides the weights: the checkpoint's config, its products' modes,
+    its norm eps, its RoPE tables and the injected bug."""
+
+    def __init__(self, cfg, mode, seq_len, bug, tables):
+        self.cfg, self.bug, self.fam = cfg, bug, family(cfg)
+        eps = cfg.get("norm_eps", 1e-5)
+        if bug == "norm-eps":  # the other of the two eps the families use
+            eps = 1e-6 if abs(eps - 1e-5) < 1e-9 else 1e-5
+        self.eps = float(torch.tensor(eps, dtype=F32))  # an f32 option, promoted to double
+        self.tables = tables if tables is not None else rope_tables_for(cfg, seq_len, bug)
+        self.proj = mode if mode in ("f32", "bf16") else "int8"
+        if mode == "f32" or bug == "head-f32":
+            self.head_mode = "f32"
+        elif mode in INT8_MODES and cfg.get("lm_head", "default") == "int8":
+            self.head_mode = "int8"  # `s3r train --head int8`: the head as an eighth int8 projection
+        else:
+            self.head_mode = "bf16"
+
+    def norm(self, x, w):
+        """RMSNorm with the family's gain: w, or 1 + w (gemma3: an f32 add, then the product)."""
+        if self.fam["norm_offset"] and self.bug != "gemma-norm-offset-skipped":
+            w = _f32(1.0) + w
+        return rmsnorm(x, w, self.eps)
+
+    def linear(self, x, w):
+        return linear(x, w, self.proj, self.bug)
+
+
+def _attention_block(params, num, l, x, B, S):
+    """x_mid = x + att Wo (post-norms: x + norm(att Wo)) of block l, x (T, C)."""
+    cfg, bug, p = num.cfg, num.bug, f"blocks.{l}."
+    heads, nkv, hd = cfg["heads"], kv_heads(cfg), head_dim(cfg)
     Q, KV = heads * hd, nkv * hd
-    B, S = inputs.shape
-    eps = float(torch.tensor(cfg.get("norm_eps", 1e-5), dtype=F32))  # an f32 option, promoted to double
-    if bug == "norm-eps":
-        eps = float(torch.tensor(1e-6, dtype=F32))
-    theta = float(torch.tensor(cfg.get("rope_theta", 10000.0), dtype=F32))
-    cos, sin = tables if tables is not None else rope_tables(S, hd, theta)
-    proj = mode if mode in ("f32", "bf16") else "int8"
-    if mode == "f32" or bug == "head-f32":
-        head_mode = "f32"
-    elif mode in INT8_MODES and cfg.get("lm_head", "default") == "int8":
-        head_mode = "int8"  # `s3r train --head int8`: the head as an eighth int8 projection
+    xn = num.norm(x, params[p + "attn_norm"])
+    q = num.linear(xn, params[p + "attn.q"]).reshape(B, S, Q)
+    k = num.linear(xn, params[p + "attn.k"]).reshape(B, S, KV)
+    v = num.linear(xn, params[p + "attn.v"]).reshape(B, S, KV)
+    if num.fam["qk_norm"] and bug != "qk-norm-skipped":  # RMSNorm over each head's HD elements, before RoPE
+        q = num.norm(q.reshape(B, S, heads, hd), params[p + "attn.q_norm"]).reshape(B, S, Q)
+        k = num.norm(k.reshape(B, S, nkv, hd), params[p + "attn.k_norm"]).reshape(B, S, KV)
+    cos, sin = num.tables[layer_theta(cfg, l, bug)]
+    q = rope(q, cos, sin, heads, bug)
+    k = rope(k, cos, sin, nkv, bug)  # per kv head
+    local = is_local(cfg, l) and bug != "window-ignored"
+    att = attention(q, k, v, heads, nkv, bug, window(cfg) if local else 0).reshape(B * S, Q)
+    o = num.linear(att, params[p + "attn.o"])
+    if num.fam["post_norms"]:
+        o = num.norm(o, params[p + "attn_post_norm"])
+    return o + x
+
+
+def _ffn_block(params, num, l, x_mid):
+    """x_mid + ffn(norm(x_mid)) (post-norms: x_mid + norm(ffn(...))) of block l; ffn is SwiGLU or
+    GeGLU: (act(h Wgate) * (h Wup)) Wdown."""
+    p, bug = f"blocks.{l}.", num.bug
+    xn2 = num.norm(x_mid, params[p + "ffn_norm"])
+    h1 = num.linear(xn2, params[p + "ffn.gate"])
+    h3 = num.linear(xn2, params[p + "ffn.up"])
+    if num.fam["gelu"]:
+        act = torch.nn.functional.gelu(h1, approximate="tanh") if bug == "gelu-exact" else gelu_tanh_poly(h1)
     else:
-        head_mode = "bf16"
-    T = B * S
+        act = h1 * (torch.sigmoid(h1) if bug == "silu-exact" else sigmoid_poly(h1))
+    f = num.linear(act * h3, params[p + "ffn.down"])
+    if num.fam["post_norms"]:
+        f = num.norm(f, params[p + "ffn_post_norm"])
+    return f + x_mid
+
+
+def mean_loss(params, cfg, mode, inputs, targets, bug=None, tables=None):
+    """Mean cross-entropy (float) of one batch: inputs, targets (B, S) int64 tensors. tables:
+    rope_tables_for(cfg, S, bug), computed here when None."""
+    B, S = inputs.shape
+    num = _Numerics(cfg, mode, S, bug, tables)
     x = params["tok_emb"][inputs.reshape(-1)]  # (T, C)
+    if num.fam["embed_scale"] and bug != "embed-scale-skipped":
+        x = x * _f32(math.sqrt(cfg["width"]))  # sqrt(C) rounded once to f32, an f32 product
     for l in range(cfg["layers"]):
-        p = f"blocks.{l}."
-        xn = rmsnorm(x, params[p + "attn_norm"], eps)
-        q = linear(xn, params[p + "attn.q"], proj, bug).reshape(B, S, Q)
-        k = linear(xn, params[p + "attn.k"], proj, bug).reshape(B, S, KV)
-        v = linear(xn, params[p + "attn.v"], proj, bug).reshape(B, S, KV)
-        if qk_norm(cfg) and bug != "qk-norm-skipped":  # RMSNorm over each head's HD elements, before RoPE
-            q = rmsnorm(q.reshape(B, S, heads, hd), params[p + "attn.q_norm"], eps).reshape(B, S, Q)
-            k = rmsnorm(k.reshape(B, S, nkv, hd), params[p + "attn.k_norm"], eps).reshape(B, S, KV)
-        q = rope(q, cos, sin, heads, bug)
-        k = rope(k, cos, sin, nkv, bug)  # per kv head
-        att = attention(q, k, v, heads, nkv, bug).reshape(T, Q)
-        x_mid = linear(att, params[p + "attn.o"], proj, bug) + x
-        xn2 = rmsnorm(x_mid, params[p + "ffn_norm"], eps)
-        h1 = linear(xn2, params[p + "ffn.gate"], proj, bug)
-        h3 = linear(xn2, params[p + "ffn.up"], proj, bug)
-        s = torch.sigmoid(h1) if bug == "silu-exact" else sigmoid_poly(h1)
-        hidden = (h1 * s) * h3
-        x = linear(hidden, params[p + "ffn.down"], proj, bug) + x_mid
-    xn = rmsnorm(x, params["final_norm"], eps)
-    logits = linear(xn, params["lm_head"], head_mode, bug)  # (T, V) f32
+        x = _ffn_block(params, num, l, _attention_block(params, num, l, x, B, S))
+    xn = num.norm(x, params["final_norm"])
+    logits = linear(xn, params["lm_head"], num.head_mode, bug)  # (T, V) f32
     # Cross-entropy as s3r's softmax_xent_rows: max in f32, exp_poly(z - max) in f32, the sum of
     # the exponentials in double, loss = (log(sum) + max) - z[y] in double.
     mx = logits.amax(-1, keepdim=True)
     total = exp_poly(logits - mx).to(F64).sum(-1)
     zy = logits.gather(1, targets.reshape(-1, 1)).squeeze(1)
     token_loss = (torch.log(total) + mx.squeeze(-1).to(F64)) - zy.to(F64)
-    return float(token_loss.sum()) / T
+    return float(token_loss.sum()) / (B * S)

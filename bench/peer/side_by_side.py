@@ -102,7 +102,8 @@ def spread(ms):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="small", choices=("tiny", "small", "wide"))
-    ap.add_argument("--arch", choices=("llama", "qwen3"), default="llama", help="model family of both models")
+    ap.add_argument("--arch", choices=("llama", "qwen3", "gemma3"), default="llama",
+                    help="model family of both models (the peer's presets follow s3r's for each)")
     ap.add_argument("--kv-heads", type=int, help="key/value heads of both models (grouped-query attention; must "
                                                   "divide the preset's heads; default: the heads)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of (peer f32, peer bf16, s3r)")

@@ -7,7 +7,10 @@
 # to the same tolerances, and the
 # same checks with query head h reading kv head h % 2 instead of h // 2 must fail (in the
 # s3r-numerics forward, and in the plain-PyTorch peer alone). Qwen3 (f32, s3r + dx) likewise, and
-# the check with QK-norm left out must fail.
+# the check with QK-norm left out must fail. Gemma 3 (f32, s3r + dx; 6 layers: five local ones with
+# a sliding window of 16 and RoPE base 1e4, and a global one) likewise, and the checks with norm
+# gains w instead of 1 + w, without the window, with the global RoPE base in the local layers or
+# without the embedding scale must fail (the s3r-numerics forward), and the peer without the window.
 # Most bugs run with --no-peer (the s3r-numerics comparison alone); the plain-PyTorch peer's own
 # comparison is shown to fail too: on a bug that both see, and on one in the peer alone.
 # Usage: checkpoint_check.sh S3R_BINARY DATA_DIR WORK_DIR REPO_ROOT
@@ -34,6 +37,8 @@ train f32-gqa f32 none 8 --heads 4 --kv-heads 2  # grouped-query attention: Wk, 
 train s3r-dx-gqa s3r dx 8 --heads 4 --kv-heads 2 --head-size 24  # and HD 24, not C / heads = 16
 train f32-qwen3 f32 none 8 --arch qwen3  # QK-norm, 2 kv heads of 32, RoPE base 1e6, eps 1e-6
 train s3r-dx-qwen3 s3r dx 8 --arch qwen3
+train f32-gemma3 f32 none 8 --arch gemma3 --layers 6  # layers 0-4 local (window 16 of 32), layer 5 global
+train s3r-dx-gemma3 s3r dx 8 --arch gemma3 --layers 6
 
 expect_match() {  # RUN EVAL_BATCHES [PATTERN: must be in the check's header line too]
   local out
@@ -75,6 +80,8 @@ expect_match f32-gqa 8 "heads=4 kv_heads=2 "  # the checkpoint is one of grouped
 expect_match s3r-dx-gqa 8 "heads=4 kv_heads=2 hd=24 "
 expect_match f32-qwen3 8 "qwen3 L=2 C=64 heads=4 kv_heads=2 hd=32 "
 expect_match s3r-dx-qwen3 8 "qwen3 "
+expect_match f32-gemma3 8 "gemma3 L=6 C=64 heads=4 kv_heads=2 window=16 "
+expect_match s3r-dx-gemma3 8 "gemma3 L=6 "
 
 # Plausible bugs, each caught by the tolerance of its mode (measured on these runs: 7e-5 to 6e-2
 # relative, 10x or more above the tolerance; `--inject int8-scale-128` and `head-f32` move an int8
@@ -101,6 +108,15 @@ expect_peer_mismatch f32-gqa 8 peer-gqa-kv-modulo ok  # the same bug in the peer
 # Qwen3: q and k without their per-head norms.
 expect_mismatch f32-qwen3 8 qk-norm-skipped
 expect_mismatch s3r-dx-qwen3 8 qk-norm-skipped
+# Gemma 3: gains w instead of 1 + w; local layers without their window, or with the global RoPE
+# base; embeddings without the sqrt(C) scale; and the peer model's local layers without the window.
+expect_mismatch f32-gemma3 8 gemma-norm-offset-skipped
+expect_mismatch f32-gemma3 8 window-ignored
+expect_mismatch f32-gemma3 8 local-rope-global-base
+expect_mismatch f32-gemma3 8 embed-scale-skipped
+expect_mismatch s3r-dx-gemma3 8 gemma-norm-offset-skipped
+expect_mismatch s3r-dx-gemma3 8 window-ignored
+expect_peer_mismatch f32-gemma3 8 peer-window-ignored ok  # a bug in the peer model alone
 
 # Unusable inputs: exit status 2 with a message, not a traceback.
 out=$("${check[@]}" --run "$work/nonexistent" --data "$data" 2>&1); rc=$?
@@ -108,4 +124,7 @@ out=$("${check[@]}" --run "$work/nonexistent" --data "$data" 2>&1); rc=$?
 # A GQA bug asked of a multi-head checkpoint (where h % NKV = h // G) is refused, not passed.
 out=$("${check[@]}" --run "$work/f32" --data "$data" --no-peer --inject gqa-kv-modulo 2>&1); rc=$?
 [ $rc = 2 ] && grep -q "needs a grouped-query checkpoint" <<<"$out" || fail "gqa-kv-modulo on MHA: exit $rc: $out"
+# Likewise a Gemma 3 bug asked of a llama checkpoint, which has no such part to break.
+out=$("${check[@]}" --run "$work/f32" --data "$data" --no-peer --inject window-ignored 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "needs a checkpoint of the gemma3 family" <<<"$out" || fail "window-ignored on llama: exit $rc: $out"
 echo "checkpoint check: ok"

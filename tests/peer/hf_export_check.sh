@@ -9,7 +9,12 @@
 # num_key_value_heads 2, k_proj and v_proj (2 * HD, C)) must match to the same 1e-4 (measured
 # 1.4e-6), and the reader with the wrong repeat_kv (query head h reading kv head h % 2 instead of
 # h // 2: `check_hf_export.py --inject gqa-kv-modulo`; measured 0.7) must fail. The Qwen3 model
-# of cli.infer_smoke (RUN_DIR-qwen3) likewise, and the reader without QK-norm must fail.
+# of cli.infer_smoke (RUN_DIR-qwen3) likewise, and the reader without QK-norm must fail. So does
+# the Gemma 3 model of cli.infer_smoke (RUN_DIR-gemma3: two sliding layers, window 16; read as a
+# Gemma3ForCausalLM) on a prompt of 27 tokens, longer than the window, and a 6-layer Gemma 3
+# trained here (layer 5 attends globally with RoPE base 1e6): the reader with norms as w instead
+# of 1 + w, without the sliding window, with the global RoPE base in the sliding layers or without
+# QK-norm must fail, and so must an export without the q/k permutation.
 # Usage: hf_export_check.sh S3R_BINARY RUN_DIR DATA_DIR WORK_DIR REPO_ROOT
 set -uo pipefail
 s3r=$1; run=$2; data=$3; work=$4; root=$5
@@ -20,13 +25,22 @@ gqa_run=$run-gqa  # trained by tests/tools/infer_smoke.sh beside RUN_DIR
 [ -f "$gqa_run/checkpoint/meta.json" ] || fail "no grouped-query run $gqa_run (cli.infer_smoke trains it)"
 qwen3_run=$run-qwen3  # likewise
 [ -f "$qwen3_run/checkpoint/meta.json" ] || fail "no qwen3 run $qwen3_run (cli.infer_smoke trains it)"
-logprobs() {  # RUN OUT
-  "$s3r" generate --checkpoint "$1" "${tok[@]}" --prompt "the gradient rounds" --precision f32 --max-tokens 1 \
+gemma3_run=$run-gemma3  # likewise
+[ -f "$gemma3_run/checkpoint/meta.json" ] || fail "no gemma3 run $gemma3_run (cli.infer_smoke trains it)"
+gemma3_6_run=$work/run-gemma3-6  # six layers: five sliding, one global
+"$s3r" train --arch gemma3 --preset tiny --layers 6 --vocab 300 --data "$data" --steps 20 --warmup 3 \
+  --eval-every 20 --eval-batches 2 --out "$gemma3_6_run" > "$work/train-gemma3-6.log" 2>&1 \
+  || fail "train gemma3 (6 layers): $(tail -3 "$work/train-gemma3-6.log")"
+logprobs() {  # RUN OUT [PROMPT]
+  "$s3r" generate --checkpoint "$1" "${tok[@]}" --prompt "${3:-the gradient rounds}" --precision f32 --max-tokens 1 \
     --dump-logprobs "$2" > /dev/null 2> "$work/generate.err" || fail "generate $1: $(cat "$work/generate.err")"
 }
 logprobs "$run" "$work/logprobs.json"
 logprobs "$gqa_run" "$work/logprobs-gqa.json"
 logprobs "$qwen3_run" "$work/logprobs-qwen3.json"
+long_prompt="the gradient rounds the shared error"  # 27 tokens: more than the window of 16 (S = 32)
+logprobs "$gemma3_run" "$work/logprobs-gemma3.json" "$long_prompt"
+logprobs "$gemma3_6_run" "$work/logprobs-gemma3-6.json" "$long_prompt"
 check() {  # NAME EXPECTED_STATUS [EXPORT OPTIONS...]: the run $from, s3r's log-probabilities $lp, reader options $reader
   local name=$1 want=$2; shift 2  # out, rc: global, for a look after the call
   "$s3r" export --checkpoint "$from" "${tok[@]}" --format hf --out "$work/$name" "$@" > /dev/null || fail "export $name"
@@ -63,4 +77,31 @@ from=$qwen3_run; lp=$work/logprobs-qwen3.json; reader=""
 check hf-qwen3 0
 reader="--inject qk-norm-skipped"
 check bug-qwen3-reader-no-qk-norm 1
+# Gemma 3: a Gemma3ForCausalLM with a tied head, the window and the local RoPE base in config.json.
+from=$gemma3_run; lp=$work/logprobs-gemma3.json; reader=""
+check hf-gemma3 0
+grep -q "prompt of 27 tokens" <<<"$out" || fail "hf-gemma3: the prompt is not the 27 tokens that outrun the window"
+/usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); sys.exit(0 if (c["architectures"],
+  c["model_type"], c["sliding_window"], c["query_pre_attn_scalar"], c["tie_word_embeddings"],
+  c["rope_local_base_freq"], c["rope_theta"]) == (["Gemma3ForCausalLM"], "gemma3_text", 16, c["head_dim"], True,
+  10000, 1000000) else 1)' "$work/hf-gemma3/config.json" \
+  || fail "hf-gemma3: config.json is not Gemma 3's: $(cat "$work/hf-gemma3/config.json")"
+check bug-gemma3-permute-qk 1 --inject permute-qk
+for bug in gemma-norm-offset-skipped window-ignored qk-norm-skipped; do
+  reader="--inject $bug"
+  check "bug-gemma3-reader-$bug" 1
+done
+# A reader bug that cannot show is refused (exit 2), not passed: no window on a prompt within it.
+logprobs "$gemma3_run" "$work/logprobs-gemma3-short.json"  # 16 tokens
+out=$(/usr/bin/python3 "$root/bench/peer/check_hf_export.py" --hf "$work/hf-gemma3" \
+  --logprobs "$work/logprobs-gemma3-short.json" --inject window-ignored 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "needs a sliding layer and a prompt longer than sliding_window" <<<"$out" \
+  || fail "window-ignored on a prompt within the window: exit status $rc: $out"
+from=$gemma3_6_run; lp=$work/logprobs-gemma3-6.json; reader=""
+check hf-gemma3-6 0
+grep -q "5 sliding layers of 6" <<<"$out" || fail "hf-gemma3-6: not five sliding layers of six"
+for bug in local-rope-global-base window-ignored; do
+  reader="--inject $bug"
+  check "bug-gemma3-6-reader-$bug" 1
+done
 echo "hf export check: ok"
