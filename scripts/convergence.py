@@ -112,7 +112,8 @@ class Run:
 
     def argv(self):
         a = self.study.args
-        cmd = [str(a.s3r), "train", "--preset", a.preset, "--data", str(a.data), "--mode", self.mode,
+        cmd = [str(a.s3r), "train", "--preset", a.preset] + (["--arch", a.arch] if a.arch != "llama" else []) + [
+               "--data", str(a.data), "--mode", self.mode,
                "--correction", self.correction, "--seed", str(self.seed), "--steps", str(a.steps),
                "--lr", f"{self.lr:.10g}", "--min-lr", f"{self.lr * a.min_lr_ratio:.10g}",
                "--warmup", str(a.warmup), "--eval-every", str(a.eval_every),
@@ -535,6 +536,7 @@ def parse_args(argv):
     p.add_argument("--s3r", type=Path, default=REPO / "build" / "release" / "tools" / "s3r")
     p.add_argument("--data", type=Path, default=REPO / "data" / "nlp-corpus")
     p.add_argument("--preset", default="small")
+    p.add_argument("--arch", default="llama", help="model family (s3r train --arch; llama adds nothing to the argv)")
     p.add_argument("--seq-len", type=int, default=128, help="S (0: the preset's)")
     p.add_argument("--batch", type=int, default=8, help="B (0: the preset's)")
     p.add_argument("--layers", type=int, default=0, help="L (0: the preset's)")

@@ -39,6 +39,13 @@ if python3 "$repo/scripts/convergence.py" "${args[@]}" --warmup 3 > "$work/other
   echo "FAIL: runs of other options were reused"; exit 1
 fi
 grep -q "was trained with other options" "$work/other.log"
+# --arch reaches s3r train (a family's run of one step; llama's argv has no --arch, so the
+# studies above, and any made before the option, are reused).
+python3 "$repo/scripts/convergence.py" "${args[@]}" --arch gemma3 --steps 1 --eval-every 1 --checkpoint-every 1 \
+  --configs sr --widths "" --lrs 1e-3 --seeds 1 --out "$work/gemma3" > "$work/gemma3.log"
+grep -q "train --preset tiny --arch gemma3 " "$work/gemma3/runs/sr/lr=0.001/seed=0/train.log"
+grep -q '"arch": "gemma3"' "$work/gemma3/runs/sr/lr=0.001/seed=0/checkpoint/meta.json"
+! grep -q -- "--arch" "$out/runs/sr/lr=0.003/seed=0/train.log"
 # A bad input stops the study with the trainer's message (not recorded as a divergence).
 if python3 "$repo/scripts/convergence.py" "${args[@]/300/256}" --out "$work/bad" > "$work/bad.log" 2>&1; then
   echo "FAIL: a vocabulary mismatch did not stop the study"; exit 1
