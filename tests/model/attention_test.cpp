@@ -263,18 +263,7 @@ TEST(FlashAttention, SameBitsForAnyThreadCount) {
 TEST(FlashAttention, TiersAgreeBitForBit) {
   const auto tiers = testing::vector_isas();
   S3R_SKIP_WITHOUT_VECTOR_TIERS(tiers);
-  for (float sigma : {1.0f, 4.0f}) {
-    for (const Shape& s : sweep()) {
-      const Inputs in = make_inputs(s, 71, sigma);
-      const Result want = run_flash(s, in, Isa::kReference);
-      for (Isa isa : tiers) {
-        const Result got = run_flash(s, in, isa);
-        const std::string ctx =
-            std::string(isa_name(isa)) + " vs reference, " + s.str() + (sigma > 1.0f ? " x4" : "");
-        expect_same_result(want, got, ctx);
-      }
-    }
-  }
+  expect_tiers_agree(sweep(), 71, tiers);
 }
 
 }  // namespace

@@ -386,6 +386,21 @@ inline void expect_same_result(const Result& want, const Result& got, const std:
   expect_same_bits("dv", want.dv, got.dv, ctx);
 }
 
+// Every vectorized tier gives the reference tier's bits on every shape (the same operations in
+// the same order), with q and k of sd 1 and 4 (inputs from `seed`).
+inline void expect_tiers_agree(const std::vector<Shape>& shapes, uint32_t seed, const std::vector<Isa>& tiers) {
+  for (float sigma : {1.0f, 4.0f}) {
+    for (const Shape& s : shapes) {
+      const Inputs in = make_inputs(s, seed, sigma);
+      const Result want = run_flash(s, in, Isa::kReference);
+      for (Isa isa : tiers) {
+        const std::string ctx = std::string(isa_name(isa)) + " vs reference, " + s.str() + (sigma > 1.0f ? " x4" : "");
+        expect_same_result(want, run_flash(s, in, isa), ctx);
+      }
+    }
+  }
+}
+
 // Shapes: S around the block of 32 (1, 31, 32, 33, 64, 65) and not a multiple of it (37, 100);
 // HD a multiple of 16 (16, 64), not (2, 6, 24, 40, 80).
 inline const std::vector<Shape>& sweep() {
