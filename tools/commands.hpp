@@ -7,6 +7,7 @@
 
 #include "s3r/dist/communicator.hpp"
 #include "s3r/model/config.hpp"
+#include "s3r/nn/moe.hpp"
 #include "s3r/nn/recipe.hpp"
 
 namespace s3r::tools {
@@ -20,10 +21,15 @@ struct ModelOptions {
   std::string preset = "small";
   std::string arch = "llama";  // --arch: model::parse_family
   std::optional<int64_t> layers, width, heads, kv_heads, head_size, ffn, vocab, seq, batch, window;
+  std::optional<int64_t> experts, experts_used;  // --experts, --experts-used (qwen3moe)
+  double moe_aux_loss = 0.001, moe_z_loss = 0.0;  // --moe-aux-loss, --moe-z-loss (qwen3moe)
   std::string head = "default";  // --head default | int8 (nn::HeadChoice; part of the recipe)
   void add_to(CLI::App* cmd);
   model::ModelConfig config() const;  // validated; throws s3r::Error naming the bad field
   nn::HeadChoice head_choice() const { return nn::parse_head_choice(head); }
+  nn::MoeLossWeights moe_losses() const {
+    return {static_cast<float>(moe_aux_loss), static_cast<float>(moe_z_loss)};
+  }
   // The options as given, to pass on to a child `s3r` process ("--preset tiny --batch 2").
   std::string command_line() const;
 };

@@ -35,6 +35,13 @@ void ModelOptions::add_to(CLI::App* cmd) {
   add_integer_option(cmd, "--window", window,
                      "sliding window W of the local layers (gemma3: five of every six layers; below S; default S / 2)",
                      1, kMaxDim);
+  add_integer_option(cmd, "--experts", experts, "E, experts of each block's mixture (qwen3moe; default: the preset's)", 1,
+                     1 << 16);
+  add_integer_option(cmd, "--experts-used", experts_used, "k, experts per token, at most E (qwen3moe; default 2)", 1,
+                     1 << 16);
+  add_float_option(cmd, "--moe-aux-loss", moe_aux_loss,
+                   "coefficient of the load-balancing loss (qwen3moe; Switch's, per example)", 0.0, 1e3);
+  add_float_option(cmd, "--moe-z-loss", moe_z_loss, "coefficient of the router z-loss (qwen3moe)", 0.0, 1e3);
   add_integer_option(cmd, "--vocab", vocab, "V (training: must equal the tokenizer's)", 1, kMaxVocab);
   add_integer_option(cmd, "--seq-len", seq, "S", 1, kMaxDim);
   add_integer_option(cmd, "--batch", batch, "B", 1, kMaxDim);
@@ -67,6 +74,12 @@ model::ModelConfig ModelOptions::config() const {
     throw Error("--window " + std::to_string(*window) + ": the " + std::string(m.traits().name) +
                 " family has no local layers (--arch gemma3 has)");
   }
+  if ((experts || experts_used || moe_aux_loss != 0.001 || moe_z_loss != 0.0) && !m.traits().moe) {
+    throw Error("--experts, --experts-used, --moe-aux-loss and --moe-z-loss: the " + std::string(m.traits().name) +
+                " family has no mixture of experts (--arch qwen3moe has)");
+  }
+  if (experts) m.experts = *experts;
+  if (experts_used) m.experts_used = *experts_used;
   if (m.traits().local_period > 0) {
     m.window = window ? *window : m.seq_len / 2;
     if (m.window >= m.seq_len) {
@@ -84,11 +97,14 @@ std::string ModelOptions::command_line() const {
   s << "--preset '" << preset << "' --arch '" << arch << "' --head " << head;
   const std::pair<const char*, const std::optional<int64_t>*> fields[] = {
       {"--layers", &layers}, {"--width", &width}, {"--heads", &heads}, {"--kv-heads", &kv_heads},
-      {"--head-size", &head_size}, {"--ffn", &ffn}, {"--window", &window},
+      {"--head-size", &head_size}, {"--ffn", &ffn}, {"--window", &window}, {"--experts", &experts},
+      {"--experts-used", &experts_used},
       {"--vocab", &vocab},   {"--seq-len", &seq}, {"--batch", &batch}};
   for (const auto& [name, value] : fields) {
     if (*value) s << " " << name << " " << **value;
   }
+  if (moe_aux_loss != 0.001) s << " --moe-aux-loss " << moe_aux_loss;
+  if (moe_z_loss != 0.0) s << " --moe-z-loss " << moe_z_loss;
   return s.str();
 }
 

@@ -4,6 +4,7 @@
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "commands.hpp"
 #include "s3r/core/error.hpp"
@@ -20,8 +21,11 @@ int main(int argc, char** argv) {
   }
   const auto fail = [&](const char* kind, const char* what, int code) {
     if (world->size() > 1) {  // MPI_Abort: does not return
-      std::cerr << "s3r: " << kind << " on rank " << world->rank() << " of " << world->size() << ": " << what
-                << "\ns3r: stopping every rank\n" << std::flush;
+      // One write, so that another rank's abort banner cannot land inside the line.
+      const std::string line = "s3r: " + std::string(kind) + " on rank " + std::to_string(world->rank()) + " of " +
+                               std::to_string(world->size()) + ": " + what + "\ns3r: stopping every rank\n";
+      std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+      std::cerr.flush();
       world->stop_every_rank(code);
     }
     std::cerr << "s3r: " << kind << ": " << what << "\n";
@@ -48,8 +52,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (world->rank() != 0 && e.get_exit_code() == 0) return 0;  // --help: printed by rank 0
-    if (world->size() > 1 && e.get_exit_code() != 0) return fail("error", e.what(), 1);
-    return world->rank() == 0 ? app.exit(e) : e.get_exit_code();
+    if (e.get_exit_code() == 0) return world->rank() == 0 ? app.exit(e) : 0;  // --help, --version
+    // Bad command lines (an unknown option, a missing value) are one line and exit 1, as every
+    // other bad input.
+    return fail("error", (std::string(e.what()) + " (--help lists the options)").c_str(), 1);
   } catch (const s3r::Error& e) {
     return fail("error", e.what(), 1);
   } catch (const std::exception& e) {

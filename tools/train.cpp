@@ -148,6 +148,7 @@ void run(const TrainCli& c, dist::Communicator& world) {
   o.world = &world;
   o.model = c.model.config();
   o.recipe = recipe_of(c);
+  o.moe_losses = c.model.moe_losses();
   o.lr.total = c.schedule_steps ? c.schedule_steps : o.steps;
   o.out_dir = c.out;
   train::validate_options(o);  // before the shards are read

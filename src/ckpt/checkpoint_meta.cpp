@@ -21,7 +21,8 @@ namespace detail {
 // "kv_heads" is written only with grouped-query attention (kv_heads < heads): a checkpoint without
 // it has kv_heads = heads, as every checkpoint before grouped-query attention has. Likewise
 // "head_size" only when it is explicit (not C / heads), "arch" only for a family other than
-// llama, and "window" only when the family's local layers have one.
+// llama, "window" only when the family's local layers have one, and "experts", "experts_used"
+// only with a mixture of experts.
 nlohmann::json to_json(const RunConfig& c) {
   const model::ModelConfig& m = c.model;
   nlohmann::json j = {{"layers", m.layers},       {"width", m.width},   {"heads", m.heads},
@@ -35,6 +36,10 @@ nlohmann::json to_json(const RunConfig& c) {
   if (m.head_size != 0) j["head_size"] = m.head_size;
   if (m.family != model::Family::kLlama) j["arch"] = std::string(m.traits().name);
   if (m.window != 0) j["window"] = m.window;
+  if (m.experts != 0) {
+    j["experts"] = m.experts;
+    j["experts_used"] = m.experts_used;
+  }
   return j;
 }
 
@@ -104,6 +109,8 @@ RunConfig from_json(const nlohmann::json& j, const std::string& where) {
     }
   }
   m.window = j.contains("window") ? field<int64_t>(j, "window", where) : 0;
+  m.experts = j.contains("experts") ? field<int64_t>(j, "experts", where) : 0;
+  m.experts_used = j.contains("experts_used") ? field<int64_t>(j, "experts_used", where) : 0;
   m.ffn_width = field<int64_t>(j, "ffn_width", where);
   m.vocab = field<int64_t>(j, "vocab", where);
   m.seq_len = field<int64_t>(j, "seq_len", where);
@@ -161,6 +168,14 @@ nlohmann::json architecture(const RunConfig& c) {
   if (t.post_norms) {
     a["post_norms"] = {{"gains", "attn_post_norm, ffn_post_norm (width each)"},
                        {"formula", "x + norm(sublayer(norm(x))) for the attention and the FFN"}};
+  }
+  if (t.moe) {
+    a["ffn"] = {{"type", "moe"}, {"experts", m.experts}, {"experts_used", m.experts_used},
+                {"expert_ffn_width", m.ffn_width}, {"router", "ffn.router (width, experts), f32"},
+                {"formula", "sum over the k most probable experts e of softmax(x router)_e / (their sum) * "
+                            "(silu(x gate_e) * (x up_e)) down_e"},
+                {"experts_layout", "ffn.experts.gate, ffn.experts.up: (experts, width, ffn_width); "
+                                   "ffn.experts.down: (experts, ffn_width, width)"}};
   }
   if (t.gelu) {
     a["ffn"] = {{"type", "geglu"},

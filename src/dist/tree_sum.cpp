@@ -27,7 +27,6 @@ void node(std::span<float> out, int64_t lo, int64_t hi, size_t depth, const Leaf
   }
   const int64_t mid = lo + (hi - lo) / 2;
   node(out, lo, mid, depth + 1, fill, scratch);
-  if (scratch.size() <= depth) scratch.resize(depth + 1);
   std::vector<float>& right = scratch[depth];
   right.resize(out.size());
   node(right, mid, hi, depth + 1, fill, scratch);
@@ -53,6 +52,11 @@ void piece_node(float* pieces, int64_t lo, int64_t hi, int64_t len, bool threade
 void tree_sum_leaves(std::span<float> out, int64_t leaves, const LeafFill& fill,
                      std::vector<std::vector<float>>& scratch) {
   if (leaves < 1) throw Error("tree_sum_leaves: needs at least one leaf, got " + std::to_string(leaves));
+  // One scratch per level, all made before the descent: node() holds a reference into scratch
+  // while it recurses, which growing it there would invalidate (leaf counts not a power of two).
+  size_t depth = 1;
+  for (int64_t span = leaves; span > 1; span = (span + 1) / 2) ++depth;
+  if (scratch.size() < depth) scratch.resize(depth);
   node(out, 0, leaves, 0, fill, scratch);
 }
 

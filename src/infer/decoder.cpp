@@ -11,6 +11,7 @@
 #include "kernels/dispatch.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/model/layers.hpp"
+#include "s3r/nn/moe.hpp"
 #include "s3r/nn/quant_linear.hpp"
 
 namespace s3r::infer {
@@ -50,6 +51,7 @@ struct Decoder::Impl {
     std::array<nn::LinearWeight, model::kProjectionsPerBlock> w;  // by model::Projection
     const nn::LinearWeight& operator[](model::Projection p) const { return w[static_cast<size_t>(p)]; }
     std::vector<float> k_cache, v_cache;  // (context, Ckv)
+    nn::MoeWeights moe;                   // a mixture of experts' router and experts (into the model's parameters)
   };
   model::ModelConfig cfg;
   LinearMode mode, head_mode;
@@ -64,6 +66,8 @@ struct Decoder::Impl {
   std::vector<float> post_raw;         // post-norms: the output before its norm
   nn::LinearInput in, hid_in;
   std::vector<double> scores;
+  nn::MoeState moe_state;  // a mixture of experts: one block at a time
+  nn::MoeScratch moe_scratch;
 };
 
 namespace {
@@ -177,6 +181,14 @@ Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context
       L.attn_post = gain(model, p + "attn_post_norm");
       L.ffn_post = gain(model, p + "ffn_post_norm");
     }
+    if (fam.moe) {
+      const auto span_of = [&](const std::string& name) {
+        const model::ParamInfo& info = model.param_info(p + name);
+        return std::span<const float>(param(model, info), size_t(info.size));
+      };
+      L.moe = {span_of("ffn.router"), span_of("ffn.experts.gate"), span_of("ffn.experts.up"),
+               span_of("ffn.experts.down")};
+    }
     L.rope_theta = m.cfg.rope_theta_of(l);
     L.window = m.cfg.window_of(l);
     L.k_cache.assign(static_cast<size_t>(context * Ckv), 0.0f);
@@ -184,7 +196,7 @@ Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context
   }
   // Every block's projections, with the shapes of the parameter schema.
   for (const model::ParamInfo& p : model.param_table()) {
-    if (p.role != model::ParamRole::kProjection) continue;
+    if (p.role != model::ParamRole::kProjection || p.shape.size() != 2) continue;  // experts: moe_forward's
     nn::prepare_weight(m.layers[p.block].w[static_cast<size_t>(p.projection)], {param(model, p), size_t(p.size)},
                        p.shape[0], p.shape[1], m.mode, p.name + ".W");
   }
@@ -244,6 +256,12 @@ std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vecto
     post_norm(m.o, L.attn_post);
     for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.o[i];  // x is now the block's x_mid
     model::rmsnorm_forward(m.xn, m.rstd, m.x, L.ffn_norm, C, m.cfg.norm_eps);
+    if (fam.moe) {
+      nn::moe_forward(m.ff, m.xn, L.moe, {n, C, F, m.cfg.experts, m.cfg.experts_used, n}, m.mode, 0, m.moe_state,
+                      m.moe_scratch);
+      for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.ff[i];
+      continue;
+    }
     nn::prepare_input(m.in, m.xn, n, C, m.mode, "ffn.X");
     nn::linear_forward(m.h1, m.in, L[P::kGate]);
     nn::linear_forward(m.h3, m.in, L[P::kUp]);

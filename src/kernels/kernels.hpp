@@ -32,9 +32,24 @@ struct GradProblem {
   int64_t channels = 0;       // N
   int64_t tokens_per_example = 0;  // S
   uint64_t first_token = 0;  // global index of row 0 (its rank's or micro-batch's offset; a multiple of S)
+  // Rows that are not consecutive tokens (a mixture of experts' expert-sorted rows): the global
+  // index of row t is row_ids[t] and its example's is row_ids[t] / ids_per_example. null: row t
+  // is token first_token + t of example (first_token + t) / S.
+  const uint64_t* row_ids = nullptr;
+  uint64_t ids_per_example = 0;
   GradRounding mode = GradRounding::kS3r;
   int count = 1;     // quantizations (2 under sr)
   Key keys[2] = {};  // product keys fold_in(layer_key, p)
+
+  // The index of row t's threshold (s3r), of its example's (s3r-bcast), and of element (t, 0)
+  // of its bits (sr: t*N + n), in every tier.
+  uint64_t row_id(int64_t t) const {
+    return row_ids != nullptr ? row_ids[t] : first_token + static_cast<uint64_t>(t);
+  }
+  uint64_t example_id(int64_t t) const {
+    return row_ids != nullptr ? row_ids[t] / ids_per_example
+                              : (first_token + static_cast<uint64_t>(t)) / static_cast<uint64_t>(tokens_per_example);
+  }
 };
 
 // One AdamW update (s3r/optim/adamw.hpp) of a range of elements: the state arrays and the step's

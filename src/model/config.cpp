@@ -27,6 +27,8 @@ constexpr FamilyTraits kFamilies[] = {
     {.family = Family::kGemma3, .name = "gemma3", .qk_norm = true, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
      .norm_offset = 1.0f, .post_norms = true, .gelu = true, .embed_scale = true, .tied_head = true,
      .local_period = 6, .rope_theta_local = 10000.0f},
+    {.family = Family::kQwen3Moe, .name = "qwen3moe", .qk_norm = true, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
+     .moe = true},
 };
 
 }  // namespace
@@ -74,6 +76,16 @@ void Architecture::validate() const {
     throw Error("model config: a sliding window (" + std::to_string(window) + ") needs a family with local layers (gemma3); " +
                 std::string(traits().name) + " has none");
   }
+  if (traits().moe) {
+    check_range("experts", experts, 1 << 16);
+    if (experts_used < 1 || experts_used > experts) {
+      throw Error("model config: experts per token k = " + std::to_string(experts_used) + " must be in [1, E = " +
+                  std::to_string(experts) + "]");
+    }
+  } else if (experts != 0 || experts_used != 0) {
+    throw Error("model config: experts (" + std::to_string(experts) + ") need a family with a mixture of experts (qwen3moe); " +
+                std::string(traits().name) + " has none");
+  }
   if (heads % kv_heads != 0) {
     throw Error("model config: kv_heads = " + std::to_string(kv_heads) + " does not divide heads = " +
                 std::to_string(heads) + " (each key/value head serves heads / kv_heads query heads)");
@@ -87,7 +99,9 @@ std::string Architecture::describe() const {
   if (kv_heads != heads) s << "/kv=" << kv_heads;
   if (head_size != 0) s << " hd=" << head_size;
   if (window != 0) s << " window=" << window;
-  s << " F=" << ffn_width << " V=" << vocab;
+  s << " F=" << ffn_width;
+  if (experts != 0) s << " E=" << experts << "/k=" << experts_used;
+  s << " V=" << vocab;
   return s.str();
 }
 
@@ -103,7 +117,8 @@ void ModelConfig::validate() const {
   check_range("batch", batch);
   const double T = static_cast<double>(batch) * static_cast<double>(seq_len);
   const double widest = std::max({static_cast<double>(width), static_cast<double>(ffn_width), static_cast<double>(vocab)});
-  const double per_layer = static_cast<double>(width) * (2.0 * q_width() + 2.0 * kv_width() + 3.0 * ffn_width);
+  const double per_layer =
+      static_cast<double>(width) * (2.0 * q_width() + 2.0 * kv_width() + 3.0 * ffn_width * std::max<int64_t>(experts, 1));
   const double params = 2.0 * static_cast<double>(vocab) * width + static_cast<double>(layers) * per_layer;
   const double attention = T * static_cast<double>(seq_len) * static_cast<double>(heads) * static_cast<double>(layers);
   if (std::max({T * widest, params, attention}) > 1e15) {
@@ -151,9 +166,14 @@ ModelConfig preset(std::string_view name, Family family) {
   m.family = family;
   m.rope_theta = traits(family).rope_theta;
   m.norm_eps = traits(family).norm_eps;
-  if (family == Family::kQwen3) {  // Qwen3-0.6B's ratios: NKV = NH / 2, HD = 2 C / NH (128 of C 1024, 16 heads)
-    m.kv_heads = m.heads / 2;
+  if (family == Family::kQwen3 || family == Family::kQwen3Moe) {  // Qwen3-0.6B's ratios: NKV = NH / 2,
+    m.kv_heads = m.heads / 2;                                       // HD = 2 C / NH (128 of C 1024, 16 heads)
     m.head_size = 2 * m.width / m.heads;
+  }
+  if (family == Family::kQwen3Moe) {  // Qwen3-30B-A3B's expert width 768 of C 2048; E, k at this scale
+    m.ffn_width = m.width * 3 / 8;
+    m.experts = name == "small" || name == "paper" ? 32 : 8;
+    m.experts_used = 2;
   }
   if (family == Family::kGemma3) {  // Gemma 3 4B's NKV = NH / 2; its window of 1024 is 1/32 of its context
     m.kv_heads = m.heads / 2;       // of 32k: at these lengths S / 2, so that local layers differ from global

@@ -11,44 +11,19 @@
 #include "s3r/gemm/backend.hpp"
 #include "s3r/model/attention.hpp"
 #include "s3r/model/layers.hpp"
+#include "model/model_block.hpp"
 #include "nn/phase_clock.hpp"
 
 namespace s3r::model {
 
 using nn::LinearMode;
 
-// Per-block parameters (offsets into the arenas) and saved activations. Cq = NH HD: the width of
-// Q and of the attention's output (C unless the head size is explicit); Ckv = NKV HD: the width
-// of K and V (Cq without grouped-query attention).
-struct Model::Block {
-  int64_t attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-  int64_t q_norm = -1, k_norm = -1;      // QK-norm gains (HD each), when the family has them
-  int64_t attn_post = -1, ffn_post = -1;  // post-norm gains (C each), when the family has them
-  float rope_theta = 0;                  // this layer's RoPE base (local layers: their own)
-  int64_t window = 0;                    // this layer's sliding window (0: none)
-  std::string prefix;                    // "blocks.l.": names of quantized operands in errors
-  std::vector<float> x_in;               // (T, C) residual stream entering the block
-  std::vector<float> xn1, rstd1;         // attention RMSNorm
-  std::vector<float> q, att;             // (T, Cq)
-  std::vector<float> k, v;               // (T, Ckv)
-  std::vector<float> q_raw, k_raw;       // QK-norm: q (T, Cq) and k (T, Ckv) before their norms
-  std::vector<float> q_rstd, k_rstd;     // QK-norm: (T NH), (T NKV)
-  std::vector<float> lse;                // (B, NH, S): the fused attention's log-sum-exp
-  std::vector<float> x_mid, xn2, rstd2;  // after the attention residual; FFN RMSNorm
-  std::vector<float> o_raw, rstd_o;      // post-norms: attention output (T, C) before its norm
-  std::vector<float> f_raw, rstd_f;      // post-norms: FFN output (T, C) before its norm
-  nn::LinearInput qkv_in, o_in;
-  nn::LinearWeight wq_w, wk_w, wv_w, wo_w;
-  nn::SwigluState ffn;
-  std::vector<float> x_in_grad;  // dL/d(x_in), kept when capture_input_grads_ (diagnostics)
-};
-
 int64_t Model::add_param(const std::string& local, std::vector<int64_t> shape, ParamRole role, int64_t block,
                          Projection projection) {
   const int64_t offset = table_.empty() ? 0 : table_.back().offset + table_.back().size;
   int64_t size = 1;
   for (int64_t d : shape) size *= d;
-  const bool decay = role == ParamRole::kProjection || role == ParamRole::kHead;
+  const bool decay = role == ParamRole::kProjection || role == ParamRole::kHead || role == ParamRole::kRouter;
   const std::string name = block >= 0 ? "blocks." + std::to_string(block) + "." + local : local;
   table_.push_back(ParamInfo{name, local, offset, size, std::move(shape), role, block, projection, decay});
   return offset;
@@ -71,7 +46,8 @@ int64_t Model::parameter_count(const Architecture& a) {
   const int64_t C = a.width, Cq = a.q_width(), Ckv = a.kv_width(), F = a.ffn_width, V = a.vocab;
   const int64_t qk_norm = a.traits().qk_norm ? 2 * a.head_dim() : 0;
   const int64_t norms = a.traits().post_norms ? 4 * C : 2 * C;
-  return 2 * V * C + C + a.layers * (norms + qk_norm + 2 * C * Cq + 2 * C * Ckv + 3 * C * F);
+  const int64_t ffn = a.traits().moe ? a.experts * 3 * C * F + C * a.experts : 3 * C * F;  // experts and router
+  return 2 * V * C + C + a.layers * (norms + qk_norm + 2 * C * Cq + 2 * C * Ckv + ffn);
 }
 
 int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
@@ -90,12 +66,16 @@ int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
   f32 += L * (4.0 * T * C + 2.0 * T * Cq + 2.0 * T * Ckv + 2.0 * T + B * NH * S);  // per block: saved activations
   if (c.traits().qk_norm) f32 += L * (T * (Cq + Ckv) + T * (NH + c.kv_heads)) + T * (Cq + Ckv);  // QK-norm
   if (c.traits().post_norms) f32 += L * (2.0 * T * C + 2.0 * T) + T * C;  // post-norms' inputs, d_post_
-  f32 += L * 2.0 * T * F + 4.0 * T * F;  // SwiGLU: h1, h3 per block; one scratch (hidden, gradients)
+  // The FFN's rows: T, or T k (token, slot) rows over E experts' weights with a mixture of experts.
+  const bool moe = c.traits().moe;
+  const double R = moe ? T * static_cast<double>(c.experts_used) : T, Ex = moe ? static_cast<double>(c.experts) : 1.0;
+  f32 += L * 2.0 * R * F + 4.0 * R * F;  // SwiGLU: h1, h3 per block; one scratch (hidden, gradients)
+  if (moe) f32 += L * (2.0 * R * C + 2.0 * T * Ex) + 2.0 * R * C;  // sorted inputs, outputs; probabilities
   f32 += 4.0 * T * C + 2.0 * T * Cq + 2.0 * T * Ckv + T + 1.0 * T * V;  // final norm, gradients, logits
   double bytes = 4.0 * f32;
-  bytes += L * operand * (2.0 * T * C + T * Cq + T * F);     // quantized or rounded inputs
-  bytes += L * operand * (2.0 * C * Cq + 2.0 * C * Ckv + 3.0 * C * F);  // quantized or rounded weights
-  bytes += (4.0 + 1.0 + (nn::is_int8(mode) ? 0.0 : operand)) * T * F;  // the SwiGLU workspace
+  bytes += L * operand * (T * C + T * Cq + R * C + R * F);     // quantized or rounded inputs
+  bytes += L * operand * (2.0 * C * Cq + 2.0 * C * Ckv + 3.0 * C * F * Ex);  // quantized or rounded weights
+  bytes += (4.0 + 1.0 + (nn::is_int8(mode) ? 0.0 : operand)) * R * F;  // the SwiGLU workspace
   bytes += head * (T * C + C * V);                           // LM head operands
   return static_cast<int64_t>(bytes);
 }
@@ -137,9 +117,13 @@ Model::Model(const ModelConfig& config, const nn::Recipe& recipe)
       b.rstd_f.resize(T);
     }
     b.ffn_norm = add_param("ffn_norm", {C}, ParamRole::kNorm, l);
-    b.w_gate = projection(Projection::kGate, C, F);
-    b.w_up = projection(Projection::kUp, C, F);
-    b.w_down = projection(Projection::kDown, F, C);
+    if (cfg_.traits().moe) {
+      add_moe_params(b, l);
+    } else {
+      b.w_gate = projection(Projection::kGate, C, F);
+      b.w_up = projection(Projection::kUp, C, F);
+      b.w_down = projection(Projection::kDown, F, C);
+    }
     if (cfg_.traits().post_norms) b.ffn_post = add_param("ffn_post_norm", {C}, ParamRole::kNorm, l);
     for (auto* v : {&b.x_in, &b.xn1, &b.x_mid, &b.xn2}) v->resize(T * C);
     b.q.resize(T * Cq);
@@ -179,6 +163,7 @@ Model::~Model() = default;
 void Model::set_backward_probe(const nn::BackwardProbe* probe) {
   ws_.probe = probe;
   ffn_scratch_.ws.probe = probe;
+  moe_scratch_.ffn.ws.probe = probe;
 }
 
 void Model::set_capture_input_grads(bool on) { capture_input_grads_ = on; }
@@ -187,7 +172,7 @@ void Model::set_breakdown(StepBreakdown* breakdown) {
   breakdown_ = breakdown;
   nn::PhaseTimes* phases = breakdown ? &breakdown->projection_phases : nullptr;
   ws_.times = phases;
-  for (Block& b : blocks_) b.ffn.times = phases;
+  for (Block& b : blocks_) b.ffn.times = b.moe.times = phases;
 }
 
 std::span<const float> Model::block_input_grad(int64_t layer) const {
@@ -220,6 +205,10 @@ void Model::set_data_parallel(const DataParallel& placement) {
     throw Error("data parallel placement: " + std::to_string(leaves) + " reduction leaves for a batch of " +
                 std::to_string(cfg_.batch) + " examples (they must divide it), first example " +
                 std::to_string(placement.first_example));
+  }
+  if (cfg_.traits().moe && placement.group != nullptr && placement.group->size() > 1) {
+    throw Error("--arch " + std::string(cfg_.traits().name) +
+                ": data parallel training over several processes is not supported yet (run one process)");
   }
   dp_ = placement;
   dp_.leaves = leaves;
@@ -421,7 +410,9 @@ void Model::ffn_forward(Block& b, std::vector<float>& out) {
     const Zone z(breakdown_, &B::norms);
     rmsnorm_forward(b.xn2, b.rstd2, b.x_mid, gain(b.ffn_norm, C), C, cfg_.norm_eps);
   }
-  {
+  if (b.router >= 0) {
+    moe_forward(b, b.ffn_post >= 0 ? b.f_raw : out);
+  } else {
     const Zone z(breakdown_, &B::ffn);
     nn::swiglu_forward(b.ffn_post >= 0 ? b.f_raw : out, b.xn2,
                        {{param(b.w_gate), size_t(C * F)}, {param(b.w_up), size_t(C * F)},
@@ -528,11 +519,15 @@ void Model::ffn_backward(int64_t l) {
       const Zone zn(breakdown_, &B::norms);
       post_norm_backward(d_post_, dx_, b.f_raw, b.rstd_f, b.ffn_post);
     }
-    const Zone z(breakdown_, &B::ffn);
-    nn::swiglu_backward(dxn_, {{grad(b.w_gate), size_t(C * F)}, {grad(b.w_up), size_t(C * F)},
+    if (b.router >= 0) {
+      moe_backward(l, b.ffn_post >= 0 ? d_post_ : dx_);
+    } else {
+      const Zone z(breakdown_, &B::ffn);
+      nn::swiglu_backward(dxn_, {{grad(b.w_gate), size_t(C * F)}, {grad(b.w_up), size_t(C * F)},
                                {grad(b.w_down), size_t(F * C)}},
-                        b.ffn_post >= 0 ? d_post_ : dx_, correction_, cfg_.seq_len, step_key_, layer_index(l, Projection::kGate), b.ffn,
-                        ffn_scratch_, place_);
+                          b.ffn_post >= 0 ? d_post_ : dx_, correction_, cfg_.seq_len, step_key_,
+                          layer_index(l, Projection::kGate), b.ffn, ffn_scratch_, place_);
+    }
   }
   const Zone z(breakdown_, &B::norms);
   rmsnorm_backward(dx_, {grad(b.ffn_norm), size_t(C)}, dxn_, b.x_mid, gain(b.ffn_norm, C), b.rstd2, C, dp_.leaves);

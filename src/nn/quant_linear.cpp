@@ -130,6 +130,19 @@ dist::Communicator* reduction_group(const BatchPlacement& place) {
   return place.group != nullptr && place.group->size() > 1 ? place.group : nullptr;
 }
 
+// The examples of a call's rows: B of S tokens each, or the ragged examples of a mixture of
+// experts' rows (BatchPlacement::ragged); example b's rows are [begin(b), end(b)).
+struct Examples {
+  int64_t count, S;
+  std::span<const int64_t> offsets;
+  Examples(int64_t T, const LinearBackwardConfig& config)
+      : count(config.placement.ragged.empty() ? (config.tokens_per_example >= 1 ? T / config.tokens_per_example : 0)
+                                              : config.placement.ragged.examples()),
+        S(config.tokens_per_example), offsets(config.placement.ragged.example_offsets) {}
+  int64_t begin(int64_t b) const { return offsets.empty() ? b * S : offsets[b]; }
+  int64_t end(int64_t b) const { return offsets.empty() ? (b + 1) * S : offsets[b + 1]; }
+};
+
 void check_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
                     const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config) {
   check_modes(x, w, "linear_backward");
@@ -138,9 +151,10 @@ void check_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
   expect_size("linear_backward", "dW", dw.size(), K * N);
   if (!dx.empty()) expect_size("linear_backward", "dX", dx.size(), T * K);
   const int64_t leaves = config.placement.leaves;
-  if (leaves < 1 || S < 1 || (T / S) % leaves != 0) {
+  const int64_t B = Examples(T, config).count;
+  if (leaves < 1 || (config.placement.ragged.empty() && S < 1) || B % leaves != 0) {
     throw Error("linear_backward: " + std::to_string(leaves) + " reduction leaves do not divide the " +
-                std::to_string(S >= 1 ? T / S : 0) + " examples of the batch");
+                std::to_string(B) + " examples of the batch");
   }
 }
 
@@ -148,16 +162,29 @@ void check_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
 // per reduction leaf (rows [l T/leaves, (l+1) T/leaves)) and added in the fixed tree, so that
 // it is the same for any split of the batch over ranks (s3r/dist/tree_sum.hpp).
 void float_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
-                    const LinearInput& x, const LinearWeight& w, bool accumulate_dx, int64_t leaves,
+                    const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config,
                     LinearWorkspace& ws) {
   PhaseZone zone(ws.times, &PhaseTimes::gemm);
-  const int64_t T = x.tokens, K = x.features, N = w.out, rows = T / leaves;
+  const int64_t T = x.tokens, K = x.features, N = w.out, leaves = config.placement.leaves;
+  const bool accumulate_dx = config.accumulate_dx;
+  // Leaf l: the rows of examples [l B / leaves, (l + 1) B / leaves) (T / leaves unless ragged).
+  const Examples ex(T, config);
+  const auto leaf_begin = [&](int64_t l) { return l == leaves ? T : ex.begin(l * (ex.count / leaves)); };
+  const auto leaf_shape = [&](int64_t l) {  // one leaf's dW = X_l^T G_l
+    return gemm::MatmulShape{K, N, leaf_begin(l + 1) - leaf_begin(l), true, false};
+  };
   const gemm::MatmulShape dx_shape{T, K, N, false, true};  // dX = G W^T
-  const gemm::MatmulShape dw_shape{K, N, rows, true, false};  // one leaf's dW = X_l^T G_l
+  const auto empty_leaf = [&](int64_t l, std::span<float> out) {
+    if (leaf_begin(l + 1) > leaf_begin(l)) return false;
+    std::fill(out.begin(), out.end(), 0.0f);  // a ragged leaf without rows
+    return true;
+  };
   if (x.mode == LinearMode::kF32) {
     if (!dx.empty()) gemm::matmul_f32(dx.data(), g.data(), w.f32_values.data(), dx_shape, accumulate_dx);
     dist::tree_sum_leaves(dw, leaves, [&](int64_t l, std::span<float> out) {
-      gemm::matmul_f32(out.data(), x.f32_values.data() + l * rows * K, g.data() + l * rows * N, dw_shape);
+      if (empty_leaf(l, out)) return;
+      gemm::matmul_f32(out.data(), x.f32_values.data() + leaf_begin(l) * K, g.data() + leaf_begin(l) * N,
+                       leaf_shape(l));
     }, ws.tree_scratch);
     return;
   }
@@ -173,23 +200,26 @@ void float_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
   }
   const gemm::Bf16Operand xq = bf16_operand(x.bf16_values, x.f32_values);
   dist::tree_sum_leaves(dw, leaves, [&](int64_t l, std::span<float> out) {
+    if (empty_leaf(l, out)) return;
     const auto leaf = [&](const gemm::Bf16Operand& op, int64_t cols) {
-      return gemm::Bf16Operand{op.values ? op.values + l * rows * cols : nullptr,
-                               op.widened ? op.widened + l * rows * cols : nullptr};
+      return gemm::Bf16Operand{op.values ? op.values + leaf_begin(l) * cols : nullptr,
+                               op.widened ? op.widened + leaf_begin(l) * cols : nullptr};
     };
-    gemm::matmul_bf16(out.data(), leaf(xq, K), leaf(gq, N), dw_shape);
+    gemm::matmul_bf16(out.data(), leaf(xq, K), leaf(gq, N), leaf_shape(l));
   }, ws.tree_scratch);
 }
 
 // S3R-EC's dX term (SPEC section 4) as the dX epilogue reads it: ws.wa = Wq a_b (B, K), one
 // matrix-vector product per example, and ws.delta[t] = c[t] - m[b] (T). Returns ws.wa.
-const float* dx_correction_terms(const ErrorStats& st, const LinearWeight& w, int64_t T, int64_t S,
+const float* dx_correction_terms(const ErrorStats& st, const LinearWeight& w, const Examples& ex,
                                  LinearWorkspace& ws) {
   PhaseZone zone(ws.times, &PhaseTimes::correction);
-  const int64_t K = w.in, N = w.out, B = T / S;
+  const int64_t K = w.in, N = w.out, B = ex.count;
   ws.wa.resize(static_cast<size_t>(B * K));
-  ws.delta.resize(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) ws.delta[t] = st.token_mean[t] - st.grand_mean[t / S];
+  ws.delta.resize(static_cast<size_t>(ex.end(B - 1)));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = ex.begin(b); t < ex.end(b); ++t) ws.delta[t] = st.token_mean[t] - st.grand_mean[b];
+  }
   const auto& k = kernels::active_kernels();
   parallel_blocks(K, 64, [&](int64_t k0, int64_t k1) {
     k.gemv_s8_f32(ws.wa.data(), w.codes.data(), st.channel_mean.data(), B, K, N, k0, k1);
@@ -199,20 +229,21 @@ const float* dx_correction_terms(const ErrorStats& st, const LinearWeight& w, in
 
 // S3R-EC's dW factors of this process's B examples (SPEC section 4): ws.u_local rows 0..B-1
 // are u_b = Xq_b^T 1 and rows B..2B-1 are v_b = Xq_b^T (c_b - m_b), each (K).
-void dw_local_factors(const ErrorStats& st, const LinearInput& x, int64_t S, LinearWorkspace& ws) {
-  const int64_t T = x.tokens, K = x.features, B = T / S;
+void dw_local_factors(const ErrorStats& st, const LinearInput& x, const Examples& ex, LinearWorkspace& ws) {
+  const int64_t K = x.features, B = ex.count;
   ws.u_local.assign(static_cast<size_t>(2 * B * K), 0.0f);
   float* u_loc = ws.u_local.data();
   float* v_loc = u_loc + B * K;
   const int8_t* xq = x.codes.data();
   parallel_blocks(K, 256, [&](int64_t k0, int64_t k1) {
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t b = t / S;
-      const float d = st.token_mean[t] - st.grand_mean[b];
-      for (int64_t kk = k0; kk < k1; ++kk) {
-        const float xv = xq[t * K + kk];
-        u_loc[b * K + kk] += xv;  // exact: integers below 2^24 for S * 127 < 2^24
-        v_loc[b * K + kk] += xv * d;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = ex.begin(b); t < ex.end(b); ++t) {
+        const float d = st.token_mean[t] - st.grand_mean[b];
+        for (int64_t kk = k0; kk < k1; ++kk) {
+          const float xv = xq[t * K + kk];
+          u_loc[b * K + kk] += xv;  // exact: integers below 2^24 for S * 127 < 2^24
+          v_loc[b * K + kk] += xv * d;
+        }
       }
     }
   });
@@ -260,9 +291,9 @@ int64_t dw_group_factors(const ErrorStats& st, const LinearWeight& w, int64_t B,
 void correct_dw(std::span<float> dw, const ErrorStats& st, const LinearInput& x,
                 const LinearWeight& w, const LinearBackwardConfig& config, LinearWorkspace& ws) {
   PhaseZone zone(ws.times, &PhaseTimes::correction);
-  const int64_t S = config.tokens_per_example;
-  dw_local_factors(st, x, S, ws);
-  const int64_t Bg = dw_group_factors(st, w, x.tokens / S, reduction_group(config.placement), ws);
+  const Examples ex(x.tokens, config);
+  dw_local_factors(st, x, ex, ws);
+  const int64_t Bg = dw_group_factors(st, w, ex.count, reduction_group(config.placement), ws);
   gemm::matmul_f32(dw.data(), ws.u.data(), ws.a_scaled.data(), {x.features, w.out, Bg + 1, true, false},
                    /*accumulate=*/true);
 }
@@ -276,7 +307,7 @@ void quantize_grad(QuantizedGrad& q, std::span<const float> g, const LinearInput
   const BatchPlacement& place = config.placement;
   quantize_gradient(q, g, x.tokens, w.out, x.scales, w.scales,
                     GradQuantConfig{rounding, config.tokens_per_example, key, stats, place.first_token,
-                                    reduction_group(place)});
+                                    reduction_group(place), place.ragged});
 }
 
 void zero_backward(std::span<float> dx, std::span<float> dw, bool accumulate_dx) {
@@ -293,12 +324,29 @@ void int8_dx(std::span<float> dx, const QuantizedGrad& q, const LinearInput& x,
     ws.acc.resize(static_cast<size_t>(T * K));  // zero-fills when it grows: its time is the product's
     gemm::matmul_s8(ws.acc.data(), q.codes_for_dx().data(), w.codes.data(), {T, K, N, false, true});
   }
-  const float* wa = correct ? dx_correction_terms(q.stats_for_dx(), w, T, S, ws) : nullptr;
+  const Examples ex(T, config);
+  const float* wa = correct ? dx_correction_terms(q.stats_for_dx(), w, ex, ws) : nullptr;
   PhaseZone zone(ws.times, &PhaseTimes::gemm);
   const auto& k = kernels::active_kernels();
+  if (ex.offsets.empty()) {
+    parallel_blocks(T, kRowBlock, [&](int64_t t0, int64_t t1) {
+      k.dx_epilogue(dx.data(), ws.acc.data(), t0, t1, K, q.step, x.scales.data(), wa, ws.delta.data(),
+                    w.code_row_sums.data(), S, config.accumulate_dx);
+    });
+    return;
+  }
+  // Ragged examples: each block's rows cut at example boundaries, each piece with its example's
+  // row of wa (the epilogue's b = t / T is then 0).
   parallel_blocks(T, kRowBlock, [&](int64_t t0, int64_t t1) {
-    k.dx_epilogue(dx.data(), ws.acc.data(), t0, t1, K, q.step, x.scales.data(), wa, ws.delta.data(),
-                  w.code_row_sums.data(), S, config.accumulate_dx);
+    int64_t b = std::upper_bound(ex.offsets.begin(), ex.offsets.end(), t0) - ex.offsets.begin() - 1;
+    for (int64_t r = t0; r < t1; ++b) {
+      const int64_t r1 = std::min(t1, ex.end(b));
+      if (r1 > r) {
+        k.dx_epilogue(dx.data(), ws.acc.data(), r, r1, K, q.step, x.scales.data(), wa ? wa + b * K : nullptr,
+                      ws.delta.data(), w.code_row_sums.data(), T, config.accumulate_dx);
+      }
+      r = r1;
+    }
   });
 }
 
@@ -345,7 +393,7 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
                      LinearWorkspace& ws) {
   check_backward(dx, dw, g, x, w, config);
   if (!is_int8(x.mode)) {
-    return float_backward(dx, dw, g, x, w, config.accumulate_dx, config.placement.leaves, ws);
+    return float_backward(dx, dw, g, x, w, config, ws);
   }
   if (ws.probe != nullptr) return probe_linear_backward(dx, dw, g, x, w, config, ws);  // diagnostics
   int8_backward(dx, dw, g, x, w, config, ws);

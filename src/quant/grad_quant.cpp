@@ -36,15 +36,49 @@ namespace {
 
 constexpr int64_t kRowBlock = 32;  // tokens per task of both passes
 
-// Block k of the example-aligned blocking: rows [r0, r1) of one example.
+// The example-aligned blocking: blocks of up to kRowBlock rows that never straddle two
+// examples; example b's blocks are [first[b], first[b + 1]).
 struct RowBlocks {
-  int64_t S, per_example, count;
-  RowBlocks(int64_t tokens, int64_t S_) : S(S_), per_example((S_ + kRowBlock - 1) / kRowBlock) {
-    count = tokens / S * per_example;
+  std::vector<int64_t> row0, row1, first;
+  int64_t count = 0;
+  // Examples of S tokens each, or the ragged examples' offsets.
+  RowBlocks(int64_t tokens, int64_t S, const RaggedRows& ragged) {
+    const int64_t B = ragged.empty() ? tokens / S : ragged.examples();
+    first.reserve(static_cast<size_t>(B + 1));
+    for (int64_t b = 0; b < B; ++b) {
+      first.push_back(count);
+      const int64_t r_end = ragged.empty() ? (b + 1) * S : ragged.example_offsets[b + 1];
+      for (int64_t r = ragged.empty() ? b * S : ragged.example_offsets[b]; r < r_end; r += kRowBlock, ++count) {
+        row0.push_back(r);
+        row1.push_back(std::min(r + kRowBlock, r_end));
+      }
+    }
+    first.push_back(count);
   }
-  int64_t begin(int64_t k) const { return k / per_example * S + k % per_example * kRowBlock; }
-  int64_t end(int64_t k) const { return std::min(begin(k) + kRowBlock, (k / per_example + 1) * S); }
+  int64_t begin(int64_t k) const { return row0[k]; }
+  int64_t end(int64_t k) const { return row1[k]; }
 };
+
+// Why `ragged` cannot describe T rows, or empty.
+std::string ragged_problem(const RaggedRows& ragged, int64_t tokens) {
+  std::ostringstream msg;
+  const auto& off = ragged.example_offsets;
+  if (ragged.ids.size() != static_cast<size_t>(tokens)) {
+    msg << "ragged rows have " << ragged.ids.size() << " ids, expected one per row, T = " << tokens;
+  } else if (off.size() < 2 || off.front() != 0 || off.back() != tokens) {
+    msg << "ragged example offsets must run from 0 to T = " << tokens << " (B + 1 >= 2 of them)";
+  } else if (ragged.ids_per_example == 0) {
+    msg << "ragged rows need ids_per_example > 0";
+  } else {
+    for (size_t b = 1; b < off.size(); ++b) {
+      if (off[b] < off[b - 1]) {
+        msg << "ragged example offsets decrease at example " << b - 1;
+        break;
+      }
+    }
+  }
+  return msg.str();
+}
 
 template <typename T>
 void validate(std::span<const T> g, int64_t tokens, int64_t channels, std::span<const float> sx,
@@ -62,6 +96,8 @@ void validate(std::span<const T> g, int64_t tokens, int64_t channels, std::span<
     msg << "sx has " << sx.size() << " elements, expected one per token, T = " << tokens;
   } else if (sw.size() != static_cast<size_t>(channels)) {
     msg << "sw has " << sw.size() << " elements, expected one per channel, N = " << channels;
+  } else if (!config.ragged.empty()) {
+    if (const std::string why = ragged_problem(config.ragged, tokens); !why.empty()) msg << why;
   } else if (S < 1) {
     msg << "tokens_per_example S must be >= 1, got " << S;
   } else if (config.first_token % static_cast<uint64_t>(S) != 0) {
@@ -70,7 +106,8 @@ void validate(std::span<const T> g, int64_t tokens, int64_t channels, std::span<
   } else if (tokens % S != 0) {
     msg << "T = " << tokens << " tokens is not a multiple of the example length S = " << S
         << " (T must be B*S)";
-  } else {
+  }
+  if (msg.str().size() == std::string_view("quantize_gradient: ").size()) {
     for (const auto& [name, v] : {std::pair{"sx", sx}, std::pair{"sw", sw}}) {
       for (size_t i = 0; i < v.size(); ++i) {
         if (!(std::isfinite(v[i]) && v[i] > 0.0f)) {
@@ -110,8 +147,9 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
                             int64_t channels, std::span<const float> sx,
                             std::span<const float> sw, const GradQuantConfig& config) {
   validate(g, tokens, channels, sx, sw, config);
-  const int64_t S = config.tokens_per_example;
-  const int64_t B = tokens / S;
+  const RaggedRows& ragged = config.ragged;
+  const int64_t S = ragged.empty() ? config.tokens_per_example : 0;
+  const int64_t B = ragged.empty() ? tokens / S : ragged.examples();
   const int count = quantization_count(config.mode);
 
   kernels::GradProblem p;
@@ -126,6 +164,10 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   p.channels = channels;
   p.tokens_per_example = S;
   p.first_token = config.first_token;
+  if (!ragged.empty()) {
+    p.row_ids = ragged.ids.data();
+    p.ids_per_example = ragged.ids_per_example;
+  }
   p.mode = config.mode;
   p.count = count;
   p.keys[0] = fold_in(config.layer_key, 0);
@@ -135,6 +177,7 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   out.tokens = tokens;
   out.channels = channels;
   out.tokens_per_example = S;
+  out.example_count = B;
   out.count = count;
   for (int q = 0; q < 2; ++q) {
     const bool used = q < count;
@@ -147,7 +190,7 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   }
 
   const auto& k = kernels::active_kernels();
-  const RowBlocks blocks(tokens, S);
+  const RowBlocks blocks(tokens, S, ragged);
 
   // Pass 1: the per-tensor step. max is exact, so the reduction order does not matter.
   float absmax = 0.0f;
@@ -212,18 +255,20 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
     ErrorStats& st = out.stats[q];
     const float* part = out.workspace.data() + q * col_part_size;
     parallel_blocks(B, 1, [&](int64_t e, int64_t) {
+      const int64_t r0 = blocks.first[e] < blocks.count ? blocks.begin(blocks.first[e]) : tokens;
+      const int64_t rows = blocks.first[e + 1] > blocks.first[e] ? blocks.end(blocks.first[e + 1] - 1) - r0 : 0;
+      // An example without rows (ragged) has means 0 (and these divisions are those of S rows).
+      const double divisor = rows > 0 ? static_cast<double>(rows) : 1.0;
       double total = 0.0;
-      for (int64_t t = e * S; t < (e + 1) * S; ++t) {
+      for (int64_t t = r0; t < r0 + rows; ++t) {
         total += st.token_mean[t];
         st.token_mean[t] = static_cast<float>(D * st.token_mean[t] / static_cast<double>(channels));
       }
-      st.grand_mean[e] = static_cast<float>(D * total / static_cast<double>(S * channels));
+      st.grand_mean[e] = static_cast<float>(D * total / (divisor * static_cast<double>(channels)));
       for (int64_t n = 0; n < channels; ++n) {
         double sum = 0.0;
-        for (int64_t j = 0; j < blocks.per_example; ++j) {
-          sum += part[(e * blocks.per_example + j) * channels + n];
-        }
-        st.channel_mean[e * channels + n] = static_cast<float>(D * sum / static_cast<double>(S));
+        for (int64_t j = blocks.first[e]; j < blocks.first[e + 1]; ++j) sum += part[j * channels + n];
+        st.channel_mean[e * channels + n] = static_cast<float>(D * sum / divisor);
       }
     });
   }

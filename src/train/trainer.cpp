@@ -68,6 +68,12 @@ void validate_options(const TrainOptions& o) {
   need(o.checkpoint_every >= 0,
        "--checkpoint-every must be >= 0 (0: only at the end), got " + std::to_string(o.checkpoint_every));
   need(o.max_bad_steps >= 1, "max_bad_steps must be >= 1, got " + std::to_string(o.max_bad_steps));
+  need(!o.model.traits().moe || o.world == nullptr || o.world->size() == 1,
+       "--arch " + std::string(o.model.traits().name) +
+           ": data parallel training over several processes is not supported yet (run one process)");
+  need(std::isfinite(o.moe_losses.aux) && o.moe_losses.aux >= 0.0f && std::isfinite(o.moe_losses.z_loss) &&
+           o.moe_losses.z_loss >= 0.0f,
+       "--moe-aux-loss and --moe-z-loss must be numbers >= 0");
   need(o.micro_batch >= 0 && o.micro_batch <= o.model.batch,
        "--micro-batch must be in [0, --batch] (0: the whole batch at once), got " + std::to_string(o.micro_batch));
   const int ranks = o.world ? o.world->size() : 1;
@@ -245,6 +251,7 @@ class Run {
         loader_(train_shard, o.model.seq_len, o.seed), config_{o.model, o.recipe, o.seed},
         metrics_path_(fs::path(o.out_dir) / "metrics.jsonl") {
     model_.init_weights(o.seed);  // (the optimizer and runner hold references, not values)
+    model_.set_moe_losses(o.moe_losses);
     result_.unigram_entropy = unigram_entropy(train_shard);
   }
 
@@ -377,6 +384,12 @@ void Run::log_step(const StepRecord& rec, double tps) {
                         {"grad_norm", rec.grad_norm}, {"ms", rec.ms},     {"tokens_per_s", tps},
                         {"skipped", rec.skipped}};
     if (world_.size() > 1) line["sent_bytes"] = rec.sent_bytes;  // rank 0's, as every rank's
+    if (o_.model.traits().moe) {  // per block: rows per expert in the step's last forward; balance loss
+      nlohmann::json load = nlohmann::json::array();
+      for (const nn::ExpertLoad& e : model_.expert_loads()) load.push_back({{"min", e.min}, {"max", e.max}, {"cv", e.cv}});
+      line["expert_load"] = load;
+      line["moe_balance"] = model_.moe_balance();
+    }
     metrics_ << line.dump() << "\n";
   }
   if (o_.quiet) return;
@@ -386,7 +399,17 @@ void Run::log_step(const StepRecord& rec, double tps) {
   std::snprintf(line, sizeof line, "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  eta %5.0f s\n",
                 static_cast<long long>(rec.step + 1), static_cast<long long>(o_.steps), rec.loss, rec.lr, rec.grad_norm,
                 rec.ms, tps, eta);
-  log_ << line << std::flush;
+  log_ << line;
+  if (o_.model.traits().moe) {  // the blocks' widest spread of rows over experts
+    nn::ExpertLoad worst;
+    for (const nn::ExpertLoad& e : model_.expert_loads()) {
+      if (e.cv >= worst.cv) worst = e;
+    }
+    std::snprintf(line, sizeof line, "      experts: rows per expert %lld..%lld (CV %.2f) in the most uneven block\n",
+                  static_cast<long long>(worst.min), static_cast<long long>(worst.max), worst.cv);
+    log_ << line;
+  }
+  log_ << std::flush;
 }
 
 // After max_bad_steps skipped steps in a row: keep a finite checkpoint and stop with an error.

@@ -251,6 +251,14 @@ TEST(Decoder, MatchesTheModelForwardGemma3InS3r) {
   expect_decoder_matches_model(nn::LinearMode::kS3r, 6e-5, model::Family::kGemma3);
 }
 
+// Qwen3-MoE (8 experts, 2 per token): the decoder routes each position as the model routes it.
+TEST(Decoder, MatchesTheModelForwardQwen3MoeInF32) {
+  expect_decoder_matches_model(nn::LinearMode::kF32, 2e-6, model::Family::kQwen3Moe);
+}
+TEST(Decoder, MatchesTheModelForwardQwen3MoeInS3r) {
+  expect_decoder_matches_model(nn::LinearMode::kS3r, 2e-5, model::Family::kQwen3Moe);
+}
+
 TEST(Decoder, PrecisionF32DiffersFromTheInt8ForwardOnlyByRounding) {
   model::ModelConfig cfg = tiny();
   model::Model m(cfg, nn::Recipe::make(nn::LinearMode::kS3r, nn::Correction::kDx));

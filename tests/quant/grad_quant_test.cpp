@@ -18,10 +18,13 @@
 #include "s3r/core/isa.hpp"
 #include "s3r/dist/communicator.hpp"
 #include "s3r/quant/thresholds.hpp"
+#include "quant/grad_quant_support.hpp"
 #include "test_util.hpp"
 
 namespace s3r {
 namespace {
+
+using namespace grad_quant_testing;
 
 const int64_t kSizes[] = {1, 3, 15, 16, 17, 63, 64, 65, 127, 1000};
 // Channel counts (N) of the sweep: kSizes plus every tail length around the AVX2 width (8) and
@@ -29,28 +32,6 @@ const int64_t kSizes[] = {1, 3, 15, 16, 17, 63, 64, 65, 127, 1000};
 const int64_t kChannels[] = {1, 3, 7, 8, 9, 15, 16, 17, 23, 24, 31, 63, 64, 65, 127, 1000};
 const GradRounding kModes[] = {GradRounding::kRtne, GradRounding::kSr, GradRounding::kS3r,
                                GradRounding::kS3rBcast};
-
-struct Problem {
-  int64_t T, N, S;
-  std::vector<float> g, sx, sw;
-  std::vector<bf16> g_bf16;
-};
-
-// Heavy-tailed gradient (many entries below half a step, as in real backward passes) and
-// positive forward scales of varied magnitude.
-Problem make_problem(int64_t T, int64_t N, int64_t S, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Problem p{T, N, S, {}, {}, {}, {}};
-  p.g.resize(static_cast<size_t>(T * N));
-  for (auto& v : p.g) v = 1e-3f * normal(gen) * std::exp(1.5f * normal(gen));
-  p.sx.resize(static_cast<size_t>(T));
-  for (auto& v : p.sx) v = 0.01f * std::exp(normal(gen));
-  p.sw.resize(static_cast<size_t>(N));
-  for (auto& v : p.sw) v = 0.002f * std::exp(normal(gen));
-  for (float v : p.g) p.g_bf16.push_back(to_bf16(v));
-  return p;
-}
 
 std::vector<int64_t> example_lengths(int64_t T) {
   std::vector<int64_t> s = {1, T};
@@ -70,57 +51,6 @@ QuantizedGrad run(const Problem& p, GradRounding mode, bool stats, bool use_bf16
     quantize_gradient(out, std::span<const float>(p.g), p.T, p.N, p.sx, p.sw, cfg);
   }
   return out;
-}
-
-std::string where(const Problem& p, GradRounding mode) {
-  return "T=" + std::to_string(p.T) + " N=" + std::to_string(p.N) + " S=" + std::to_string(p.S) +
-         " mode=" + std::string(to_string(mode)) + " isa=" + std::string(isa_name(active_isa()));
-}
-
-void expect_codes_equal(const QuantizedGrad& a, const QuantizedGrad& b, const std::string& ctx) {
-  ASSERT_EQ(a.step, b.step) << ctx;
-  ASSERT_EQ(a.count, b.count) << ctx;
-  for (int q = 0; q < a.count; ++q) {
-    ASSERT_EQ(a.codes[q].size(), b.codes[q].size()) << ctx;
-    for (size_t i = 0; i < a.codes[q].size(); ++i) {
-      ASSERT_EQ(a.codes[q][i], b.codes[q][i])
-          << ctx << " quantization " << q << " element [" << i / a.channels << ", "
-          << i % a.channels << "]";
-    }
-  }
-}
-
-// Tolerances of the statistics, in units of D. Each error term Q - x is the same f32 number in
-// both implementations; the reference sums a row in double, the AVX-512 kernel in 16 f32 lanes of
-// ceil(N/16) terms each (|term| <= 1), so the row sums differ by at most about
-// (N/16 + 4) * 2^-24 * N and the means by (N/16 + 4) * 2^-24; we allow twice that. Column sums
-// are summed in the same order by both (bit-identical), so their tolerance only covers the final
-// double -> f32 rounding.
-double token_mean_tol(const QuantizedGrad& r) {
-  return r.step * (static_cast<double>(r.channels) / 16.0 + 4.0) * 0x1p-23;
-}
-
-void expect_stats_close(const QuantizedGrad& got, const QuantizedGrad& ref, const std::string& ctx,
-                        bool bit_exact) {
-  for (int q = 0; q < ref.count; ++q) {
-    const ErrorStats& a = got.stats[q];
-    const ErrorStats& b = ref.stats[q];
-    ASSERT_EQ(a.token_mean.size(), b.token_mean.size()) << ctx;
-    ASSERT_EQ(a.channel_mean.size(), b.channel_mean.size()) << ctx;
-    ASSERT_EQ(a.grand_mean.size(), b.grand_mean.size()) << ctx;
-    const double tol_c = bit_exact ? 0.0 : token_mean_tol(ref);
-    const double tol_a = bit_exact ? 0.0 : ref.step * 0x1p-23;
-    for (size_t i = 0; i < b.token_mean.size(); ++i) {
-      ASSERT_NEAR(a.token_mean[i], b.token_mean[i], tol_c) << ctx << " c[" << i << "] q=" << q;
-    }
-    for (size_t i = 0; i < b.grand_mean.size(); ++i) {
-      ASSERT_NEAR(a.grand_mean[i], b.grand_mean[i], tol_c) << ctx << " m[" << i << "] q=" << q;
-    }
-    for (size_t i = 0; i < b.channel_mean.size(); ++i) {
-      ASSERT_NEAR(a.channel_mean[i], b.channel_mean[i], tol_a)
-          << ctx << " a[" << i / ref.channels << ", " << i % ref.channels << "] q=" << q;
-    }
-  }
 }
 
 // The sweep of the issue: T in kSizes, N in kChannels, S dividing T, every mode, statistics on;

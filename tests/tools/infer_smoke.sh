@@ -178,7 +178,7 @@ cmp -s "$work/qwen3-1.out" "$work/qwen3-2.out" || fail "qwen3: greedy generation
 expect_error "the checkpoint's configuration \\(qwen3 L=2 .*\\) differs from this run's \\(L=2 " \
   "$s3r" train --preset tiny --vocab 300 --data "$work/data" --steps 50 --resume "$work/run-qwen3" --out "$work/run-qwen3"
 grep -q '"step": 39' "$work/run-qwen3/checkpoint/meta.json" || fail "qwen3: the refused resume changed the checkpoint"
-expect_error "unknown architecture 'gemma9'; expected one of: llama, qwen3, gemma3" \
+expect_error "unknown architecture 'gemma9'; expected one of: llama, qwen3, gemma3, qwen3moe" \
   "$s3r" train --arch gemma9 --preset tiny --data "$work/data"
 "$s3r" eval --checkpoint "$work/run-qwen3" --data "$work/data" > "$work/qwen3-eval.out" 2>&1 \
   || fail "qwen3: eval: $(cat "$work/qwen3-eval.out")"

@@ -11,11 +11,11 @@ namespace s3r::model {
 
 // The model families s3r trains. A family is data: what its blocks have beyond the Llama block
 // (FamilyTraits), read by the model, the decoder, checkpoints and exports from one table.
-enum class Family : uint8_t { kLlama, kQwen3, kGemma3 };
+enum class Family : uint8_t { kLlama, kQwen3, kGemma3, kQwen3Moe };
 
 struct FamilyTraits {
   Family family;
-  std::string_view name;  // "llama", "qwen3", "gemma3": --arch, meta.json, GGUF general.architecture
+  std::string_view name;  // "llama", "qwen3", "gemma3", "qwen3moe": --arch, meta.json, GGUF general.architecture
   bool qk_norm;           // RMSNorm over each head of q and k (weights of HD), before RoPE
   float rope_theta, norm_eps;  // the family's defaults (rope_theta: of the global layers)
   // Gemma's block (docs/SPEC.md, appendix A.9):
@@ -26,6 +26,9 @@ struct FamilyTraits {
   bool tied_head = false;       // LM head = the embedding, transposed; its gradient flows into the embedding
   int64_t local_period = 0;     // > 0: layers l with (l + 1) % local_period != 0 are local (sliding window)
   float rope_theta_local = 0;   // RoPE base of the local layers
+  // Qwen3-MoE's block (docs/SPEC.md A.10): the FFN is a routed mixture of `experts` SwiGLU
+  // experts of width ffn_width, each token sent to `experts_used` of them (s3r/nn/moe.hpp).
+  bool moe = false;
 };
 
 const FamilyTraits& traits(Family f);
@@ -40,7 +43,7 @@ struct Architecture {
   int64_t width = 64;       // C
   int64_t heads = 4;        // NH query heads
   int64_t kv_heads = 4;     // NKV key/value heads, dividing NH; NKV < NH: grouped-query attention
-  int64_t ffn_width = 192;  // F
+  int64_t ffn_width = 192;  // F (with experts: one expert's)
   int64_t vocab = 256;      // V
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
@@ -52,6 +55,10 @@ struct Architecture {
   // W, the sliding window of the family's local layers (traits().local_period): their query i
   // attends to keys i - W < j <= i; 0: no window (every layer attends to all earlier keys).
   int64_t window = 0;
+  // E experts and k of them per token in a family with a mixture of experts (traits().moe); 0
+  // otherwise.
+  int64_t experts = 0;
+  int64_t experts_used = 0;
 
   int64_t head_dim() const { return head_size != 0 ? head_size : width / heads; }  // HD
   int64_t q_width() const { return heads * head_dim(); }       // columns of Q and of attention's output: NH HD
@@ -98,6 +105,8 @@ struct ModelConfig : Architecture, RunShape {
 // Qwen3's ratios at these widths (kv_heads = heads / 2, a head size of 2 C / heads, its RoPE
 // base 1e6 and norm eps 1e-6); Gemma 3's have kv_heads = heads / 2, a window of S / 2 for its
 // local layers (five of every six), RoPE bases 1e4 (local) and 1e6 (global), norm eps 1e-6.
+// Qwen3-MoE's are Qwen3's with Qwen3-30B-A3B's expert width 0.375 C and E = 8 (tiny, wide) or
+// 32 (small, paper) experts, k = 2 of them per token.
 ModelConfig preset(std::string_view name, Family family = Family::kLlama);
 
 }  // namespace s3r::model

@@ -31,6 +31,7 @@
 #include "s3r/model/layers.hpp"
 #include "s3r/model/params.hpp"
 #include "s3r/nn/quant_linear.hpp"
+#include "s3r/nn/moe.hpp"
 #include "s3r/nn/recipe.hpp"
 #include "s3r/nn/swiglu.hpp"
 #include "s3r/rng/threefry.hpp"
@@ -135,6 +136,14 @@ class Model {
   void set_breakdown(StepBreakdown* breakdown);
   std::span<const float> block_input_grad(int64_t layer) const;
 
+  // A mixture of experts (qwen3moe): the routing losses' coefficients (default 0.001 and 0), and
+  // per block the last forward's expert load and load-balancing loss (its mean over examples;
+  // k for a perfectly even routing). Empty without experts.
+  void set_moe_losses(const nn::MoeLossWeights& losses) { moe_losses_ = losses; }
+  const nn::MoeLossWeights& moe_losses() const { return moe_losses_; }
+  std::vector<nn::ExpertLoad> expert_loads() const;
+  std::vector<double> moe_balance() const;
+
  private:
   struct Block;
   float* param(int64_t offset) { return params_.data() + offset; }
@@ -159,6 +168,11 @@ class Model {
   void embed_forward();
   void head_forward();
   void ffn_forward(Block& b, std::vector<float>& out);
+  // A mixture of experts' parameters (model_moe.cpp), its forward (out = the FFN's output) and
+  // backward (d_out into dxn_).
+  void add_moe_params(Block& b, int64_t layer);
+  void moe_forward(Block& b, std::vector<float>& out);
+  void moe_backward(int64_t layer, const std::vector<float>& d_out);
   void clear_accumulated_grads();
   void ffn_backward(int64_t layer);
   void attention_backward(int64_t layer);
@@ -194,6 +208,8 @@ class Model {
   nn::LinearWeight head_w_;
   nn::LinearWorkspace ws_, head_ws_;  // attention projections; LM head
   nn::SwigluScratch ffn_scratch_;     // every block's SwiGLU, one block at a time
+  nn::MoeScratch moe_scratch_;        // every block's mixture of experts, likewise
+  nn::MoeLossWeights moe_losses_{0.001f, 0.0f};
   StepBreakdown* breakdown_ = nullptr;
   bool capture_input_grads_ = false;
   DataParallel dp_;

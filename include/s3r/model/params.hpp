@@ -17,6 +17,7 @@ enum class ParamRole {
   kNorm,        // an RMSNorm gain (C)
   kProjection,  // one of a block's quantized projections (in, out)
   kHead,        // the LM head (C, V): bf16 (f32 in f32), or int8 with a /head-int8 recipe
+  kRouter,      // a mixture of experts' router (C, E): f32 (SPEC A.10)
 };
 
 // A block's quantized projections, in the order of their threshold layers (SPEC section 3):
@@ -37,11 +38,11 @@ struct ParamInfo {
   std::string local;           // the name inside its block ("attn_norm", "attn.q", ...); = name outside
   int64_t offset = 0;          // into Model::params() / grads()
   int64_t size = 0;            // the product of shape
-  std::vector<int64_t> shape;  // row-major; matrices are (in, out): y = x W
+  std::vector<int64_t> shape;  // row-major; matrices are (in, out): y = x W; experts' (E, in, out)
   ParamRole role = ParamRole::kNorm;
   int64_t block = -1;          // the block it belongs to; -1 outside the blocks
   Projection projection{};     // role kProjection only
-  bool decay = true;           // AdamW weight decay: matrices (projections, head), not gains or the embedding
+  bool decay = true;           // AdamW weight decay: matrices (projections, head, router), not gains or the embedding
   // The tied LM head (a family with tied_head): its values are the embedding transposed, written
   // by every forward; its gradient, once the step's is complete, is added into the embedding's
   // (Model::fold_tied_head) and cleared. Not saved in checkpoints, not updated by the optimizer.

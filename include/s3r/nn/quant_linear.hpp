@@ -66,6 +66,10 @@ struct BatchPlacement {
   // leaf and the partials added in the fixed tree; it is this process's partial of the group's
   // sum, to be completed with Communicator::tree_sum by the caller.
   int64_t leaves = 1;
+  // Non-empty: the rows are a mixture of experts' rows of one expert (s3r/quant/grad_quant.hpp:
+  // RaggedRows), not T / S examples of S tokens; its examples replace those of S tokens in the
+  // thresholds, S3R-EC's statistics and the reduction leaves (leaves divide its example count).
+  RaggedRows ragged{};
 };
 
 struct LinearBackwardConfig {
@@ -84,6 +88,7 @@ struct PhaseTimes {
   double quantize_grad = 0;  // quantizing gradients (and their statistics)
   double correction = 0;     // S3R-EC terms (matrix-vector products, dW's rank-(B+1) product)
   double elementwise = 0;    // activations and their derivatives
+  double routing = 0;        // a mixture of experts' router, sort, gathers and combines (moe.hpp)
 };
 
 // Scratch of linear_backward, reused across calls and layers of equal shape.

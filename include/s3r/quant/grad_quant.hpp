@@ -49,6 +49,20 @@ class NonFiniteGradient : public NonFiniteError {
   using NonFiniteError::NonFiniteError;
 };
 
+// Rows that are not B consecutive examples of S tokens: a mixture of experts' rows of one
+// expert, sorted by expert (s3r/nn/moe.hpp). Row t's thresholds and sr bits use the global id
+// ids[t] (its place in the unsorted (token, slot) order, so they do not depend on routing or
+// ranks), s3r-bcast's the example id ids[t] / ids_per_example; the rows of example b are
+// [example_offsets[b], example_offsets[b + 1]) (B + 1 nondecreasing offsets from 0 to T; an
+// example may have none), and S3R-EC's channel and grand means are over those rows (0 when none).
+struct RaggedRows {
+  std::span<const uint64_t> ids;             // (T)
+  std::span<const int64_t> example_offsets;  // (B + 1)
+  uint64_t ids_per_example = 0;
+  bool empty() const { return example_offsets.empty(); }
+  int64_t examples() const { return empty() ? 0 : static_cast<int64_t>(example_offsets.size()) - 1; }
+};
+
 struct GradQuantConfig {
   GradRounding mode = GradRounding::kS3r;
   int64_t tokens_per_example = 0;  // S; T = B*S must be a multiple of it
@@ -59,6 +73,7 @@ struct GradQuantConfig {
   // D is the max over every rank of `group` (one max all-reduce). nullptr: one process.
   uint64_t first_token = 0;
   dist::Communicator* group = nullptr;
+  RaggedRows ragged{};  // non-empty: rows and examples as RaggedRows says (S, first_token unused)
 };
 
 // Mean rounding errors of one quantization (SPEC section 4), in gradient units (times D).
@@ -66,20 +81,22 @@ struct ErrorStats {
   std::vector<float> token_mean;    // c: (T)      c[t]   = (1/N) sum_n E[t,n]
   std::vector<float> channel_mean;  // a: (B, N)   a[b,n] = (1/S) sum_s E[b*S+s,n]
   std::vector<float> grand_mean;    // m: (B)      m[b]   = (1/(S*N)) sum_{s,n} E[b*S+s,n]
+  // (with RaggedRows: means over the rows of example b instead of its S tokens)
 };
 
 struct QuantizedGrad {
   GradRounding mode = GradRounding::kS3r;
   int64_t tokens = 0;              // T
   int64_t channels = 0;            // N
-  int64_t tokens_per_example = 0;  // S
+  int64_t tokens_per_example = 0;  // S (0 with ragged rows)
+  int64_t example_count = 0;       // B (= T / S unless ragged)
   float step = 0.0f;               // D; 0 when G' is all zero (then every code and mean is 0)
   int count = 1;                   // quantization_count(mode)
   std::vector<int8_t> codes[2];    // (T, N) int8 row-major; [1] only under sr
   ErrorStats stats[2];             // filled when want_stats; [1] only under sr
   std::vector<float> workspace;    // internal: per-block column error sums, reused across calls
 
-  int64_t examples() const { return tokens_per_example ? tokens / tokens_per_example : 0; }
+  int64_t examples() const { return example_count; }
   // The codes (and their statistics) that feed dX = D/sx * Q Wq^T and dW = D/sw * Xq^T Q.
   const std::vector<int8_t>& codes_for_dx() const { return codes[0]; }
   const std::vector<int8_t>& codes_for_dw() const { return codes[count - 1]; }

@@ -60,6 +60,8 @@ struct TrainOptions {
   // AdamW's moments sharded over the ranks (s3r/train/optimizer.hpp): 8/R bytes per parameter
   // instead of 8, the same bits.
   bool shard_optimizer = false;
+  // A mixture of experts' routing losses (--moe-aux-loss, --moe-z-loss; s3r/nn/moe.hpp).
+  nn::MoeLossWeights moe_losses{0.001f, 0.0f};
 };
 
 struct StepRecord {

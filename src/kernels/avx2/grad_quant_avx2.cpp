@@ -112,14 +112,12 @@ void quantize_rows(const G* g, const GradProblem& p, float step, int64_t r0, int
     const __m256 vsx = _mm256_set1_ps(p.sx[t]);
     __m256 shared_r = _mm256_setzero_ps();
     if constexpr (kMode == GradRounding::kS3r) {
-      shared_r = _mm256_set1_ps(threshold7(p.keys[0], p.first_token + static_cast<uint64_t>(t)));
+      shared_r = _mm256_set1_ps(threshold7(p.keys[0], p.row_id(t)));
     } else if constexpr (kMode == GradRounding::kS3rBcast) {
-      shared_r =
-          _mm256_set1_ps(threshold7(
-          p.keys[0], (p.first_token + static_cast<uint64_t>(t)) / static_cast<uint64_t>(p.tokens_per_example)));
+      shared_r = _mm256_set1_ps(threshold7(p.keys[0], p.example_id(t)));
     }
     const G* grow = g + t * N;
-    const uint64_t base = (p.first_token + static_cast<uint64_t>(t)) * static_cast<uint64_t>(N);  // global flat index of (t, 0)
+    const uint64_t base = p.row_id(t) * static_cast<uint64_t>(N);  // global flat index of (t, 0)
     int8_t* codes[kCount];
     float* col_sums[kCount];
     __m256 acc0[kCount], acc1[kCount];

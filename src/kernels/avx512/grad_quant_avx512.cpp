@@ -45,11 +45,11 @@ void quantize_rows(const G* g, const GradProblem& p, float step, int64_t r0, int
     const __m512 vsx = _mm512_set1_ps(p.sx[t]);
     __m512 shared_r = _mm512_setzero_ps();
     if constexpr (kMode == GradRounding::kS3r) {
-      shared_r = _mm512_set1_ps(threshold7(p.keys[0], p.first_token + static_cast<uint64_t>(t)));
+      shared_r = _mm512_set1_ps(threshold7(p.keys[0], p.row_id(t)));
     } else if constexpr (kMode == GradRounding::kS3rBcast) {
-      shared_r = _mm512_set1_ps(threshold7(
-          p.keys[0], (p.first_token + static_cast<uint64_t>(t)) / static_cast<uint64_t>(p.tokens_per_example)));
+      shared_r = _mm512_set1_ps(threshold7(p.keys[0], p.example_id(t)));
     }
+    const uint64_t base = p.row_id(t) * static_cast<uint64_t>(N);  // global flat index of (t, 0)
     for (int q = 0; q < p.count; ++q) {
       int8_t* codes = out.codes[q] + t * N;
       float* col_sums = kStats ? out.col_sums[q] : nullptr;
@@ -62,8 +62,7 @@ void quantize_rows(const G* g, const GradProblem& p, float step, int64_t r0, int
         if constexpr (kMode == GradRounding::kRtne) {
           qf = round_nearest_even(x);
         } else if constexpr (kMode == GradRounding::kSr) {
-          const __m512i bits = random_bits16(p.keys[q], (p.first_token + static_cast<uint64_t>(t)) * static_cast<uint64_t>(N) +
-                                                             static_cast<uint64_t>(n));
+          const __m512i bits = random_bits16(p.keys[q], base + static_cast<uint64_t>(n));
           qf = round_floor(_mm512_add_ps(x, uniform23_16(bits)));
         } else {
           qf = round_floor(_mm512_add_ps(x, shared_r));

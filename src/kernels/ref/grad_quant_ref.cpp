@@ -36,10 +36,8 @@ void grad_quantize(const GradProblem& p, float step, int64_t r0, int64_t r1,
   for (int64_t t = r0; t < r1; ++t) {
     // Shared thresholds: one per token (s3r) or per example (s3r-bcast), product key 0.
     float shared_r = 0.0f;
-    if (p.mode == GradRounding::kS3r) shared_r = threshold7(p.keys[0], p.first_token + static_cast<uint64_t>(t));
-    if (p.mode == GradRounding::kS3rBcast) {
-      shared_r = threshold7(p.keys[0], (p.first_token + static_cast<uint64_t>(t)) / static_cast<uint64_t>(p.tokens_per_example));
-    }
+    if (p.mode == GradRounding::kS3r) shared_r = threshold7(p.keys[0], p.row_id(t));
+    if (p.mode == GradRounding::kS3rBcast) shared_r = threshold7(p.keys[0], p.example_id(t));
     for (int q = 0; q < p.count; ++q) {
       double row_acc = 0.0;
       for (int64_t n = 0; n < N; ++n) {
@@ -49,7 +47,7 @@ void grad_quantize(const GradProblem& p, float step, int64_t r0, int64_t r1,
         switch (p.mode) {
           case GradRounding::kRtne: code = rtne_code(x); break;
           case GradRounding::kSr:
-            code = sr_code(x, uniform23(random_bits32(p.keys[q], p.first_token * static_cast<uint64_t>(N) + static_cast<uint64_t>(i))));
+            code = sr_code(x, uniform23(random_bits32(p.keys[q], p.row_id(t) * static_cast<uint64_t>(N) + static_cast<uint64_t>(n))));
             break;
           case GradRounding::kS3r:
           case GradRounding::kS3rBcast: code = sr_code(x, shared_r); break;
