@@ -52,7 +52,7 @@ void register_export(CLI::App& app) {
                   "checkpoints that hold none)");
   cmd->add_option("--name", o->name, "the model's name (general.name; default: --out's name)");
   cmd->add_option("--inject", o->inject, "for tests only: write a deliberately broken model (permute-qk | transpose-o | f16-overflow | "
-                  "nan-weight), to show that a comparison catches it")->group("");
+                  "nan-weight | no-gain-offset | reverse-experts), to show that a comparison catches it")->group("");
   cmd->callback([o] { run(*o); });
 }
 

@@ -89,6 +89,7 @@ struct OutTensor {
   std::vector<float> data;
   int64_t rows = 0, cols = 0;  // cols = 1 dimension for vectors (rows = 1)
   bool vector = false;
+  int64_t experts = 0;  // > 0: a mixture's experts stacked, `experts` matrices of (rows, cols); GGUF ne [cols, rows, E]
 };
 
 // Each parameter's name in GGUF (llama.cpp's LLM_ARCH_LLAMA, LLM_ARCH_QWEN3, LLM_ARCH_GEMMA3) and
@@ -115,6 +116,12 @@ constexpr FormatNames kFormatNames[] = {
     {"lm_head", "output.weight", "lm_head.weight"},
     {"attn_post_norm", "blk.#.post_attention_norm.weight", "model.layers.#.post_attention_layernorm.weight"},
     {"ffn_post_norm", "blk.#.post_ffw_norm.weight", "model.layers.#.post_feedforward_layernorm.weight"},
+    // Qwen3-MoE (LLM_ARCH_QWEN3MOE, Qwen3MoeForCausalLM): the router and the stacked experts; "%"
+    // is the expert (Hugging Face has one tensor per expert).
+    {"ffn.router", "blk.#.ffn_gate_inp.weight", "model.layers.#.mlp.gate.weight"},
+    {"ffn.experts.gate", "blk.#.ffn_gate_exps.weight", "model.layers.#.mlp.experts.%.gate_proj.weight"},
+    {"ffn.experts.up", "blk.#.ffn_up_exps.weight", "model.layers.#.mlp.experts.%.up_proj.weight"},
+    {"ffn.experts.down", "blk.#.ffn_down_exps.weight", "model.layers.#.mlp.experts.%.down_proj.weight"},
 };
 // Gemma3DecoderLayer's post_attention_layernorm is the attention's post-norm; the FFN's pre-norm
 // is its pre_feedforward_layernorm.
@@ -134,6 +141,7 @@ constexpr FormatFamily kFormatFamilies[] = {
     {model::Family::kLlama, "LlamaForCausalLM", "llama", false},
     {model::Family::kQwen3, "Qwen3ForCausalLM", "qwen3", true},
     {model::Family::kGemma3, "Gemma3ForCausalLM", "gemma3_text", true},
+    {model::Family::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", true},
 };
 
 const FormatFamily& format_family(model::Family f) {
@@ -185,6 +193,20 @@ std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, 
       out.push_back(std::move(t));
       continue;
     }
+    if (p.shape.size() == 3) {  // experts (E, in, out): each transposed to (out, in)
+      const int64_t E = p.shape[0], in = p.shape[1], outs = p.shape[2];
+      t.rows = outs;
+      t.cols = in;
+      t.vector = false;
+      t.experts = E;
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t from = inject == "reverse-experts" ? E - 1 - e : e;  // a bug the checks must catch
+        const std::vector<float> one = transposed(data + from * in * outs, in, outs);
+        t.data.insert(t.data.end(), one.begin(), one.end());
+      }
+      out.push_back(std::move(t));
+      continue;
+    }
     const int64_t in = p.shape[0], outs = p.shape[1];
     const bool is = p.role == model::ParamRole::kProjection;
     const bool transpose = p.role != model::ParamRole::kEmbedding &&
@@ -219,9 +241,9 @@ std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, 
 
 void check_inject(const std::string& inject) {
   if (!inject.empty() && inject != "permute-qk" && inject != "transpose-o" && inject != "f16-overflow" &&
-      inject != "nan-weight" && inject != "no-gain-offset") {
+      inject != "nan-weight" && inject != "no-gain-offset" && inject != "reverse-experts") {
     throw Error("export: unknown --inject '" + inject +
-                "'; expected permute-qk, transpose-o, f16-overflow, nan-weight or no-gain-offset");
+                "'; expected permute-qk, transpose-o, f16-overflow, nan-weight, no-gain-offset or reverse-experts");
   }
 }
 
@@ -298,6 +320,11 @@ void put_model_keys(GgufBuffer& kv, const LoadedCheckpoint& c, const ExportOptio
   kv.kv_u32(a + ".rope.dimension_count", static_cast<uint32_t>(m.head_dim()));
   kv.kv_f32(a + ".rope.freq_base", m.rope_theta);  // gemma3: the global layers' (llama.cpp: 1e4 for local ones)
   if (m.window > 0) kv.kv_u32(a + ".attention.sliding_window", static_cast<uint32_t>(m.window));
+  if (m.experts > 0) {  // llama.cpp's qwen3moe: softmax gating, the top k renormalized, as s3r
+    kv.kv_u32(a + ".expert_count", static_cast<uint32_t>(m.experts));
+    kv.kv_u32(a + ".expert_used_count", static_cast<uint32_t>(m.experts_used));
+    kv.kv_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(m.ffn_width));
+  }
   kv.kv_f32(a + ".attention.layer_norm_rms_epsilon", m.norm_eps);
   kv.kv_u32(a + ".vocab_size", static_cast<uint32_t>(m.vocab));
 }
@@ -382,9 +409,10 @@ void export_gguf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const st
   for (const OutTensor& t : tensors) {
     while (data.size() % kAlignment) data.push_back('\0');
     info.str(t.name);
-    info.put<uint32_t>(t.vector ? 1 : 2);
+    info.put<uint32_t>(t.vector ? 1 : t.experts > 0 ? 3 : 2);
     info.put<uint64_t>(static_cast<uint64_t>(t.cols));
     if (!t.vector) info.put<uint64_t>(static_cast<uint64_t>(t.rows));
+    if (t.experts > 0) info.put<uint64_t>(static_cast<uint64_t>(t.experts));
     const GgufType type = t.vector ? GgufType::kF32 : o.type;  // norm gains stay f32
     info.put<uint32_t>(type == GgufType::kF32 ? kGgmlF32 : type == GgufType::kF16 ? kGgmlF16
                        : type == GgufType::kBf16 ? kGgmlBf16 : kGgmlQ8_0);
@@ -438,6 +466,14 @@ void export_hf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std:
   const std::vector<OutTensor> tensors = output_tensors(c, true, true, o.inject);
   std::vector<io::TensorView> views;
   for (const OutTensor& t : tensors) {
+    if (t.experts > 0) {  // one (out, in) tensor per expert
+      const size_t at = t.name.find('%'), size = static_cast<size_t>(t.rows * t.cols);
+      for (int64_t e = 0; e < t.experts; ++e) {
+        views.push_back({std::string(t.name).replace(at, 1, std::to_string(e)), {t.rows, t.cols},
+                         std::span<const float>(t.data).subspan(e * size, size)});
+      }
+      continue;
+    }
     views.push_back({t.name, t.vector ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.rows, t.cols}, t.data});
   }
   io::write_safetensors((fs::path(dir) / "model.safetensors").string(), views, {{"format", "pt"}});
@@ -456,6 +492,16 @@ void export_hf(const LoadedCheckpoint& c, const data::Tokenizer& tok, const std:
                {"rope_note", "q_proj and k_proj rows are permuted per head from s3r's adjacent-pair RoPE layout "
                              "to the half-split layout Hugging Face computes"}}}};
   if (m.family == model::Family::kGemma3) add_gemma3_config(config, m);
+  if (m.experts > 0) {  // Qwen3MoeConfig: every layer sparse, top k renormalized (norm_topk_prob)
+    config["num_experts"] = m.experts;
+    config["num_experts_per_tok"] = m.experts_used;
+    config["moe_intermediate_size"] = m.ffn_width;
+    config["norm_topk_prob"] = true;
+    config["decoder_sparse_step"] = 1;
+    config["mlp_only_layers"] = nlohmann::json::array();
+    config["output_router_logits"] = false;
+    config["router_aux_loss_coef"] = 0.001;
+  }
   const auto write_json = [&](const char* name, const nlohmann::json& j) {
     io::write_file_atomic((fs::path(dir) / name).string(), [&](std::ostream& f) { f << j.dump(2) << "\n"; });
   };
