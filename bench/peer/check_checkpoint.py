@@ -5,7 +5,9 @@ folder's checkpoint in PyTorch and compares it with the val_loss that `s3r train
   /usr/bin/python3 bench/peer/check_checkpoint.py --run DIR --data DATA_DIR [--eval-batches N]
 
 - weights: DIR/checkpoint/model.safetensors (F32, matrices (in, out); shaped from version 3, flat
-  before; a gemma3 checkpoint's LM head is its embedding transposed, with no tensor), config from
+  before; a gemma3 checkpoint's LM head is its embedding transposed, with no tensor; a qwen3moe
+  checkpoint's FFN is ffn.router (C, E) and the stacked experts ffn.experts.gate, ffn.experts.up
+  (E, C, F) and ffn.experts.down (E, F, C), with config "experts" E and "experts_used" k), config from
   DIR/checkpoint/meta.json (grouped-query attention: config "kv_heads" < "heads", Wk and Wv
   (C, kv_heads * HD); absent: kv_heads = heads); read by bench/peer/s3r_files.py from docs/FORMATS.md alone;
 - data: the windows of DATA_DIR/val.bin that s3r's `evaluate` reads (a fresh
@@ -49,7 +51,16 @@ local with a window of 16) f32 2.1e-9 (the peer 2.5e-8), s3r + dx 8.7e-8. Gemma 
 caught by 10^3 or more: gains w instead of 1 + w (0.67), local layers without their window
 (3.6e-3), or with the global RoPE base (4.2e-3), embeddings without sqrt(C) (3.4e-3); GELU as
 torch's gelu(approximate="tanh") instead of s3r's sigmoid form moves the loss by 7e-11, below
-the resolution. A bug that cannot change the checkpoint's loss is refused (exit status 2).
+the resolution. qwen3moe (tiny: 8 experts of width 24, 2 per token): f32 2.3e-9 (the peer
+9.5e-9), s3r + dx 5.5e-7, bf16 3.4e-7. The s3r + dx difference is one int8 code: layer 0's
+attention output of one token sits 1 ulp from a rounding tie (-102.49999), s3r's fused attention
+rounds it the other way, and in a model this small that moves the batch's loss by 1.3e-5 (the
+other 7 batches agree to about 1e-9; flipping that code here reproduces s3r's loss of the window to
+3e-9 relative). Its bugs: weights p_j not divided by the sum of the k chosen (1.2e-2 f32 and
+s3r + dx), the k least probable experts (2.8e-2, 3.0e-2), the experts' matrices read as (out, in)
+(2.4e-2, 2.5e-2), the peer without the renormalization (1.2e-2); the router computed in the
+projections' precision instead of f32 moves s3r + dx by only 2.6e-5 (bf16 1.2e-5), too close to
+the tolerance to rely on. A bug that cannot change the checkpoint's loss is refused (exit status 2).
 
 Exit status: 0 when every comparison is within its tolerance, 1 on a mismatch (the numbers and
 the relative difference are printed), 2 on unusable inputs.
@@ -64,7 +75,7 @@ import peer_env
 
 
 # The bugs of the plain-PyTorch peer model alone (the s3r-numerics forward runs without them).
-PEER_BUGS = ("peer-norm-eps", "peer-gqa-kv-modulo", "peer-window-ignored")
+PEER_BUGS = ("peer-norm-eps", "peer-gqa-kv-modulo", "peer-window-ignored", "peer-moe-no-renorm")
 
 
 def inapplicable(inject, cfg, nkv, s3r_forward):
@@ -78,6 +89,10 @@ def inapplicable(inject, cfg, nkv, s3r_forward):
                 "heads: h % NKV = h // (NH / NKV))")
     if inject in s3r_forward.FAMILY_BUGS and arch not in s3r_forward.FAMILY_BUGS[inject]:
         return f"needs a checkpoint of the {' or '.join(s3r_forward.FAMILY_BUGS[inject])} family, not {arch}"
+    if inject == "peer-moe-no-renorm" and not s3r_forward.family(cfg)["moe"]:
+        return f"needs a checkpoint of the qwen3moe family, not {arch}"
+    if inject == "moe-router-quantized" and mode == "f32":
+        return "needs an int8 or bf16 checkpoint (in f32 the projections and the router are both f32)"
     local = any(s3r_forward.is_local(cfg, l) for l in range(cfg["layers"]))
     if inject in ("window-ignored", "local-rope-global-base", "peer-window-ignored") and not local:
         return "needs a checkpoint with local layers (a window, and layers l with (l + 1) % 6 != 0)"
@@ -96,7 +111,8 @@ def peer_loss(cfg, theta, nkv, inject, flat, batches):
         norm_eps = 1e-6 if abs(norm_eps - 1e-5) < 1e-9 else 1e-5
     model = llama_peer.build_model_classes()(dict(cfg, rope_theta=theta, norm_eps=norm_eps, kv_heads=nkv),
                                              kv_map="modulo" if inject == "peer-gqa-kv-modulo" else "group",
-                                             windows=inject != "peer-window-ignored")
+                                             windows=inject != "peer-window-ignored",
+                                             moe_renorm=inject != "peer-moe-no-renorm")
     model.load_s3r(flat)
     with torch.no_grad():
         return sum(float(model(*b)) for b in batches) / len(batches)
@@ -125,7 +141,7 @@ def inject_weight_bug(inject, flat, params, cfg, nkv, frequent):
 
 def describe(cfg, nkv, int8_head, s3r_forward):
     """The checkpoint's mode and model in one line (the header of the check's output)."""
-    mode, window = cfg["mode"], s3r_forward.window(cfg)
+    mode, window, moe = cfg["mode"], s3r_forward.window(cfg), s3r_forward.experts(cfg)
     return (f"mode {mode}"
             f"{' + ' + cfg.get('correction', 'none') if mode in s3r_forward.INT8_MODES else ''}"
             f"{', int8 LM head' if int8_head else ''}, "
@@ -134,7 +150,8 @@ def describe(cfg, nkv, int8_head, s3r_forward):
             f"{f' kv_heads={nkv}' if nkv != cfg['heads'] else ''}"
             f"{f' hd={s3r_forward.head_dim(cfg)}' if cfg.get('head_size') else ''}"
             f"{f' window={window}' if window else ''}"
-            f" F={cfg['ffn_width']} V={cfg['vocab']} S={cfg['seq_len']} B={cfg['batch']}")
+            f" F={cfg['ffn_width']}{' E={}/k={}'.format(*moe) if moe else ''}"
+            f" V={cfg['vocab']} S={cfg['seq_len']} B={cfg['batch']}")
 
 
 def parse_args(s3r_forward):
@@ -151,12 +168,14 @@ def parse_args(s3r_forward):
                  "window-order": "validation windows in file order instead of the loader's shuffled order",
                  "peer-norm-eps": "the plain-PyTorch peer model alone (not the s3r-numerics forward) built with "
                                   "RMSNorm eps 1e-6 instead of the checkpoint's 1e-5 (1e-5 instead of 1e-6 for "
-                                  "qwen3 and gemma3): only the peer's comparison can catch it (f32 checkpoints, "
+                                  "qwen3, gemma3 and qwen3moe): only the peer's comparison can catch it (f32 checkpoints, "
                                   "without --no-peer)",
                  "peer-gqa-kv-modulo": "the plain-PyTorch peer model alone built with query head h reading kv head "
                                        "h % NKV instead of h // (NH / NKV) (f32 GQA checkpoints, without --no-peer)",
                  "peer-window-ignored": "the plain-PyTorch peer model alone built with local layers attending to "
-                                        "every earlier key (f32 gemma3 checkpoints, without --no-peer)"})
+                                        "every earlier key (f32 gemma3 checkpoints, without --no-peer)",
+                 "peer-moe-no-renorm": "the plain-PyTorch peer model alone built with the experts' weights not "
+                                       "divided by their sum (f32 qwen3moe checkpoints, without --no-peer)"})
     ap.add_argument("--inject", choices=sorted(bugs), metavar="BUG",
                     help="compute with a deliberate bug (the check must then fail, except for the changes "
                          "below its resolution: silu-exact, gelu-exact, round-half-away): " +

@@ -20,10 +20,18 @@ RoPE); gemma3 is that block with RMSNorm gains 1 + w, post-norms (x + norm(att W
 x_mid + norm(ffn(norm(x_mid)))), GeGLU (gelu(x W_gate, approximate="tanh") * (x W_up)) W_down,
 embeddings times sqrt(C) (f32), the LM head tied to the embedding (logits = xn tok_emb^T), and
 local layers ((l + 1) % 6 != 0) that attend through a sliding window W (query i to keys
-i - W < j <= i) with RoPE base 1e4, the others causally with base 1e6.
+i - W < j <= i) with RoPE base 1e4, the others causally with base 1e6. qwen3moe (SPEC.md A.10) is
+the qwen3 block with its FFN replaced by a routed mixture of E SwiGLU experts of width F, k per
+token, as Hugging Face's Qwen3MoeSparseMoeBlock computes it: router logits xn W_r (a linear, W_r
+(C, E)), softmax (f32), topk, the k weights divided by their sum (norm_topk_prob), then per expert
+the rows routed to it gathered (index_select), its SwiGLU, and the weighted results added back
+(index_add_); the experts' matrices are stacked (E, C, F) and (E, F, C) as s3r stores them. Training
+adds the Switch load-balancing loss per example, times 0.001, as `s3r train` and `s3r bench step` do
+(E sum_e f_e P_e; f_e: the example's rows routed to e over S, P_e: the mean of p_e over its S
+tokens; averaged over the examples).
 
 Usage:
-  /usr/bin/python3 bench/peer/llama_peer.py bench --preset small [--arch qwen3|gemma3] [--kv-heads N] \\
+  /usr/bin/python3 bench/peer/llama_peer.py bench --preset small [--arch qwen3|gemma3|qwen3moe] [--kv-heads N] \\
       --mode f32|bf16 --threads 2 --warmup 2 --repeats 5 [--json OUT]
   /usr/bin/python3 bench/peer/llama_peer.py info [--threads 2]
 """
@@ -44,10 +52,15 @@ PRESETS = {
     "small": (6, 256, 4, 768, 4096, 256, 16),
     "wide": (4, 1024, 8, 4096, 4096, 256, 8),
 }
-# `s3r train` defaults (tools/train.cpp, include/s3r/optim/adamw.hpp)
+# `s3r train` defaults (tools/train.cpp, include/s3r/optim/adamw.hpp; moe_aux_loss: --moe-aux-loss,
+# tools/commands.hpp, also the model's default in `s3r bench step`)
 TRAIN_DEFAULTS = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "clip": 1.0,
-                  "rope_theta": 10000.0, "norm_eps": 1e-5}
-ARCHS = ("llama", "qwen3", "gemma3")
+                  "rope_theta": 10000.0, "norm_eps": 1e-5, "moe_aux_loss": 0.001}
+ARCHS = ("llama", "qwen3", "gemma3", "qwen3moe")
+# qwen3moe's presets (src/model/config.cpp): E experts per preset (8 at tiny and wide, 32 at small
+# and paper), k = 2 per token, one expert's width 3 C / 8 (Qwen3-30B-A3B's 768 of C 2048).
+MOE_EXPERTS = {"tiny": 8, "small": 32, "wide": 8, "paper": 32}
+MOE_EXPERTS_USED = 2
 # Gemma 3's local layers: (l + 1) % GEMMA3_PERIOD != 0, with RoPE base GEMMA3_LOCAL_THETA.
 GEMMA3_PERIOD, GEMMA3_LOCAL_THETA = 6, 10000.0
 
@@ -56,8 +69,9 @@ def preset_config(name, kv_heads=None, arch="llama"):
     """A preset's model of family `arch` (`s3r train --arch`, src/model/config.cpp): llama; qwen3
     with QK-norm, half as many kv heads as heads, a head size of 2 C / heads, RoPE base 1e6, eps
     1e-6; gemma3 with half as many kv heads, the head size C / heads, base 1e6 (local layers 1e4),
-    eps 1e-6 and the window S / 2. kv_heads (None: the family's) as `s3r train --kv-heads`, which
-    must divide the heads."""
+    eps 1e-6 and the window S / 2; qwen3moe as qwen3 with a mixture of experts: E experts
+    (MOE_EXPERTS), k = 2 per token, ffn_width (one expert's) 3 C / 8. kv_heads (None: the
+    family's) as `s3r train --kv-heads`, which must divide the heads."""
     L, C, H, F, V, S, B = PRESETS[name]
     if arch not in ARCHS:
         raise ValueError(f"--arch {arch}: expected one of {', '.join(ARCHS)}")
@@ -67,8 +81,10 @@ def preset_config(name, kv_heads=None, arch="llama"):
     cfg = {"layers": L, "width": C, "heads": H, "kv_heads": kv_heads or (H if plain else H // 2), "ffn_width": F,
            "vocab": V, "seq_len": S, "batch": B, "rope_theta": TRAIN_DEFAULTS["rope_theta"] if plain else 1e6,
            "norm_eps": TRAIN_DEFAULTS["norm_eps"] if plain else 1e-6}
-    if arch == "qwen3":
-        cfg.update(arch="qwen3", head_size=2 * C // H)
+    if arch in ("qwen3", "qwen3moe"):
+        cfg.update(arch=arch, head_size=2 * C // H)
+    if arch == "qwen3moe":
+        cfg.update(ffn_width=C * 3 // 8, experts=MOE_EXPERTS[name], experts_used=MOE_EXPERTS_USED)
     if arch == "gemma3":
         cfg.update(arch="gemma3", window=S // 2)
     return cfg
@@ -105,8 +121,57 @@ def build_model_classes():
             gain = 1.0 + self.weight if self.offset else self.weight
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * gain
 
+    class MoeFFN(nn.Module):
+        """A routed mixture of SwiGLU experts (qwen3moe, SPEC.md A.10) as Hugging Face's
+        Qwen3MoeSparseMoeBlock computes it, on stacked (in, out) expert matrices: router, softmax,
+        topk, renormalized weights, and a loop over the experts that gathers each one's rows
+        (index_select) and adds its weighted outputs back (index_add_). The router runs in f32
+        also under bf16 autocast, as s3r's does in every mode. renorm=False (the weights are the
+        probabilities, not divided by their sum) is a deliberate bug, for check_checkpoint.py
+        --inject peer-moe-no-renorm only."""
+
+        def __init__(self, C, Fw, E, k, renorm=True):
+            super().__init__()
+            if not 1 <= k <= E:
+                raise ValueError(f"experts_used {k} not in [1, experts = {E}]")
+            self.E, self.k, self.renorm = E, k, renorm
+            self.router = nn.Parameter(torch.empty(C, E))
+            self.gate = nn.Parameter(torch.empty(E, C, Fw))
+            self.up = nn.Parameter(torch.empty(E, C, Fw))
+            self.down = nn.Parameter(torch.empty(E, Fw, C))
+            self.aux = None  # the last forward's load-balancing loss (with gradients enabled)
+
+        def forward(self, x):
+            B, S, C = x.shape
+            E, k = self.E, self.k
+            h = x.reshape(B * S, C)
+            with torch.autocast("cpu", enabled=False):
+                probs = torch.softmax(h.float() @ self.router, dim=-1)  # (T, E)
+            w, idx = torch.topk(probs, k, dim=-1)  # (T, k): slot j holds the j-th most probable expert
+            if self.renorm:
+                w = w / w.sum(-1, keepdim=True)
+            flat = idx.reshape(-1)  # row r = t k + j
+            _, order = torch.sort(flat, stable=True)  # the rows grouped by expert
+            counts = torch.bincount(flat, minlength=E)
+            tokens, weights = order // k, w.reshape(-1)[order]
+            out = torch.zeros_like(h)
+            start = 0
+            for e, n in enumerate(counts.tolist()):
+                if n == 0:
+                    continue
+                rows = tokens[start:start + n]
+                xe = h.index_select(0, rows)
+                ye = (F.silu(xe @ self.gate[e]) * (xe @ self.up[e])) @ self.down[e]
+                out.index_add_(0, rows, (ye * weights[start:start + n, None]).to(out.dtype))
+                start += n
+            if torch.is_grad_enabled():  # Switch's load-balancing loss, per example (s3r/nn/moe.hpp)
+                routed = torch.zeros(B, E, dtype=probs.dtype).scatter_add_(
+                    1, idx.reshape(B, S * k), torch.ones(B, S * k, dtype=probs.dtype))
+                self.aux = E * ((routed / S) * probs.reshape(B, S, E).mean(1)).sum(-1).mean()
+            return out.reshape(B, S, C)
+
     class Block(nn.Module):
-        def __init__(self, cfg, kv_map, layer):
+        def __init__(self, cfg, kv_map, layer, moe_renorm=True):
             super().__init__()
             C, Fw = cfg["width"], cfg["ffn_width"]
             self.heads = cfg["heads"]
@@ -123,7 +188,7 @@ def build_model_classes():
             self.local = is_local(cfg, layer)  # attends through the sliding window (the model's mask)
             self.attn_norm = RMSNorm(C, eps, gemma)
             # Qwen3's and Gemma 3's QK-norm: RMSNorm over each head of q and k (gains of HD), before RoPE
-            self.qk_norm = arch in ("qwen3", "gemma3")
+            self.qk_norm = arch in ("qwen3", "gemma3", "qwen3moe")
             if self.qk_norm:
                 self.q_norm = RMSNorm(self.hd, eps, gemma)
                 self.k_norm = RMSNorm(self.hd, eps, gemma)
@@ -137,9 +202,13 @@ def build_model_classes():
             self.k = nn.Parameter(torch.empty(C, kv))
             self.v = nn.Parameter(torch.empty(C, kv))
             self.o = nn.Parameter(torch.empty(qw, C))
-            self.gate = nn.Parameter(torch.empty(C, Fw))
-            self.up = nn.Parameter(torch.empty(C, Fw))
-            self.down = nn.Parameter(torch.empty(Fw, C))
+            self.moe = None
+            if arch == "qwen3moe":  # a mixture of experts in place of the FFN; Fw: one expert's width
+                self.moe = MoeFFN(C, Fw, cfg["experts"], cfg["experts_used"], moe_renorm)
+            else:
+                self.gate = nn.Parameter(torch.empty(C, Fw))
+                self.up = nn.Parameter(torch.empty(C, Fw))
+                self.down = nn.Parameter(torch.empty(Fw, C))
 
         def rope(self, x, cos, sin):
             # x (B, H, S, HD): pairs (2i, 2i+1) rotate by the angle of pair i
@@ -169,20 +238,24 @@ def build_model_classes():
             a = self.attend(x, cos, sin, mask)
             x = x + (self.attn_post_norm(a) if self.post_norms else a)
             xn = self.ffn_norm(x)
-            g = xn @ self.gate
-            f = ((F.gelu(g, approximate="tanh") if self.gelu else F.silu(g)) * (xn @ self.up)) @ self.down
+            if self.moe is not None:
+                f = self.moe(xn)
+            else:
+                g = xn @ self.gate
+                f = ((F.gelu(g, approximate="tanh") if self.gelu else F.silu(g)) * (xn @ self.up)) @ self.down
             return x + (self.ffn_post_norm(f) if self.post_norms else f)
 
     class LlamaPeer(nn.Module):
-        def __init__(self, cfg, kv_map="group", windows=True):
-            """windows=False (local layers attending to every earlier key) is a deliberate bug,
-            for check_checkpoint.py --inject peer-window-ignored only."""
+        def __init__(self, cfg, kv_map="group", windows=True, moe_renorm=True):
+            """windows=False (local layers attending to every earlier key) and moe_renorm=False
+            (MoeFFN's) are deliberate bugs, for check_checkpoint.py --inject peer-window-ignored and
+            peer-moe-no-renorm only."""
             super().__init__()
             self.cfg = cfg
             C, V, S, H = cfg["width"], cfg["vocab"], cfg["seq_len"], cfg["heads"]
             gemma = cfg.get("arch", "llama") == "gemma3"
             self.tok_emb = nn.Parameter(torch.empty(V, C))
-            self.blocks = nn.ModuleList(Block(cfg, kv_map, l) for l in range(cfg["layers"]))
+            self.blocks = nn.ModuleList(Block(cfg, kv_map, l, moe_renorm) for l in range(cfg["layers"]))
             self.final_norm = RMSNorm(C, cfg["norm_eps"], gemma)
             self.tied = gemma  # the LM head is tok_emb transposed
             self.embed_scale = float(torch.tensor(math.sqrt(C), dtype=torch.float32)) if gemma else None
@@ -227,6 +300,13 @@ def build_model_classes():
             logits = self.final_norm(x) @ (self.tok_emb.t() if self.tied else self.lm_head)
             return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
+        def aux_loss(self):
+            """The mixture of experts' load-balancing losses of the last forward with gradients, summed
+            over the blocks (the training objective adds TRAIN_DEFAULTS["moe_aux_loss"] times this);
+            None without experts."""
+            terms = [b.moe.aux for b in self.blocks if b.moe is not None and b.moe.aux is not None]
+            return sum(terms) if terms else None
+
         def s3r_names(self):
             """{s3r checkpoint tensor name: parameter} (docs/FORMATS.md; a tied head has no tensor)."""
             out = {"tok_emb": self.tok_emb, "final_norm": self.final_norm.weight}
@@ -235,8 +315,12 @@ def build_model_classes():
             for l, b in enumerate(self.blocks):
                 p = f"blocks.{l}."
                 out.update({p + "attn_norm": b.attn_norm.weight, p + "ffn_norm": b.ffn_norm.weight,
-                            p + "attn.q": b.q, p + "attn.k": b.k, p + "attn.v": b.v, p + "attn.o": b.o,
-                            p + "ffn.gate": b.gate, p + "ffn.up": b.up, p + "ffn.down": b.down})
+                            p + "attn.q": b.q, p + "attn.k": b.k, p + "attn.v": b.v, p + "attn.o": b.o})
+                if b.moe is not None:
+                    out.update({p + "ffn.router": b.moe.router, p + "ffn.experts.gate": b.moe.gate,
+                                p + "ffn.experts.up": b.moe.up, p + "ffn.experts.down": b.moe.down})
+                else:
+                    out.update({p + "ffn.gate": b.gate, p + "ffn.up": b.up, p + "ffn.down": b.down})
                 if b.qk_norm:
                     out.update({p + "attn.q_norm": b.q_norm.weight, p + "attn.k_norm": b.k_norm.weight})
                 if b.post_norms:
@@ -310,14 +394,21 @@ def bench(args, notes):
     tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
     params = list(model.parameters())
 
+    def objective():
+        """The cross-entropy, and the training objective: plus the experts' load-balancing loss
+        times `s3r train`'s --moe-aux-loss default (qwen3moe)."""
+        loss = model(tokens, targets)
+        aux = model.aux_loss()
+        return loss, loss if aux is None else loss + TRAIN_DEFAULTS["moe_aux_loss"] * aux
+
     def step():
         t0 = time.perf_counter()
         if args.mode == "bf16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = model(tokens, targets)
+                loss, total = objective()
         else:
-            loss = model(tokens, targets)
-        loss.backward()
+            loss, total = objective()
+        total.backward()
         torch.nn.utils.clip_grad_norm_(params, TRAIN_DEFAULTS["clip"])
         opt.step()
         opt.zero_grad(set_to_none=args.grads_to_none)

@@ -29,7 +29,16 @@ the qwen3 block with every RMSNorm's gain 1 + w (an f32 add, then the product), 
 computes it: z * sigmoid_poly(2u) on z clamped to [-10, 10]), embeddings times f32(sqrt(C)), the
 LM head tied to the embedding (tok_emb transposed; no lm_head tensor), and local layers
 ((l + 1) % 6 != 0, when config "window" W > 0) whose query i attends keys i - W < j <= i with
-RoPE base 1e4 (the other, global layers: causal, config rope_theta).
+RoPE base 1e4 (the other, global layers: causal, config rope_theta). qwen3moe (SPEC.md A.10) is
+the qwen3 block with its FFN replaced by a routed mixture of E SwiGLU experts (config "experts" E,
+"experts_used" k, "ffn_width" F one expert's width; tensors ffn.router (C, E), ffn.experts.gate
+and ffn.experts.up (E, C, F), ffn.experts.down (E, F, C)): router logits z = xn Wr (an f32
+product in every mode), p = softmax(z) with the max and the row sum in double (libm exp in double,
+rounded to f32 once), the k largest p in slot order (ties: the lower expert), weights
+p_j / (p_1 + ... + p_k) (the sum and the division in f32), each chosen expert's SwiGLU of the
+token's row in the checkpoint's mode (int8: the row's own absmax scale, as the gathered row has in
+s3r, and per-output-channel scales of that expert's matrices), and Y = w_1 y_1 + w_2 y_2 + ...
+added in f32 in slot order.
 """
 import math
 
@@ -42,7 +51,8 @@ INT8_MODES = ("rtne", "sr", "s3r", "s3r-bcast")
 # Deliberate bugs, to show that the check's tolerances catch them (check_checkpoint.py --inject).
 BUGS = {
     "rope-half-split": "RoPE rotates element i with i + HD/2 (the GPT-NeoX layout) instead of adjacent pairs 2i, 2i+1",
-    "norm-eps": "RMSNorm eps 1e-6 instead of the checkpoint's 1e-5 (1e-5 instead of 1e-6 for qwen3 and gemma3)",
+    "norm-eps": "RMSNorm eps 1e-6 instead of the checkpoint's 1e-5 (1e-5 instead of 1e-6 for qwen3, gemma3 and "
+                "qwen3moe)",
     "no-causal-mask": "attention may look at later tokens",
     "silu-exact": "SiLU with torch.sigmoid instead of s3r's polynomial exp (a 1-ulp-level change, not a bug: "
                   "shows the resolution of the check)",
@@ -51,29 +61,42 @@ BUGS = {
     "round-half-away": "int8 codes rounded half away from zero instead of half to even (int8 modes)",
     "gqa-kv-modulo": "grouped-query attention: query head h uses kv head h % NKV instead of h // (NH / NKV) "
                      "(GQA checkpoints only)",
-    "qk-norm-skipped": "q and k enter RoPE without their per-head RMSNorm (qwen3 and gemma3 checkpoints)",
+    "qk-norm-skipped": "q and k enter RoPE without their per-head RMSNorm (qwen3, gemma3 and qwen3moe checkpoints)",
     "gemma-norm-offset-skipped": "every RMSNorm multiplies by w instead of 1 + w (gemma3 checkpoints)",
     "window-ignored": "local layers attend to every earlier key, not only the window's (gemma3 checkpoints)",
     "local-rope-global-base": "local layers rotate with the global RoPE base (1e6) instead of 1e4 (gemma3 checkpoints)",
     "embed-scale-skipped": "embeddings not multiplied by sqrt(C) (gemma3 checkpoints)",
     "gelu-exact": "GeGLU's GELU as torch's gelu(approximate='tanh') instead of s3r's sigmoid form (a change at "
                   "the level of f32 rounding, not a bug: shows the resolution of the check; gemma3 checkpoints)",
+    "moe-no-renorm": "mixture of experts: the weights are the chosen experts' probabilities p_j, not divided by their "
+                     "sum (Qwen3-MoE's norm_topk_prob off; qwen3moe checkpoints)",
+    "moe-topk-last": "mixture of experts: each token goes to its k least probable experts instead of the k most "
+                     "probable ones (a sort in the wrong direction; qwen3moe checkpoints)",
+    "moe-router-quantized": "mixture of experts: the router computed like the projections (int8 or bf16) instead of "
+                            "in f32 (int8 and bf16 qwen3moe checkpoints)",
+    "moe-experts-out-in": "mixture of experts: the experts' matrices read as (out, in) (Hugging Face's layout: gate "
+                          "and up (E, F, C), down (E, C, F)) and transposed, instead of s3r's (in, out) "
+                          "(qwen3moe checkpoints)",
 }
 # The bugs that only a family's own parts can show (check_checkpoint.py refuses them elsewhere).
-FAMILY_BUGS = {"qk-norm-skipped": ("qwen3", "gemma3"), "gemma-norm-offset-skipped": ("gemma3",),
+FAMILY_BUGS = {"qk-norm-skipped": ("qwen3", "gemma3", "qwen3moe"), "gemma-norm-offset-skipped": ("gemma3",),
                "window-ignored": ("gemma3",), "local-rope-global-base": ("gemma3",),
-               "embed-scale-skipped": ("gemma3",), "gelu-exact": ("gemma3",)}
+               "embed-scale-skipped": ("gemma3",), "gelu-exact": ("gemma3",), "moe-no-renorm": ("qwen3moe",),
+               "moe-topk-last": ("qwen3moe",), "moe-router-quantized": ("qwen3moe",),
+               "moe-experts-out-in": ("qwen3moe",)}
 
 # The families' traits (s3r/model/config.hpp, src/model/config.cpp; SPEC.md A.9). norm_offset:
 # gains 1 + w; local_period P: layers l with (l + 1) % P != 0 are local (sliding window, RoPE base
-# rope_theta_local) when config "window" > 0.
+# rope_theta_local) when config "window" > 0; moe: the FFN is a routed mixture of experts (A.10).
 FAMILIES = {
     "llama": {"qk_norm": False, "norm_offset": False, "post_norms": False, "gelu": False, "embed_scale": False,
-              "tied_head": False, "local_period": 0, "rope_theta_local": None},
+              "tied_head": False, "local_period": 0, "rope_theta_local": None, "moe": False},
     "qwen3": {"qk_norm": True, "norm_offset": False, "post_norms": False, "gelu": False, "embed_scale": False,
-              "tied_head": False, "local_period": 0, "rope_theta_local": None},
+              "tied_head": False, "local_period": 0, "rope_theta_local": None, "moe": False},
     "gemma3": {"qk_norm": True, "norm_offset": True, "post_norms": True, "gelu": True, "embed_scale": True,
-               "tied_head": True, "local_period": 6, "rope_theta_local": 10000.0},
+               "tied_head": True, "local_period": 6, "rope_theta_local": 10000.0, "moe": False},
+    "qwen3moe": {"qk_norm": True, "norm_offset": False, "post_norms": False, "gelu": False, "embed_scale": False,
+                 "tied_head": False, "local_period": 0, "rope_theta_local": None, "moe": True},
 }
 
 
@@ -94,8 +117,26 @@ def family(cfg):
     return FAMILIES[arch]
 
 
+def experts(cfg):
+    """(E, k) of a mixture-of-experts checkpoint (config "experts", "experts_used"; the family must
+    have one), or None for a dense FFN (then neither may be given)."""
+    moe = family(cfg)["moe"]
+    e, k = cfg.get("experts", 0), cfg.get("experts_used", 0)
+    for name, v in (("experts", e), ("experts_used", k)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"config {name} {v!r}: not a count")
+    if not moe:
+        if e or k:
+            raise ValueError(f"config experts {e}, experts_used {k}: the {cfg.get('arch', 'llama')} family has no "
+                             "mixture of experts")
+        return None
+    if e < 1 or not 1 <= k <= e:
+        raise ValueError(f"config experts {e}, experts_used {k}: a mixture of experts needs 1 <= k <= E")
+    return e, k
+
+
 def qk_norm(cfg):
-    """Whether the checkpoint's family normalizes each head of q and k (qwen3, gemma3)."""
+    """Whether the checkpoint's family normalizes each head of q and k (qwen3, gemma3, qwen3moe)."""
     return family(cfg)["qk_norm"]
 
 
@@ -281,19 +322,27 @@ def linear(x, w, mode, bug=None):
 def tensor_shapes(cfg):
     """{name: shape} of the checkpoint's tensors: Wq (C, heads * HD), Wo its transpose's shape,
     Wk and Wv (C, kv_heads * HD); QK-norm gains (HD,), post-norm gains (C,); lm_head (C, V)
-    unless the family ties it to the embedding."""
+    unless the family ties it to the embedding; a mixture of experts (qwen3moe) has ffn.router (C, E),
+    ffn.experts.gate and ffn.experts.up (E, C, F), ffn.experts.down (E, F, C) in place of ffn.gate,
+    ffn.up, ffn.down."""
     C, F, V = cfg["width"], cfg["ffn_width"], cfg["vocab"]
     hd = head_dim(cfg)
     Q, KV = cfg["heads"] * hd, kv_heads(cfg) * hd
     fam = family(cfg)
+    moe = experts(cfg)
     shapes = {"tok_emb": (V, C), "final_norm": (C,)}
     if not fam["tied_head"]:
         shapes["lm_head"] = (C, V)
     for l in range(cfg["layers"]):
         p = f"blocks.{l}."
         shapes.update({p + "attn_norm": (C,), p + "ffn_norm": (C,), p + "attn.q": (C, Q), p + "attn.k": (C, KV),
-                       p + "attn.v": (C, KV), p + "attn.o": (Q, C), p + "ffn.gate": (C, F), p + "ffn.up": (C, F),
-                       p + "ffn.down": (F, C)})
+                       p + "attn.v": (C, KV), p + "attn.o": (Q, C)})
+        if moe:
+            E = moe[0]
+            shapes.update({p + "ffn.router": (C, E), p + "ffn.experts.gate": (E, C, F),
+                           p + "ffn.experts.up": (E, C, F), p + "ffn.experts.down": (E, F, C)})
+        else:
+            shapes.update({p + "ffn.gate": (C, F), p + "ffn.up": (C, F), p + "ffn.down": (F, C)})
         if fam["qk_norm"]:
             shapes.update({p + "attn.q_norm": (hd,), p + "attn.k_norm": (hd,)})
         if fam["post_norms"]:
@@ -375,18 +424,92 @@ def _attention_block(params, num, l, x, B, S):
     return o + x
 
 
-def _ffn_block(params, num, l, x_mid):
-    """x_mid + ffn(norm(x_mid)) (post-norms: x_mid + norm(ffn(...))) of block l; ffn is SwiGLU or
-    GeGLU: (act(h Wgate) * (h Wup)) Wdown."""
-    p, bug = f"blocks.{l}.", num.bug
-    xn2 = num.norm(x_mid, params[p + "ffn_norm"])
-    h1 = num.linear(xn2, params[p + "ffn.gate"])
-    h3 = num.linear(xn2, params[p + "ffn.up"])
+def _gated_ffn(num, h, gate, up, down):
+    """(act(h Wgate) * (h Wup)) Wdown, act SiLU (SwiGLU) or the family's GELU (GeGLU), h (T, C);
+    each product in the checkpoint's mode (int8: h's rows quantized per row, the matrices per
+    output channel)."""
+    bug = num.bug
+    h1 = num.linear(h, gate)
+    h3 = num.linear(h, up)
     if num.fam["gelu"]:
         act = torch.nn.functional.gelu(h1, approximate="tanh") if bug == "gelu-exact" else gelu_tanh_poly(h1)
     else:
         act = h1 * (torch.sigmoid(h1) if bug == "silu-exact" else sigmoid_poly(h1))
-    f = num.linear(act * h3, params[p + "ffn.down"])
+    return num.linear(act * h3, down)
+
+
+def route(logits, k, bug=None):
+    """The routing of SPEC.md A.10 from the router's f32 logits (T, E): probabilities p (T, E) f32
+    (max and row sum in double, the sum over the experts in index order as s3r adds it, each
+    exp(z - max) / sum rounded once), the chosen experts (T, k) in slot order (the j-th largest p;
+    ties: the lower expert, as a scan with a strict > finds it) and their weights (T, k) f32:
+    p_j / (p_1 + ... + p_k), the sum in f32 in slot order."""
+    z = logits.to(F64)
+    E = z.shape[1]
+    ex = torch.exp(z - z.amax(-1, keepdim=True))
+    total = torch.zeros(z.shape[0], dtype=F64)
+    for e in range(E):
+        total = total + ex[:, e]
+    p = (ex / total[:, None]).to(F32)
+    # k passes of argmax (torch.argmax returns the first, i.e. lowest, index of the maximum) over
+    # the experts not yet chosen; the bug takes the minima instead.
+    left = p.clone()
+    chosen = []
+    for _ in range(k):
+        if bug == "moe-topk-last":
+            e = left.argmin(-1)
+            left.scatter_(1, e[:, None], math.inf)
+        else:
+            e = left.argmax(-1)
+            left.scatter_(1, e[:, None], -1.0)  # below every probability
+        chosen.append(e)
+    chosen = torch.stack(chosen, 1)  # (T, k)
+    pk = p.gather(1, chosen)
+    ksum = pk[:, 0].clone()
+    for j in range(1, k):
+        ksum = ksum + pk[:, j]
+    weights = pk if bug == "moe-no-renorm" else pk / ksum[:, None]
+    return p, chosen, weights
+
+
+def _moe_ffn(params, num, l, xn):
+    """The mixture of experts of block l (SPEC.md A.10) on xn (T, C): router logits xn Wr (f32),
+    route(), each expert's SwiGLU over the rows routed to it (in increasing row order t k + j, as
+    s3r's stable sort groups them; int8 quantizes each row by its own absmax, so a row's result does
+    not depend on its group), and Y[t] = w_1 y_1 + w_2 y_2 + ... in f32, in slot order."""
+    p, bug, cfg = f"blocks.{l}.ffn.", num.bug, num.cfg
+    E, k = experts(cfg)
+    T, C = xn.shape
+    F = cfg["ffn_width"]
+    router_mode = num.proj if bug == "moe-router-quantized" else "f32"
+    _, chosen, weights = route(linear(xn, params[p + "router"], router_mode, bug), k, bug)
+    gate, up, down = params[p + "experts.gate"], params[p + "experts.up"], params[p + "experts.down"]
+    if bug == "moe-experts-out-in":  # stored (E, in, out), read as (E, out, in) and transposed
+        gate = gate.reshape(E, F, C).transpose(1, 2)
+        up = up.reshape(E, F, C).transpose(1, 2)
+        down = down.reshape(E, C, F).transpose(1, 2)
+    rows = chosen.reshape(-1)  # row r = t k + j
+    ys = torch.zeros(T * k, C, dtype=F32)
+    for e in range(E):
+        r = torch.nonzero(rows == e).squeeze(1)  # increasing r
+        if r.numel():
+            ys[r] = _gated_ffn(num, xn[r // k], gate[e], up[e], down[e])
+    ys = ys.reshape(T, k, C)
+    out = weights[:, 0:1] * ys[:, 0]
+    for j in range(1, k):
+        out = out + weights[:, j:j + 1] * ys[:, j]
+    return out
+
+
+def _ffn_block(params, num, l, x_mid):
+    """x_mid + ffn(norm(x_mid)) (post-norms: x_mid + norm(ffn(...))) of block l; ffn is SwiGLU or
+    GeGLU: (act(h Wgate) * (h Wup)) Wdown, or a mixture of SwiGLU experts (qwen3moe)."""
+    p = f"blocks.{l}."
+    xn2 = num.norm(x_mid, params[p + "ffn_norm"])
+    if num.fam["moe"]:
+        f = _moe_ffn(params, num, l, xn2)
+    else:
+        f = _gated_ffn(num, xn2, params[p + "ffn.gate"], params[p + "ffn.up"], params[p + "ffn.down"])
     if num.fam["post_norms"]:
         f = num.norm(f, params[p + "ffn_post_norm"])
     return f + x_mid

@@ -102,8 +102,9 @@ def spread(ms):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="small", choices=("tiny", "small", "wide"))
-    ap.add_argument("--arch", choices=("llama", "qwen3", "gemma3"), default="llama",
-                    help="model family of both models (the peer's presets follow s3r's for each)")
+    ap.add_argument("--arch", choices=("llama", "qwen3", "gemma3", "qwen3moe"), default="llama",
+                    help="model family of both models (the peer's presets follow s3r's for each; qwen3moe: E, k "
+                         "and the experts' width from the preset on both sides)")
     ap.add_argument("--kv-heads", type=int, help="key/value heads of both models (grouped-query attention; must "
                                                   "divide the preset's heads; default: the heads)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of (peer f32, peer bf16, s3r)")
