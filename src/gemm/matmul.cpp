@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
@@ -56,6 +57,32 @@ std::atomic<bool> g_thread_invariant{true};
 // parallel region run as fixed output tiles, each over the whole K on one thread (oneDNN runs
 // single-threaded inside a parallel region; each thread passes its own scratchpad): the same
 // bits for any thread count.
+//
+// A short edge tile (fewer than kFloatTileRows rows) whose A is stored by rows runs as a whole
+// tile: its rows copied into a zero-padded buffer of kFloatTileRows rows at A's stride, the
+// product into one at C's stride, and its rows copied back. Every tile of such a product then
+// has one shape and a row's bits do not depend on how many rows come after it (a mixture of
+// experts' ranks hold different numbers of an expert's rows); nor is a primitive made per row
+// count. (A transposed: M is then a weight's dimension, the same on every rank.)
+void padded_tile(Type type, float* C, const char* a, const void* b, MatmulShape tile, bool accumulate) {
+  constexpr int64_t kTileM = kFloatTileRows;
+  const int64_t bytes = type == Type::kF32 ? 4 : 2, rows = tile.M;
+  thread_local std::vector<char> a_pad;
+  thread_local std::vector<float> c_pad;
+  const auto a_used = static_cast<size_t>(bytes * ((rows - 1) * tile.lda + tile.K));
+  a_pad.resize(static_cast<size_t>(bytes * kTileM * tile.lda));
+  std::memcpy(a_pad.data(), a, a_used);
+  std::memset(a_pad.data() + a_used, 0, a_pad.size() - a_used);
+  c_pad.resize(static_cast<size_t>(kTileM * tile.ldc));
+  const auto row_bytes = static_cast<size_t>(tile.N) * sizeof(float);
+  if (accumulate) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c_pad.data() + r * tile.ldc, C + r * tile.ldc, row_bytes);
+  }
+  tile.M = kTileM;
+  onednn::run({type, type, Type::kF32, tile, nullptr, accumulate}, c_pad.data(), a_pad.data(), b);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(C + r * tile.ldc, c_pad.data() + r * tile.ldc, row_bytes);
+}
+
 void float_product(Type type, float* C, const void* A, const void* B, const MatmulShape& s, bool accumulate) {
   constexpr int64_t kTileM = kFloatTileRows, kTileN = 256;
   const int64_t tiles_m = (s.M + kTileM - 1) / kTileM, tiles_n = (s.N + kTileN - 1) / kTileN;
@@ -77,6 +104,7 @@ void float_product(Type type, float* C, const void* A, const void* B, const Matm
     // op(A) rows m0.. are stored columns when A is transposed; op(B) columns n0.. likewise rows.
     const char* a = a_bytes + bytes * (s.a_transposed ? m0 : m0 * s.lda);
     const char* b = b_bytes + bytes * (s.b_transposed ? n0 * s.ldb : n0);
+    if (tile.M < kTileM && !s.a_transposed) return padded_tile(type, C + m0 * s.ldc + n0, a, b, tile, accumulate);
     onednn::run({type, type, Type::kF32, tile, nullptr, accumulate}, C + m0 * s.ldc + n0, a, b);
   });
 }

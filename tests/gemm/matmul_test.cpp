@@ -529,6 +529,44 @@ TEST(Matmul, FloatProductsGiveTheSameBitsForAnyThreadCount) {
   }
 }
 
+// A row of an f32 or bf16 product (thread invariance on) has the same bits whatever number of
+// rows the product has: a mixture of experts' data-parallel ranks hold different numbers of an
+// expert's rows. Rows [r0, r0 + M) of A times B, for M below, at and across the 128-row tile,
+// against the same rows of the 300-row product, with and without accumulation; the expert's
+// forward (K = C, N = F) and dX (K = F, N = C) shapes.
+TEST(Matmul, FloatProductRowsDoNotDependOnTheRowCount) {
+  const std::vector<Bf16Backend> bf16s = bf16_backends();
+  for (const auto& [K, N, tb] : {std::tuple{256, 96, false}, std::tuple{96, 256, true}}) {
+    const int64_t rows = 300;
+    const Bf16Operands o = random_bf16_operands(rows, N, K, 31);
+    const std::vector<float> init = random_f32(rows * N, 33);
+    for (size_t variant = 0; variant <= bf16s.size(); ++variant) {
+      const bool f32 = variant == 0;
+      std::optional<ScopedBf16Backend> scoped;
+      if (!f32) scoped.emplace(bf16s[variant - 1]);
+      for (bool accumulate : {false, true}) {
+        auto product = [&](int64_t r0, int64_t M) {  // rows [r0, r0 + M) of the product
+          std::vector<float> out(init.begin() + r0 * N, init.begin() + (r0 + M) * N);
+          const MatmulShape s{M, N, K, false, tb};
+          if (f32) {
+            matmul_f32(out.data(), o.aw.data() + r0 * K, o.bw.data(), s, accumulate);
+          } else {
+            matmul_bf16(out.data(), o.a.data() + r0 * K, o.b.data(), s, accumulate);
+          }
+          return out;
+        };
+        const std::vector<float> all = product(0, rows);
+        for (const auto& [r0, M] : {std::pair{0, 1}, {0, 5}, {0, 37}, {3, 127}, {0, 128}, {128, 29}, {100, 200}}) {
+          const std::vector<float> want(all.begin() + r0 * N, all.begin() + (r0 + M) * N);
+          EXPECT_EQ(first_difference(want, product(r0, M), N), "")
+              << (f32 ? "f32" : "bf16 " + std::string(to_string(bf16s[variant - 1]))) << " K " << K << " N " << N
+              << " rows [" << r0 << ", " << r0 + M << ") accumulate " << accumulate;
+        }
+      }
+    }
+  }
+}
+
 // Leading dimensions: products of column slices (one attention head of a (T, C) tensor), with
 // every transpose, from inside an OpenMP parallel region (each thread its own stream).
 TEST(Matmul, LeadingDimensionsReadAndWriteColumnSlices) {
