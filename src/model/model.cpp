@@ -206,10 +206,6 @@ void Model::set_data_parallel(const DataParallel& placement) {
                 std::to_string(cfg_.batch) + " examples (they must divide it), first example " +
                 std::to_string(placement.first_example));
   }
-  if (cfg_.traits().moe && placement.group != nullptr && placement.group->size() > 1) {
-    throw Error("--arch " + std::string(cfg_.traits().name) +
-                ": data parallel training over several processes is not supported yet (run one process)");
-  }
   dp_ = placement;
   dp_.leaves = leaves;
 }

@@ -1,9 +1,11 @@
 // A mixture of experts in place of a block's FFN (qwen3moe; docs/SPEC.md A.10): its parameters,
 // forward and backward inside the decoder (s3r/model/model.hpp, s3r/nn/moe.hpp).
 #include <algorithm>
+#include <span>
 
 #include "model/model_block.hpp"
 #include "nn/phase_clock.hpp"
+#include "s3r/dist/communicator.hpp"
 #include "s3r/model/model.hpp"
 
 namespace s3r::model {
@@ -42,18 +44,26 @@ void Model::moe_backward(int64_t l, const std::vector<float>& d_out) {
                    1.0f / static_cast<float>(step_tokens), b.moe, moe_scratch_, place_);
 }
 
-std::vector<nn::ExpertLoad> Model::expert_loads() const {
-  std::vector<nn::ExpertLoad> out;
+Model::MoeTelemetry Model::moe_telemetry() {
+  MoeTelemetry out;
+  dist::Communicator* group = dp_.group != nullptr && dp_.group->size() > 1 ? dp_.group : nullptr;
   for (const Block& b : blocks_) {
-    if (b.router >= 0 && !b.moe.expert_offsets.empty()) out.push_back(nn::expert_load(b.moe));
-  }
-  return out;
-}
-
-std::vector<double> Model::moe_balance() const {
-  std::vector<double> out;
-  for (const Block& b : blocks_) {
-    if (b.router >= 0 && !b.moe.expert_offsets.empty()) out.push_back(b.moe.aux_loss / static_cast<double>(cfg_.batch));
+    if (b.router < 0 || b.moe.expert_offsets.empty()) continue;
+    const nn::MoeState& st = b.moe;
+    std::vector<int32_t> rows(static_cast<size_t>(st.shape.experts));  // < 2^31: rows are T k
+    for (size_t e = 0; e < rows.size(); ++e) rows[e] = static_cast<int32_t>(st.rows_of(static_cast<int64_t>(e)));
+    std::vector<double> aux = st.aux_per_example;
+    if (group != nullptr) {  // ranks hold contiguous examples in rank order
+      group->sum(rows);
+      std::vector<double> all(aux.size() * static_cast<size_t>(group->size()));
+      group->all_gather_bytes(std::as_bytes(std::span<const double>(aux)), std::as_writable_bytes(std::span<double>(all)));
+      aux = std::move(all);
+    }
+    out.rows.emplace_back(rows.begin(), rows.end());
+    out.load.push_back(nn::expert_load(out.rows.back()));
+    double sum = 0.0;  // in example order, as one process sums them
+    for (const double a : aux) sum += a;
+    out.balance.push_back(aux.empty() ? 0.0 : sum / static_cast<double>(aux.size()));
   }
   return out;
 }

@@ -87,6 +87,7 @@ void routing_losses(MoeState& st) {
   const MoeShape& s = st.shape;
   const int64_t T = s.tokens, E = s.experts, k = s.top_k, S = s.tokens_per_example, B = T / S;
   st.aux_loss = 0.0;
+  st.aux_per_example.resize(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     double sum = 0.0;
     for (int64_t e = 0; e < E; ++e) {
@@ -95,7 +96,8 @@ void routing_losses(MoeState& st) {
       for (int64_t t = b * S; t < (b + 1) * S; ++t) prob += st.probs[t * E + e];
       sum += static_cast<double>(off[b + 1] - off[b]) / static_cast<double>(S) * (prob / static_cast<double>(S));
     }
-    st.aux_loss += static_cast<double>(E) * sum;
+    st.aux_per_example[b] = static_cast<double>(E) * sum;
+    st.aux_loss += st.aux_per_example[b];
   }
   st.z_loss = 0.0;
   for (int64_t t = 0; t < T; ++t) st.z_loss += static_cast<double>(st.lse[t]) * st.lse[t];
@@ -140,8 +142,16 @@ void moe_forward(std::span<float> y, std::span<const float> x, const MoeWeights&
   }
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = st.rows_of(e), at = st.expert_offsets[e];
-    if (n == 0) continue;
     st.experts[e].times = st.times;
+    if (n == 0) {  // no rows here: the weights only, for a backward that joins other ranks' (moe_backward)
+      SwigluState& ex = st.experts[e];
+      ex.mode = mode;
+      ex.tokens = 0;
+      prepare_weight(ex.gate_w, expert_slice(w.gate, e, C * F), C, F, mode, "moe.experts.gate");
+      prepare_weight(ex.up_w, expert_slice(w.up, e, C * F), C, F, mode, "moe.experts.up");
+      prepare_weight(ex.down_w, expert_slice(w.down, e, F * C), F, C, mode, "moe.experts.down");
+      continue;
+    }
     swiglu_forward({st.y_sorted.data() + at * C, size_t(n * C)}, {st.x_sorted.data() + at * C, size_t(n * C)},
                    {expert_slice(w.gate, e, C * F), expert_slice(w.up, e, C * F), expert_slice(w.down, e, F * C)},
                    n, C, F, mode, st.experts[e], scratch.ffn);
@@ -207,9 +217,6 @@ void moe_backward(std::span<float> dx, const MoeGrads& grads, std::span<const fl
   const int64_t S = s.tokens_per_example, B = T / S;
   expect_size("moe", "dY", dy.size(), T * C);
   expect_size("moe", "dX", dx.size(), T * C);
-  if (placement.group != nullptr && placement.group->size() > 1) {
-    throw Error("moe: data parallel over several processes is not supported yet");
-  }
   scratch.dy_sorted.resize(static_cast<size_t>(T * k * C));
   scratch.dx_sorted.resize(static_cast<size_t>(T * k * C));
   {
@@ -226,16 +233,25 @@ void moe_backward(std::span<float> dx, const MoeGrads& grads, std::span<const fl
     const int64_t n = st.rows_of(e), at = st.expert_offsets[e];
     const SwigluGrads g{expert_slice(grads.gate, e, C * F), expert_slice(grads.up, e, C * F),
                         expert_slice(grads.down, e, F * C)};
-    if (n == 0) {  // no rows: no gradient
-      for (auto part : {g.gate, g.up, g.down}) std::fill(part.begin(), part.end(), 0.0f);
-      continue;
-    }
     BatchPlacement place = placement;
     place.ragged = RaggedRows{{st.row_ids.data() + at, size_t(n)}, {st.example_offsets.data() + e * (B + 1), size_t(B + 1)},
                               static_cast<uint64_t>(S * k)};
+    if (n == 0) {  // no rows here: a zero partial, or the group's int8 dW (swiglu_backward's order)
+      const LinearBackwardConfig cfg{correction, S, step_key, false, -1, place};
+      const SwigluState& ex = st.experts[e];
+      linear_backward_without_rows(g.down, ex.down_w, cfg, scratch.ffn.ws);
+      linear_backward_without_rows(g.gate, ex.gate_w, cfg, scratch.ffn.ws);
+      linear_backward_without_rows(g.up, ex.up_w, cfg, scratch.ffn.ws);
+      continue;
+    }
+    std::vector<GradTelemetry>* telemetry = scratch.ffn.ws.probe ? scratch.ffn.ws.probe->telemetry : nullptr;
+    const size_t probed = telemetry ? telemetry->size() : 0;
     swiglu_backward({scratch.dx_sorted.data() + at * C, size_t(n * C)}, g,
                     {scratch.dy_sorted.data() + at * C, size_t(n * C)}, correction, S, step_key, first_layer,
                     st.experts[e], scratch.ffn, place);
+    if (telemetry) {  // diagnostics: which expert the entries are of
+      for (size_t i = probed; i < telemetry->size(); ++i) (*telemetry)[i].expert = e;
+    }
   }
   PhaseZone zone(st.times, &PhaseTimes::routing);
   router_backward(scratch.dlogits, dy, st, losses, loss_scale);
@@ -252,11 +268,17 @@ void moe_backward(std::span<float> dx, const MoeGrads& grads, std::span<const fl
 }
 
 ExpertLoad expert_load(const MoeState& st) {
-  const int64_t E = st.shape.experts;
-  ExpertLoad load{st.rows_of(0), st.rows_of(0), 0.0};
+  std::vector<int64_t> rows(static_cast<size_t>(st.shape.experts));
+  for (size_t e = 0; e < rows.size(); ++e) rows[e] = st.rows_of(static_cast<int64_t>(e));
+  return expert_load(rows);
+}
+
+ExpertLoad expert_load(std::span<const int64_t> rows) {
+  const auto E = static_cast<int64_t>(rows.size());
+  ExpertLoad load{rows[0], rows[0], 0.0};
   double sum = 0.0, sq = 0.0;
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = st.rows_of(e);
+    const int64_t n = rows[e];
     load.min = std::min(load.min, n);
     load.max = std::max(load.max, n);
     sum += static_cast<double>(n);

@@ -2,6 +2,7 @@
 #include "s3r/nn/quant_linear.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "core/parallel_blocks.hpp"
@@ -386,6 +387,37 @@ void int8_backward(std::span<float> dx, std::span<float> dw, std::span<const flo
   if (!dx.empty()) int8_dx(dx, q, x, w, config, correct, ws);
   int8_dw(dw, q.codes_for_dw(), q.step, x, w, config, ws);
   if (config.correction == Correction::kTwoWay) correct_dw(dw, q.stats_for_dw(), x, w, config, ws);
+}
+
+void linear_backward_without_rows(std::span<float> dw, const LinearWeight& w, const LinearBackwardConfig& config,
+                                  LinearWorkspace& ws) {
+  expect_size("linear_backward", "dW", dw.size(), w.in * w.out);
+  dist::Communicator* group = reduction_group(config.placement);
+  if (!is_int8(w.mode) || group == nullptr) return zero_backward({}, dw, false);  // a float partial of 0
+  // quantize_gradient's max all-reduce, with nothing of this rank's own (section 6).
+  std::vector<float> v{0.0f, 0.0f};
+  group->max(v);
+  if (v[0] > 0.0f) throw NonFiniteGradient("quantize_gradient: another rank's share of G holds a non-finite value");
+  if (!std::isfinite(v[1])) throw Error("quantize_gradient: G' = sx * G * sw overflows f32 on another rank");
+  const float D = v[1] / 127.0f;
+  if (D == 0.0f) return zero_backward({}, dw, false);
+  // The group's int32 dW sums with this rank's zeros, scaled as int8_dw scales them.
+  const int64_t K = w.in, N = w.out;
+  ws.dw_acc.assign(static_cast<size_t>(K * N), 0);
+  group->sum(ws.dw_acc);
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t n = 0; n < N; ++n) dw[k * N + n] = static_cast<float>(ws.dw_acc[k * N + n]) * (D / w.scales[n]);
+  }
+  LinearInput none;
+  none.mode = w.mode;
+  none.features = K;
+  if (config.correction == Correction::kTwoWay) {
+    ErrorStats st;  // no rows: every factor of this rank is 0
+    const int64_t B = Examples(0, config).count;
+    st.channel_mean.assign(static_cast<size_t>(B * w.out), 0.0f);
+    st.grand_mean.assign(static_cast<size_t>(B), 0.0f);
+    correct_dw(dw, st, none, w, config, ws);
+  }
 }
 
 void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,

@@ -68,9 +68,6 @@ void validate_options(const TrainOptions& o) {
   need(o.checkpoint_every >= 0,
        "--checkpoint-every must be >= 0 (0: only at the end), got " + std::to_string(o.checkpoint_every));
   need(o.max_bad_steps >= 1, "max_bad_steps must be >= 1, got " + std::to_string(o.max_bad_steps));
-  need(!o.model.traits().moe || o.world == nullptr || o.world->size() == 1,
-       "--arch " + std::string(o.model.traits().name) +
-           ": data parallel training over several processes is not supported yet (run one process)");
   need(std::isfinite(o.moe_losses.aux) && o.moe_losses.aux >= 0.0f && std::isfinite(o.moe_losses.z_loss) &&
            o.moe_losses.z_loss >= 0.0f,
        "--moe-aux-loss and --moe-z-loss must be numbers >= 0");
@@ -297,6 +294,7 @@ class Run {
   Key seed_key_ = key_from_seed(o_.seed);
   std::vector<int32_t> in_, tg_;
   std::chrono::steady_clock::time_point start_;
+  model::Model::MoeTelemetry moe_;  // the last step's, over every rank
 };
 
 void Run::resume() {
@@ -371,6 +369,7 @@ StepRecord Run::step(int64_t step) {
     }
   }
   rec.sent_bytes = runner_.bytes_sent() - sent_before;  // the step and the optimizer's
+  if (o_.model.traits().moe) moe_ = model_.moe_telemetry();  // every rank (a collective)
   bad_ = rec.skipped ? bad_ + 1 : 0;
   rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   log_step(rec, o_.model.tokens() / (rec.ms / 1000.0));
@@ -386,9 +385,9 @@ void Run::log_step(const StepRecord& rec, double tps) {
     if (world_.size() > 1) line["sent_bytes"] = rec.sent_bytes;  // rank 0's, as every rank's
     if (o_.model.traits().moe) {  // per block: rows per expert in the step's last forward; balance loss
       nlohmann::json load = nlohmann::json::array();
-      for (const nn::ExpertLoad& e : model_.expert_loads()) load.push_back({{"min", e.min}, {"max", e.max}, {"cv", e.cv}});
+      for (const nn::ExpertLoad& e : moe_.load) load.push_back({{"min", e.min}, {"max", e.max}, {"cv", e.cv}});
       line["expert_load"] = load;
-      line["moe_balance"] = model_.moe_balance();
+      line["moe_balance"] = moe_.balance;
     }
     metrics_ << line.dump() << "\n";
   }
@@ -402,7 +401,7 @@ void Run::log_step(const StepRecord& rec, double tps) {
   log_ << line;
   if (o_.model.traits().moe) {  // the blocks' widest spread of rows over experts
     nn::ExpertLoad worst;
-    for (const nn::ExpertLoad& e : model_.expert_loads()) {
+    for (const nn::ExpertLoad& e : moe_.load) {
       if (e.cv >= worst.cv) worst = e;
     }
     std::snprintf(line, sizeof line, "      experts: rows per expert %lld..%lld (CV %.2f) in the most uneven block\n",

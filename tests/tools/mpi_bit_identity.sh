@@ -2,7 +2,7 @@
 # Data-parallel training is bit-identical for any number of ranks (SPEC section 6):
 # every logged number (losses, gradient norms, validation losses) of `mpirun -np 2` and
 # `mpirun -np 4` equals one process's without mpirun, in the default mode, two-way correction,
-# sr and bf16, and with Qwen3's and Gemma 3's blocks; and with --micro-batch, R = 1, 2, 4 agree with each other. Matching bits alone do
+# sr and bf16, and with Qwen3's, Gemma 3's and Qwen3-MoE's blocks; and with --micro-batch, R = 1, 2, 4 agree with each other. Matching bits alone do
 # not show that the ranks split the work, so mpi_work_split.py also checks each rank's tokens, its
 # AdamW moments (whole, or a 1/R share with --shard-optimizer) and the bytes sent per step
 # against docs/DISTRIBUTED.md's formula. Also: an error on one rank ends every rank with a
@@ -62,6 +62,25 @@ run gemma3-1 0 --arch gemma3; run gemma3-2 2 --arch gemma3; run gemma3-4 4 --arc
 same gemma3-1 gemma3-2; same gemma3-1 gemma3-4
 run gemma3-micro-1 0 --arch gemma3 --micro-batch 2; run gemma3-micro-4 4 --arch gemma3 --micro-batch 2
 same gemma3-micro-1 gemma3-micro-4
+# Qwen3-MoE: each rank routes its own tokens, so an expert can have no rows on a rank, which then
+# still takes part in that expert's collectives (D's max, the int32 dW sums, two-way's factors);
+# 64 experts of which each token picks 1 leave several empty per rank. The logged expert loads
+# and balance losses are the whole batch's.
+run moe-1 0 --arch qwen3moe; run moe-2 2 --arch qwen3moe; run moe-4 4 --arch qwen3moe
+same moe-1 moe-2; same moe-1 moe-4
+sparse=(--arch qwen3moe --experts 64 --experts-used 1 --mode s3r --correction two-way)
+run moe-sparse-1 0 "${sparse[@]}"; run moe-sparse-4 4 "${sparse[@]}"
+same moe-sparse-1 moe-sparse-4
+python3 - "$work/moe-sparse-4/metrics.jsonl" <<'PY' || fail "no expert without rows on some rank: the test does not reach that path"
+import json, sys
+# 4 ranks x 4 examples of 32 tokens: an expert with fewer than 4 rows in the whole batch is empty on some rank.
+loads = [b["min"] for line in open(sys.argv[1]) for b in json.loads(line).get("expert_load", [])]
+sys.exit(0 if min(loads) < 4 else 1)
+PY
+# The float modes' dW leaves of the experts' ragged examples (empty ones 0) under the ranks' tree.
+run moe-bf16-1 0 --arch qwen3moe --experts 64 --experts-used 1 --mode bf16 --correction none
+run moe-bf16-4 4 --arch qwen3moe --experts 64 --experts-used 1 --mode bf16 --correction none
+same moe-bf16-1 moe-bf16-4
 # Resume with another R: 2 steps of the 3-step schedule in one process and the last under
 # mpirun -np 2, or 2 steps under -np 4 and the last in one process: the straight run's numbers.
 resume() {  # resume NAME RANKS_BEFORE RANKS_AFTER ARGS...

@@ -138,11 +138,16 @@ class Model {
 
   // A mixture of experts (qwen3moe): the routing losses' coefficients (default 0.001 and 0), and
   // per block the last forward's expert load and load-balancing loss (its mean over examples;
-  // k for a perfectly even routing). Empty without experts.
+  // k for a perfectly even routing), over every rank's examples: a collective that every rank
+  // of the data-parallel group calls at the same point. Empty without experts.
   void set_moe_losses(const nn::MoeLossWeights& losses) { moe_losses_ = losses; }
   const nn::MoeLossWeights& moe_losses() const { return moe_losses_; }
-  std::vector<nn::ExpertLoad> expert_loads() const;
-  std::vector<double> moe_balance() const;
+  struct MoeTelemetry {
+    std::vector<nn::ExpertLoad> load;
+    std::vector<double> balance;
+    std::vector<std::vector<int64_t>> rows;  // [block][expert] rows routed to the expert
+  };
+  MoeTelemetry moe_telemetry();
 
  private:
   struct Block;

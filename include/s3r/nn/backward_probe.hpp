@@ -27,6 +27,7 @@ struct GradTelemetry {
   int64_t tokens = 0, channels = 0;  // T, N
   float step = 0.0f;                 // D = max |G'| / 127
   double share_below_half_step = 0.0;  // fraction of G' with |G'| / D <= 1/2 (1 when D = 0)
+  int64_t expert = -1;  // a mixture of experts' expert (its experts share the layer index)
 };
 
 struct BackwardProbe {

@@ -71,6 +71,7 @@ struct MoeState {
   std::vector<float> x_sorted, y_sorted;   // (T k, C) the experts' inputs and outputs
   std::vector<SwigluState> experts;        // (E)
   double aux_loss = 0.0, z_loss = 0.0;     // this batch's sums (before the coefficients' means)
+  std::vector<double> aux_per_example;     // (B) each example's load-balancing loss (aux_loss: their sum in order)
   PhaseTimes* times = nullptr;
   int64_t rows_of(int64_t e) const { return expert_offsets[e + 1] - expert_offsets[e]; }
 };
@@ -89,8 +90,9 @@ void moe_forward(std::span<float> y, std::span<const float> x, const MoeWeights&
                  LinearMode mode, uint64_t first_token, MoeState& state, MoeScratch& scratch);
 
 // dx: (T, C), overwritten. loss_scale: what one token's loss is multiplied by in the objective
-// (1 / the step's tokens), for the losses' gradients. `placement`: the batch's leaves (no group:
-// a mixture of experts trains on one process for now).
+// (1 / the step's tokens), for the losses' gradients. `placement`: the batch's place in a
+// data-parallel step; over a group every rank takes part in every expert's collectives (D, the
+// int8 dW sums), rows or none (linear_backward_without_rows).
 void moe_backward(std::span<float> dx, const MoeGrads& grads, std::span<const float> dy, Correction correction,
                   Key step_key, uint32_t first_layer, const MoeLossWeights& losses, float loss_scale,
                   MoeState& state, MoeScratch& scratch, const BatchPlacement& placement);
@@ -101,5 +103,6 @@ struct ExpertLoad {
   double cv = 0.0;
 };
 ExpertLoad expert_load(const MoeState& state);
+ExpertLoad expert_load(std::span<const int64_t> rows_per_expert);
 
 }  // namespace s3r::nn

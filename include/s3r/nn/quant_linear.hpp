@@ -126,4 +126,12 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
                      const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config,
                      LinearWorkspace& ws);
 
+// The backward of a layer that has no rows on this process (a mixture of experts' expert that no
+// token of this rank chose; config.placement.ragged with examples of no rows): in an int8 mode
+// over a group, it takes part in the group's collectives as linear_backward does on the other
+// ranks (D's max, the int32 dW sum, two-way's factors) and writes the same dW they do; otherwise
+// dW = 0 (this process's partial).
+void linear_backward_without_rows(std::span<float> dw, const LinearWeight& w, const LinearBackwardConfig& config,
+                                  LinearWorkspace& ws);
+
 }  // namespace s3r::nn
