@@ -166,6 +166,7 @@ nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
       {"  projections: quantize dY", [](const StepRunner& r) { return r.phases.projection_phases.quantize_grad; }},
       {"  projections: correction", [](const StepRunner& r) { return r.phases.projection_phases.correction; }},
       {"  ffn element-wise", [](const StepRunner& r) { return r.phases.projection_phases.elementwise; }},
+      {"  ffn routing (experts)", [](const StepRunner& r) { return r.phases.projection_phases.routing; }},
   };
   std::printf("\nbreakdown: mean ms per step (share of the step), over the timed repeats\n%-27s", "phase");
   for (const StepConfig& c : configs) std::printf(" %16s", c.name.c_str());
@@ -199,8 +200,9 @@ nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
   out.push_back(faults);
   std::printf("\n(indented rows split 'attn projections' + 'ffn (swiglu)' into the projections' phases:\n"
               " operand preparation (quantize or round X and W), GEMMs, quantizing dY with its statistics,\n"
-              " S3R-EC corrections, SwiGLU's activation; page faults: memory touched for the first time,\n"
-              " i.e. allocations that reach the kernel)\n");
+              " S3R-EC corrections, SwiGLU's activation, and a mixture of experts' router, sort, gathers\n"
+              " and combine; page faults: memory touched for the first time, i.e. allocations that reach\n"
+              " the kernel)\n");
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -67,9 +68,14 @@ std::vector<float> param_grad(model::Model& m, const std::string& name) {
   return {m.grads().begin() + p.offset, m.grads().begin() + p.offset + p.size};
 }
 
-// "blocks.0.attn.q" and the like: projection j of block 0.
-std::string first_block_name(uint32_t j) {
-  return "blocks.0." + std::string(model::to_string(static_cast<model::Projection>(j)));
+// Projection j of block 0 in the model's schema: "blocks.0.attn.q", ..., and with a mixture of
+// experts "blocks.0.ffn.experts.gate" (every expert's, stacked) for the FFN's.
+const model::ParamInfo& first_block_param(const model::Model& m, uint32_t j) {
+  for (const model::ParamInfo& p : m.param_table()) {
+    if (p.block == 0 && p.role == model::ParamRole::kProjection && static_cast<uint32_t>(p.projection) == j) return p;
+  }
+  throw Error("diag grad-error: block 0 has no " + std::string(model::to_string(static_cast<model::Projection>(j))) +
+              " projection");
 }
 
 Grads collect(model::Model& m) {
@@ -78,21 +84,39 @@ Grads collect(model::Model& m) {
   g.dx_first.assign(first.begin(), first.end());
   g.dx_last.assign(last.begin(), last.end());
   g.emb = param_grad(m, "tok_emb");
-  for (uint32_t j = 0; j < model::kProjectionsPerBlock; ++j) g.w_first.push_back(param_grad(m, first_block_name(j)));
+  for (uint32_t j = 0; j < model::kProjectionsPerBlock; ++j) g.w_first.push_back(param_grad(m, first_block_param(m, j).name));
   return g;
 }
 
 // ||a - b|| / ||b|| over the concatenation of the pairs, in double.
-double rel_error(const std::vector<const std::vector<float>*>& a, const std::vector<const std::vector<float>*>& b) {
+double rel_error(const std::vector<std::span<const float>>& a, const std::vector<std::span<const float>>& b) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
-    for (size_t j = 0; j < a[i]->size(); ++j) {
-      const double d = static_cast<double>((*a[i])[j]) - (*b[i])[j];
+    for (size_t j = 0; j < a[i].size(); ++j) {
+      const double d = static_cast<double>(a[i][j]) - b[i][j];
       num += d * d;
-      den += static_cast<double>((*b[i])[j]) * (*b[i])[j];
+      den += static_cast<double>(b[i][j]) * b[i][j];
     }
   }
   return den > 0.0 ? std::sqrt(num / den) : (num > 0.0 ? INFINITY : 0.0);
+}
+
+double rel_error(const std::vector<const std::vector<float>*>& a, const std::vector<const std::vector<float>*>& b) {
+  std::vector<std::span<const float>> sa, sb;
+  for (const auto* v : a) sa.emplace_back(*v);
+  for (const auto* v : b) sb.emplace_back(*v);
+  return rel_error(sa, sb);
+}
+
+// A mixture of experts' block 0: expert e's share of the stacked gate, up and down gradients.
+std::vector<std::span<const float>> expert_slices(const Grads& g, int64_t e, int64_t experts) {
+  std::vector<std::span<const float>> out;
+  for (auto p : {model::Projection::kGate, model::Projection::kUp, model::Projection::kDown}) {
+    const std::vector<float>& w = g.w_first[static_cast<size_t>(p)];
+    const size_t n = w.size() / static_cast<size_t>(experts);
+    out.emplace_back(w.data() + static_cast<size_t>(e) * n, n);
+  }
+  return out;
 }
 
 // The quantities of the table: name -> pointers into a Grads.
@@ -132,8 +156,9 @@ double estimate_diag_bytes(const model::ModelConfig& cfg, const nn::Recipe& trai
   if (bf16_reference) {
     model = std::max(model, estimate_model_bytes(cfg, nn::Recipe::make(LinearMode::kBf16, Correction::kNone), false));
   }
-  const double weights = 4.0 * (2.0 * V * C + L * (4.0 * C * C + 3.0 * C * F + 2.0 * C) + C);
-  const double grads = 4.0 * (2.0 * T * C + V * C + 4.0 * C * C + 3.0 * C * F);  // one Grads
+  const double E = cfg.traits().moe ? static_cast<double>(cfg.experts) : 1.0;  // FFN matrices per block
+  const double weights = 4.0 * (2.0 * V * C + L * (4.0 * C * C + 3.0 * C * F * E + 2.0 * C) + C);
+  const double grads = 4.0 * (2.0 * T * C + V * C + 4.0 * C * C + 3.0 * C * F * E);  // one Grads
   const double probe = 4.0 * (L + 1.0) * (T * G + C * G);
   return model + weights + 3.0 * grads + probe;
 }
@@ -301,7 +326,7 @@ Reference compute_reference(const Options& o, const Workload& w) {
   const bool bf16 = o.reference == "bf16";
   r.loss_int8 = exact_gradient_pass(w, o.seed, &r.telemetry, bf16 ? nullptr : &r.grads);
   r.loss_ref = bf16 ? bf16_pass(w, o.seed, r.grads) : r.loss_int8;
-  std::sort(r.telemetry.begin(), r.telemetry.end(),
+  std::stable_sort(r.telemetry.begin(), r.telemetry.end(),  // a mixture's experts stay in order
             [](const nn::GradTelemetry& a, const nn::GradTelemetry& b) {
               return a.layer_index < b.layer_index;
             });
@@ -330,6 +355,8 @@ struct KeyErrors {
   int keys = 0;
   std::vector<std::vector<double>> per_quantity;    // [quantity][key], quantities() order
   std::vector<std::vector<double>> per_projection;  // [projection][key], model::Projection order
+  std::vector<std::vector<double>> per_expert;      // [expert][key], block 0 of a mixture of experts
+  std::vector<int64_t> expert_rows;                 // block 0's rows per expert in the forward
   Grads mean;
 };
 
@@ -351,6 +378,9 @@ KeyErrors measure_config(const DiagConfig& c, const Options& o, const Workload& 
   e.keys = c.exact ? 1 : o.keys;
   e.per_quantity.resize(qs.size());
   e.per_projection.resize(7);
+  const int64_t E = w.cfg.traits().moe ? w.cfg.experts : 0;
+  if (E > 0) e.expert_rows = m.moe_telemetry().rows.front();
+  e.per_expert.resize(static_cast<size_t>(E));
   for (int k = 0; k < e.keys; ++k) {
     m.backward(fold_in(key_from_seed(o.seed), static_cast<uint32_t>(k)));
     const Grads g = collect(m);
@@ -360,6 +390,7 @@ KeyErrors measure_config(const DiagConfig& c, const Options& o, const Workload& 
     for (int p = 0; p < 7; ++p) {
       e.per_projection[p].push_back(rel_error({&g.w_first[p]}, {&ref.w_first[p]}));
     }
+    for (int64_t x = 0; x < E; ++x) e.per_expert[x].push_back(rel_error(expert_slices(g, x, E), expert_slices(ref, x, E)));
     if (k == 0) {
       e.mean = g;
     } else {
@@ -394,10 +425,21 @@ nlohmann::json config_row(const DiagConfig& c, const KeyErrors& e, const Grads& 
   for (uint32_t p = 0; p < model::kProjectionsPerBlock; ++p) {
     Stat s = mean_and_sd(e.per_projection[p]);
     s.of_mean = rel_error({&e.mean.w_first[p]}, {&ref.w_first[p]});
-    per[first_block_name(p)] = {
+    per["blocks.0." + std::string(model::to_string(static_cast<model::Projection>(p)))] = {
         {"mean", s.mean}, {"sd", s.sd}, {"error_of_key_mean", s.of_mean}};
   }
   row["dw_first_block_per_projection"] = per;
+  if (!e.per_expert.empty()) {  // gate, up and down of each expert together
+    nlohmann::json experts = nlohmann::json::array();
+    const auto E = static_cast<int64_t>(e.per_expert.size());
+    for (int64_t x = 0; x < E; ++x) {
+      Stat s = mean_and_sd(e.per_expert[x]);
+      s.of_mean = rel_error(expert_slices(e.mean, x, E), expert_slices(ref, x, E));
+      experts.push_back({{"expert", x}, {"rows", e.expert_rows[x]}, {"mean", s.mean}, {"sd", s.sd},
+                         {"error_of_key_mean", s.of_mean}});
+    }
+    row["dw_first_block_per_expert"] = experts;
+  }
   return row;
 }
 
@@ -421,13 +463,32 @@ nlohmann::json evaluate_config(const DiagConfig& c, const Options& o, const Work
   return row;
 }
 
+// A mixture of experts: block 0's dW error per expert (its gate, up and down together), one
+// column per configuration, from the JSON rows (config_row()).
+void print_expert_table(const nlohmann::json& rows) {
+  std::printf("\ndW error per expert of block 0 (gate, up, down), mean over keys\n%-8s %6s", "expert", "rows");
+  for (const auto& row : rows) std::printf("  %16.16s", row.at("configuration").get<std::string>().c_str());
+  std::printf("\n");
+  const auto& first = rows.at(0).at("dw_first_block_per_expert");
+  for (size_t x = 0; x < first.size(); ++x) {
+    std::printf("%-8zu %6lld", x, static_cast<long long>(first[x].at("rows").get<int64_t>()));
+    for (const auto& row : rows) std::printf("  %16.4f", row.at("dw_first_block_per_expert")[x].at("mean").get<double>());
+    std::printf("\n");
+  }
+}
+
+// "blocks.0.ffn.gate", or for a mixture's expert 3 "blocks.0.ffn.gate[3]".
+std::string telemetry_name(const nn::GradTelemetry& t) {
+  return layer_name(t.layer_index) + (t.expert >= 0 ? "[" + std::to_string(t.expert) + "]" : "");
+}
+
 // Prints the per-layer rounding telemetry table, in the order given.
 void print_telemetry(const std::vector<nn::GradTelemetry>& telemetry) {
   std::printf("\nrounding telemetry per layer (G of the exact-gradient pass): D = max|G'|/127, "
               "and the share of\nG' with |G'|/D <= 1/2, which rtne rounds to 0\n");
-  std::printf("%-18s %8s %8s %12s %18s\n", "layer", "tokens", "N", "D", "share <= D/2");
+  std::printf("%-22s %8s %8s %12s %18s\n", "layer", "tokens", "N", "D", "share <= D/2");
   for (const nn::GradTelemetry& t : telemetry) {
-    std::printf("%-18s %8lld %8lld %12.4e %17.2f%%\n", layer_name(t.layer_index).c_str(),
+    std::printf("%-22s %8lld %8lld %12.4e %17.2f%%\n", telemetry_name(t).c_str(),
                 static_cast<long long>(t.tokens), static_cast<long long>(t.channels), t.step,
                 100.0 * t.share_below_half_step);
   }
@@ -440,6 +501,7 @@ nlohmann::json telemetry_json(const std::vector<nn::GradTelemetry>& telemetry) {
     tele.push_back({{"layer", layer_name(t.layer_index)}, {"index", t.layer_index},
                     {"tokens", t.tokens}, {"channels", t.channels}, {"step", t.step},
                     {"share_below_half_step", t.share_below_half_step}});
+    if (t.expert >= 0) tele.back()["expert"] = t.expert;
   }
   return tele;
 }
@@ -473,6 +535,7 @@ void run(const Options& o) {
   print_table_header(o.keys);
   nlohmann::json rows = nlohmann::json::array();
   for (const DiagConfig& c : configs) rows.push_back(evaluate_config(c, o, work, ref.grads));
+  if (cfg.traits().moe) print_expert_table(rows);
   print_telemetry(ref.telemetry);
   if (!o.json_path.empty()) write_json(o, inputs.info, ref, rows);
 }

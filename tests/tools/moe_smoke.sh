@@ -2,7 +2,8 @@
 # --arch qwen3moe end to end on a tiny model: training in int8 (s3r + dx) gives the same bits for 1
 # and 2 threads; a run resumed halfway ends with the bits of the run straight through; meta.json
 # records the experts; eval's loss is the logged one; greedy generation is deterministic; bad
-# expert options are one line and exit 1 before any work; exports that do not exist yet say so.
+# expert options are one line and exit 1 before any work; diag grad-error gives block 0's dW
+# error per expert.
 # Usage: moe_smoke.sh S3R_BINARY WORK_DIR
 set -uo pipefail
 s3r=$1; work=$2
@@ -55,6 +56,22 @@ for i in 1 2; do
     > "$work/gen-$i.out" 2> "$work/gen-$i.err" || fail "generate: $(cat "$work/gen-$i.err")"
 done
 cmp -s "$work/gen-1.out" "$work/gen-2.out" || fail "greedy generation is not deterministic"
+# diag grad-error: block 0's dW error per expert, with the expert's rows (together the T k rows
+# of the batch), and the telemetry per expert.
+"$s3r" diag grad-error --checkpoint "$work/run" --data "$work/data" --keys 2 --configs sr,s3r+dx \
+  --json "$work/diag.json" > "$work/diag.out" 2>&1 || fail "diag grad-error: $(tail -3 "$work/diag.out")"
+python3 - "$work/diag.json" <<'PY' || fail "diag grad-error's per-expert rows are wrong"
+import json, math, sys
+j = json.load(open(sys.argv[1]))
+tokens = next(t["tokens"] for t in j["telemetry"] if t["layer"] == "blocks.0.attn.q")
+for row in j["rows"]:
+    ex = row["dw_first_block_per_expert"]
+    assert len(ex) == 8 and sum(e["rows"] for e in ex) == 2 * tokens, (row["configuration"], ex)
+    assert all(math.isfinite(e["mean"]) and (e["mean"] > 0) == (e["rows"] > 0) for e in ex), ex
+gate = [t for t in j["telemetry"] if t["layer"] == "blocks.0.ffn.gate"]
+assert [t["expert"] for t in gate] == [e["expert"] for e in ex if e["rows"] > 0], gate
+assert [t["tokens"] for t in gate] == [e["rows"] for e in ex if e["rows"] > 0], gate
+PY
 expect_error() {  # PATTERN COMMAND...: exit status 1, PATTERN on stderr, one line
   local pattern=$1; shift
   local out rc
