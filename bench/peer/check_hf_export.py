@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Independent check of `s3r export --format hf`: reads the exported folder as a Hugging Face
-LlamaForCausalLM, Qwen3ForCausalLM or Gemma3ForCausalLM (config.json, model.safetensors) and
-computes its forward in PyTorch (float64) following transformers' conventions, written from them
-and not from s3r (the Gemma 3 parts from transformers' modeling_gemma3 and masking_utils):
+LlamaForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM or Qwen3MoeForCausalLM (config.json,
+model.safetensors) and computes its forward in PyTorch (float64) following transformers'
+conventions, written from them and not from s3r (the Gemma 3 parts from transformers'
+modeling_gemma3 and masking_utils, the Qwen3-MoE parts from modeling_qwen3_moe and
+configuration_qwen3_moe):
 weights (out, in) applied as x W^T, RoPE on half-split pairs (rotate_half: (x[i], x[i + HD/2])
 with inv_freq theta^(-2i/HD)), RMSNorm x / sqrt(mean(x^2) + eps) * w, MLP
 down(silu(gate(x)) * up(x)), untied lm_head; grouped-query attention with num_key_value_heads
@@ -17,20 +19,32 @@ the head tied to embed_tokens (tie_word_embeddings), soft-capping where the conf
 per layer (config layer_types, or sliding_window_pattern P: layer l slides when (l + 1) % P != 0)
 either full causal attention with RoPE base rope_theta or a sliding window (query i sees keys
 i - sliding_window < j <= i, masking_utils' sliding_window_overlay) with rope_local_base_freq.
+A Qwen3MoeForCausalLM (model_type qwen3_moe) is the Qwen3 block with the MLP replaced by
+Qwen3MoeSparseMoeBlock: router logits h gate^T (mlp.gate.weight (num_experts E, C)), softmax over
+the E experts (transformers: in f32; here float64), the num_experts_per_tok k largest probabilities
+(ties to the lower expert: a stable sort; torch.topk leaves ties unspecified), divided by their sum
+when norm_topk_prob (Qwen3MoeConfig's default: false), and the output sum_j w_j expert_j(h) with
+each expert mlp.experts.e.{gate,up,down}_proj a SwiGLU of width moe_intermediate_size. The reader
+refuses (exit status 2) what it does not implement: dense layers among the sparse ones
+(decoder_sparse_step != 1, mlp_only_layers), a shared expert (Qwen2-MoE's
+shared_expert_intermediate_size and the like), use_sliding_window (Qwen3's and Qwen3-MoE's).
 Its next-token log-probabilities after every prompt token are compared with s3r's own
 (`s3r generate --precision f32 --dump-logprobs FILE`).
 
   /usr/bin/python3 bench/peer/check_hf_export.py --hf DIR --logprobs FILE [--tolerance 1e-4] [--inject BUG]
 
-Tolerance: s3r's forward in f32 against this one in float64; measured 2e-6 on a tiny model. An
+Tolerance: s3r's forward in f32 against this one in float64; measured 2e-6 on a tiny model (the
+qwen3_moe line also reports the smallest margin between the k-th and the (k+1)-th probability of
+any token's routing: a near-tie there could route f32 and float64 differently). An
 export without the q/k permutation (half-split RoPE applied to adjacent-pair weights) or with
 a matrix left untransposed is off by 1e-2 or more (tests/peer/hf_export_check.sh); so is this
 reader with an injected bug (--inject, BUGS below), such as the wrong repeat_kv on a grouped-query
-export or Gemma's norms applied as w instead of 1 + w.
+export or Gemma's norms applied as w instead of 1 + w, or the experts' weights not renormalized.
 A non-finite number on either side (NaN or infinity here; NaN, infinity or null, JSON's stand-in
 for NaN, in s3r's dump) is a mismatch: a NaN difference compares false with the tolerance and
 would otherwise pass.
-Exit status: 0 within the tolerance, 1 on a mismatch (MISMATCH), 2 on unusable inputs.
+Exit status: 0 within the tolerance, 1 on a mismatch (MISMATCH), 2 on unusable inputs (a config this
+reader does not implement among them).
 """
 import argparse
 import json
@@ -40,16 +54,21 @@ import sys
 
 import peer_env
 
-FAMILIES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+FAMILIES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+            "qwen3_moe": "Qwen3MoeForCausalLM"}
 # Deliberate bugs in this reader (the check must then fail): name -> (what, model types it needs).
 BUGS = {
     "gqa-kv-modulo": ("query head h reads kv head h % NKV instead of h // (NH / NKV) (grouped-query exports)",
                       ("llama", "qwen3", "gemma3_text")),
-    "qk-norm-skipped": ("q_norm and k_norm left out", ("qwen3", "gemma3_text")),
+    "qk-norm-skipped": ("q_norm and k_norm left out", ("qwen3", "gemma3_text", "qwen3_moe")),
     "gemma-norm-offset-skipped": ("Gemma3RMSNorm's gain applied as w instead of 1 + w", ("gemma3_text",)),
     "window-ignored": ("sliding layers attend to every earlier key", ("gemma3_text",)),
     "local-rope-global-base": ("sliding layers rotate with rope_theta instead of rope_local_base_freq",
                                ("gemma3_text",)),
+    "moe-no-renorm": ("the k experts' probabilities used as they are, not divided by their sum (norm_topk_prob "
+                      "ignored)", ("qwen3_moe",)),
+    "moe-topk-last": ("each token routed to its k least probable experts instead of its k most probable",
+                      ("qwen3_moe",)),
 }
 SLIDING, FULL = "sliding_attention", "full_attention"
 
@@ -60,7 +79,8 @@ class Model:
     def __init__(self, cfg):
         self.cfg, self.type = cfg, cfg["model_type"]
         self.gemma = self.type == "gemma3_text"
-        self.qk_norm = self.type in ("qwen3", "gemma3_text")
+        self.qk_norm = self.type in ("qwen3", "gemma3_text", "qwen3_moe")
+        self.moe = self.type == "qwen3_moe"
         self.L, self.C, self.NH = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
         self.HD = cfg.get("head_dim") or self.C // self.NH
         self.NKV = cfg.get("num_key_value_heads", self.NH)  # transformers' default: multi-head attention
@@ -84,8 +104,29 @@ class Model:
         else:
             if cfg.get("hidden_act", "silu") != "silu":
                 raise ValueError(f"hidden_act {cfg.get('hidden_act')!r}: this reader knows silu")
+            if cfg.get("use_sliding_window"):  # Qwen3Config, Qwen3MoeConfig: windows per max_window_layers
+                raise ValueError("use_sliding_window true: this reader knows full causal attention only")
             self.scaling = self.HD ** -0.5
             self.kinds, self.window, self.theta = [FULL] * self.L, None, {FULL: cfg["rope_theta"]}
+        if self.moe:
+            self.read_moe(cfg)
+
+    def read_moe(self, cfg):
+        """Qwen3MoeConfig's routing fields; what Qwen3MoeForCausalLM would do otherwise is refused."""
+        shared = {k: v for k, v in cfg.items() if "shared_expert" in k and v}  # Qwen2-MoE, DeepSeek: not Qwen3-MoE
+        if shared:
+            raise ValueError(f"config.json asks for a shared expert ({shared}): Qwen3MoeSparseMoeBlock has none, "
+                             "and this reader implements none")
+        step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers") or []  # Qwen3MoeConfig's defaults
+        if step != 1 or dense:
+            raise ValueError(f"decoder_sparse_step {step!r}, mlp_only_layers {dense!r}: this reader implements every "
+                             "layer sparse only (decoder_sparse_step 1, mlp_only_layers [])")
+        self.E, self.k, self.F = cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"]
+        if not (isinstance(self.E, int) and isinstance(self.k, int) and 1 <= self.k <= self.E):
+            raise ValueError(f"num_experts {self.E!r}, num_experts_per_tok {self.k!r}: need 1 <= k <= E")
+        self.norm_topk = cfg.get("norm_topk_prob", False)  # Qwen3MoeConfig's default is False
+        if not isinstance(self.norm_topk, bool):
+            raise ValueError(f"norm_topk_prob {self.norm_topk!r}: not true or false")
 
     def shape_error(self, w):
         """A message when a tensor has a shape other than Hugging Face's (out, in) one, else None."""
@@ -97,18 +138,31 @@ class Model:
             q, kv = self.NH * self.HD, self.NKV * self.HD
             want.update({p + "q_proj.weight": (q, self.C), p + "k_proj.weight": (kv, self.C),
                          p + "v_proj.weight": (kv, self.C), p + "o_proj.weight": (self.C, q)})
+            if self.moe:  # Qwen3MoeSparseMoeBlock: gate, and one Qwen3MoeMLP per expert
+                p = f"model.layers.{l}.mlp."
+                moe = {p + "gate.weight": (self.E, self.C)}
+                for e in range(self.E):
+                    moe.update({f"{p}experts.{e}.gate_proj.weight": (self.F, self.C),
+                                f"{p}experts.{e}.up_proj.weight": (self.F, self.C),
+                                f"{p}experts.{e}.down_proj.weight": (self.C, self.F)})
+                other = sorted(n for n in w if n.startswith(p) and n not in moe)
+                if other:  # a dense MLP's, a shared expert's, a fused layout: not this model
+                    return f"{other[0]} in a sparse layer ({len(other)} tensors beside gate and experts.0-{self.E - 1})"
+                want.update(moe)
         for name, shape in want.items():
             got = tuple(w[name].shape) if name in w else None
             if got != shape:
-                return (f"{name} has shape {got}, expected {shape} ({self.NH} heads, {self.NKV} kv heads of "
-                        f"{self.HD})")
+                what = (f"{self.E} experts of width {self.F}" if ".mlp." in name else
+                        f"{self.NH} heads, {self.NKV} kv heads of {self.HD}")
+                return f"{name} has shape {got}, expected {shape} ({what})"
         if self.tied and "lm_head.weight" in w:
             return "lm_head.weight in an export with tie_word_embeddings (the head is embed_tokens)"
         return None
 
 
-def hf_logprobs(m, w, ids, inject):
-    """(S, V) float64 log-probabilities of the next token after each of `ids`."""
+def hf_logprobs(m, w, ids, inject, stats):
+    """(S, V) float64 log-probabilities of the next token after each of `ids`; `stats` gets the
+    smallest routing margin (qwen3_moe)."""
     import torch
 
     S, HD = len(ids), m.HD
@@ -161,6 +215,31 @@ def hf_logprobs(m, w, ids, inject):
         act = torch.nn.functional.gelu(gate, approximate="tanh") if m.gemma else torch.nn.functional.silu(gate)
         return (act * up) @ w[p + "down_proj.weight"].T
 
+    def sparse_moe(h, l):  # Qwen3MoeSparseMoeBlock
+        p = f"model.layers.{l}.mlp."
+        probs = (h @ w[p + "gate.weight"].T).softmax(-1)  # (S, E)
+        # Stable sort: of equal probabilities the lower expert comes first (s3r's rule).
+        order = torch.sort(probs, dim=-1, descending=inject != "moe-topk-last", stable=True).indices
+        chosen = order[:, :m.k]  # (S, k)
+        weights = probs.gather(1, chosen)
+        if m.E > m.k:
+            ranked = probs.gather(1, torch.sort(probs, dim=-1, descending=True, stable=True).indices)
+            margin = float((ranked[:, m.k - 1] - ranked[:, m.k]).min())
+            stats["margin"] = min(stats.get("margin", margin), margin)
+        if m.norm_topk and inject != "moe-no-renorm":
+            weights = weights / weights.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for e in range(m.E):
+            tok, slot = (chosen == e).nonzero(as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            q = f"{p}experts.{e}."
+            x = h[tok]
+            y = (torch.nn.functional.silu(x @ w[q + "gate_proj.weight"].T) * (x @ w[q + "up_proj.weight"].T)) \
+                @ w[q + "down_proj.weight"].T
+            out.index_add_(0, tok, y * weights[tok, slot, None])
+        return out
+
     x = w["model.embed_tokens.weight"][ids]  # (S, C)
     if m.gemma:  # the buffer torch.tensor(hidden_size ** 0.5) is float32, cast to the weights' dtype
         x = x * torch.tensor(m.C ** 0.5).to(torch.float64)
@@ -173,7 +252,7 @@ def hf_logprobs(m, w, ids, inject):
             x = x + norm(f, w[p + "post_feedforward_layernorm.weight"])
         else:
             x = x + attention(norm(x, w[p + "input_layernorm.weight"]), l)
-            x = x + mlp(norm(x, w[p + "post_attention_layernorm.weight"]), l)
+            x = x + (sparse_moe if m.moe else mlp)(norm(x, w[p + "post_attention_layernorm.weight"]), l)
     head = w["model.embed_tokens.weight"] if m.tied else w["lm_head.weight"]
     logits = norm(x, w["model.norm.weight"]) @ head.T
     cap = m.cfg.get("final_logit_softcapping") if m.gemma else None
@@ -230,6 +309,10 @@ def inapplicable(inject, m, prompt_len):
         return f"needs a sliding layer and a prompt longer than sliding_window {m.window} (here {prompt_len} tokens)"
     if inject == "local-rope-global-base" and not (SLIDING in m.kinds and m.theta[SLIDING] != m.theta[FULL]):
         return "needs a sliding layer whose RoPE base differs from rope_theta"
+    if inject in ("moe-no-renorm", "moe-topk-last") and m.k == m.E:
+        return f"needs num_experts_per_tok < num_experts (here {m.k} of {m.E}: every expert is chosen)"
+    if inject == "moe-no-renorm" and not m.norm_topk:
+        return "needs norm_topk_prob true"
     return None
 
 
@@ -273,7 +356,14 @@ def main():
         local = sum(k == SLIDING for k in m.kinds)
         print(f"check_hf_export: Gemma3ForCausalLM, {local} sliding layers of {m.L} (window {m.window}, RoPE base "
               f"{m.theta[SLIDING]:g}; full: {m.theta[FULL]:g}), prompt of {len(ids)} tokens")
-    return compare(hf_logprobs(m, w, ids, args.inject), dump, args.tolerance, args.logprobs)
+    stats = {}
+    logp = hf_logprobs(m, w, ids, args.inject, stats)
+    if m.moe:
+        margin = f"{stats['margin']:.2e}" if "margin" in stats else "none (k = E)"
+        print(f"check_hf_export: Qwen3MoeForCausalLM, {m.L} sparse layers of {m.L}, {m.E} experts of width {m.F}, "
+              f"{m.k} per token, norm_topk_prob {str(m.norm_topk).lower()}; smallest gap between the k-th and "
+              f"(k+1)-th routing probability: {margin}")
+    return compare(logp, dump, args.tolerance, args.logprobs)
 
 
 if __name__ == "__main__":
