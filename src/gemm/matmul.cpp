@@ -141,11 +141,11 @@ void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const 
     case Int8Backend::kOnednn: break;
   }
   if (out.s32 != nullptr) {
-    onednn::run({Type::kS8, Type::kS8, Type::kS32, s}, out.s32, A, B);
+    onednn::run_int8_bucketed({Type::kS8, Type::kS8, Type::kS32, s}, out.s32, A, B);
     return;
   }
   if (out.row_scale == nullptr) {  // fully fused: column scale and accumulation are post-ops
-    onednn::run({Type::kS8, Type::kS8, Type::kF32, s, out.col_scale, out.accumulate}, out.f32, A, B);
+    onednn::run_int8_bucketed({Type::kS8, Type::kS8, Type::kF32, s, out.col_scale, out.accumulate}, out.f32, A, B);
     return;
   }
   // oneDNN 2.6 (Debian 12) runs a per-row (M x 1) binary post-op only in its reference int8
@@ -163,7 +163,7 @@ void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const 
     product.ldc = N;
   }
   const int64_t ldo = product.ldc;
-  onednn::run({Type::kS8, Type::kS8, Type::kF32, product, out.col_scale, false}, o, A, B);
+  onednn::run_int8_bucketed({Type::kS8, Type::kS8, Type::kF32, product, out.col_scale, false}, o, A, B);
   const float* row_scale = out.row_scale;
   parallel_blocks(M, 16, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {

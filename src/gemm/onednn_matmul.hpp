@@ -25,6 +25,11 @@ struct Call {
 // call alone (the int8 self-check, which must not show in the cache statistics).
 void run(const Call& call, void* C, const void* A, const void* B, bool cached = true);
 
+// An int8 product (A and B s8) as `run`, with M and K not multiples of 32 split into chunks of
+// 32 * 2^j and a zero-padded last one (gemm/onednn_buckets.cpp): the same bits, from a bounded
+// set of primitives however the counts vary from call to call.
+void run_int8_bucketed(const Call& call, void* C, const void* A, const void* B);
+
 // Number of distinct cached primitives.
 int64_t primitive_count();
 

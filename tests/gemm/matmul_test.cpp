@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -615,6 +616,32 @@ TEST(Matmul, PrimitivesAreCachedPerShape) {
   EXPECT_EQ(matmul_primitive_count(), before);
   matmul_f32(out.data(), a.data(), b.data(), {8, 8, 8, true, false});
   EXPECT_EQ(matmul_primitive_count(), before + 1);
+}
+
+// A mixture of experts' int8 products change their row count (M, and K in the dW product) from
+// call to call; oneDNN would compile a kernel for each. 30 row counts of each kind, exact sums,
+// from a bounded set of primitives (chunks of 32 * 2^j and a zero-padded last one: 4 sizes up to
+// 300 rows, per kind; one primitive per count would be 60).
+TEST(Matmul, Int8ProductsOfVaryingRowCountsReuseABoundedSetOfPrimitives) {
+  const auto backends = int8_backends();
+  if (std::find(backends.begin(), backends.end(), Int8Backend::kOnednn) == backends.end()) GTEST_SKIP();
+  ScopedInt8Backend scoped(Int8Backend::kOnednn);
+  const int64_t C = 64, F = 96;
+  const int64_t before = matmul_primitive_count();
+  for (int64_t rows = 33; rows < 300; rows += 9) {
+    for (const Case& c : {Case{rows, F, C, false, false},  // Y = X W: M = rows
+                          Case{C, F, rows, true, false}}) {  // dW = X^T G: K = rows
+      const auto a = random_s8(c.M * c.K, 5), b = random_s8(c.K * c.N, 6);
+      const auto want = exact_sums(a, b, c);
+      std::vector<int32_t> out(c.M * c.N);
+      matmul_s8(out.data(), a.data(), b.data(), shape_of(c));
+      for (int64_t i = 0; i < c.M * c.N; ++i) ASSERT_EQ(out[i], want[i]) << describe(c) << " at " << i;
+      std::vector<float> scaled(c.M * c.N, 0.5f), cs(c.N, 0.25f);
+      matmul_s8_scaled(scaled.data(), a.data(), b.data(), shape_of(c), nullptr, cs.data(), true);
+      for (int64_t i = 0; i < c.M * c.N; ++i) ASSERT_EQ(scaled[i], 0.5f + static_cast<float>(want[i]) * 0.25f) << describe(c);
+    }
+  }
+  EXPECT_LE(matmul_primitive_count() - before, 16);
 }
 
 TEST(Matmul, EmptyShapesAreRejected) {
