@@ -124,7 +124,7 @@ class Run:
             if value:
                 cmd += [flag, str(value)]
         width = self.width or a.width
-        cmd += ["--width", str(width), "--ffn", str(width * a.ffn_ratio)]
+        cmd += ["--width", str(width), "--ffn", f"{width * a.ffn_ratio:g}"]
         return cmd
 
     def execute(self):
@@ -421,7 +421,7 @@ class Study:
         a = self.args
         return (f"Final validation loss after {a.steps} steps (preset {a.preset}"
                 f"{', S=' + str(a.seq_len) if a.seq_len else ''}{', B=' + str(a.batch) if a.batch else ''}"
-                f", C={a.width}, F={a.width * a.ffn_ratio}; lr sweep {' '.join(f'{x:g}' for x in a.lrs)} "
+                f", C={a.width}, F={a.width * a.ffn_ratio:g}; lr sweep {' '.join(f'{x:g}' for x in a.lrs)} "
                 f"on seed 0, then {a.seeds} seeds at the best lr; validation on {a.eval_batches} fixed "
                 f"batches). Machine: {self.machine()}.\n\n")
 
@@ -432,7 +432,7 @@ class Study:
         by = {}
         for r in runs:
             by.setdefault(r.width or self.args.width, {})[r.config] = r.result()[0]
-        md = [f"Width sweep: seed 0, lr {self.width_lr():g} for every run, F = {self.args.ffn_ratio} C.\n",
+        md = [f"Width sweep: seed 0, lr {self.width_lr():g} for every run, F = {self.args.ffn_ratio:g} C.\n",
               "| width C | sr | s3r | s3r+dx | s3r - sr | s3r+dx - sr |", "|---|---|---|---|---|---|"]
         rows = [["width", "sr", "s3r", "s3r+dx", "s3r_minus_sr", "s3r_dx_minus_sr", "diverged"]]
         diverged_any = False
@@ -543,7 +543,8 @@ def parse_args(argv):
     p.add_argument("--heads", type=int, default=0, help="attention heads (0: the preset's)")
     p.add_argument("--vocab", type=int, default=0, help="V (0: the preset's; must match the data)")
     p.add_argument("--width", type=int, default=256, help="base width C (small's); F = --ffn-ratio x C")
-    p.add_argument("--ffn-ratio", type=int, default=3, help="F = ratio x C (small: 768 = 3 x 256)")
+    p.add_argument("--ffn-ratio", type=float, default=3,
+                   help="F = ratio x C (small: 768 = 3 x 256; qwen3moe's experts: 0.375, 96 at C = 256)")
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--lrs", type=lambda s: [float(x) for x in s.split(",")], default=[7.5e-4, 1.5e-3, 3e-3],
@@ -568,9 +569,11 @@ def parse_args(argv):
             p.error(f"--configs: unknown configuration '{c}'; expected some of {','.join(known)}")
     if "sr" not in a.configs and a.widths and not a.width_lr:
         p.error("the width sweep takes sr's best lr: include sr in --configs or give --width-lr")
-    for name in ("width", "ffn_ratio", "steps", "seeds", "jobs", "threads", "eval_every", "eval_batches", "checkpoint_every"):
+    for name in ("width", "steps", "seeds", "jobs", "threads", "eval_every", "eval_batches", "checkpoint_every"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if not (a.ffn_ratio > 0) or any(w * a.ffn_ratio != int(w * a.ffn_ratio) for w in [a.width] + a.widths):
+        p.error(f"--ffn-ratio must be > 0 and give a whole F for every width, got {a.ffn_ratio:g}")
     if not a.lrs or any(not (x > 0) for x in a.lrs):
         p.error("--lrs: learning rates must be positive")
     if any(w < 1 for w in a.widths):

@@ -77,10 +77,12 @@ import json, sys
 loads = [b["min"] for line in open(sys.argv[1]) for b in json.loads(line).get("expert_load", [])]
 sys.exit(0 if min(loads) < 4 else 1)
 PY
-# The float modes' dW leaves of the experts' ragged examples (empty ones 0) under the ranks' tree.
-run moe-bf16-1 0 --arch qwen3moe --experts 64 --experts-used 1 --mode bf16 --correction none
-run moe-bf16-4 4 --arch qwen3moe --experts 64 --experts-used 1 --mode bf16 --correction none
-same moe-bf16-1 moe-bf16-4
+# Its float modes over several ranks are refused: an expert's rows fall at other places of the
+# float products' tiles on each rank, and AVX2's f32 kernels give a row other bits at another place.
+out=$("$mpirun" -np 2 --oversubscribe "$s3r" train "${common[@]}" --steps 3 --arch qwen3moe --mode bf16 \
+  --out "$work/moe-bf16" 2>&1) && fail "qwen3moe in bf16 under mpirun -np 2 exited 0"
+grep -q "error on rank [01] of 2: --arch qwen3moe in mode bf16 over several processes is not supported yet" <<<"$out" \
+  || fail "no message for qwen3moe in bf16 under mpirun:"$'\n'"$out"
 # Resume with another R: 2 steps of the 3-step schedule in one process and the last under
 # mpirun -np 2, or 2 steps under -np 4 and the last in one process: the straight run's numbers.
 resume() {  # resume NAME RANKS_BEFORE RANKS_AFTER ARGS...

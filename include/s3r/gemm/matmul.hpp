@@ -62,10 +62,11 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
 // The tiles are planned for one thread (oneDNN would otherwise plan a K split for the threads it
 // sees). A row of a product depends on the tile's height too (oneDNN picks other kernels for
 // short tiles), so a short edge tile of a product whose A is stored by rows runs as a whole tile
-// on a zero-padded copy: a row then has the same bits wherever it falls, which a mixture of
-// experts' ranks need (each holds its own number of an expert's rows). Data-parallel ranks see
-// the same rows when each rank's first row falls on a tile boundary: kFloatTileRows divides
-// every rank's token count (s3r/train/data_parallel.hpp).
+// on a zero-padded copy: a row's bits then do not depend on how many rows come after it. They
+// can depend on its place in the tile (oneDNN's AVX2 f32 kernels compute a tile's short last
+// block of rows otherwise), so data-parallel ranks see the same rows only when each rank's first
+// row falls on a tile boundary: kFloatTileRows divides every rank's token count
+// (s3r/train/data_parallel.hpp).
 void set_thread_invariant(bool on);
 bool thread_invariant();
 inline constexpr int64_t kFloatTileRows = 128;
