@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/parallel_blocks.hpp"
@@ -34,6 +35,10 @@ MatmulShape resolved(const MatmulShape& s) {
   r.lda = s.lda ? s.lda : (s.a_transposed ? s.M : s.K);
   r.ldb = s.ldb ? s.ldb : (s.b_transposed ? s.K : s.N);
   r.ldc = s.ldc ? s.ldc : s.N;
+  if (s.row_phase < 0 || s.row_phase >= kFloatTileRows) {
+    throw Error("matmul: row_phase must be in [0, " + std::to_string(kFloatTileRows) + "), got " +
+                std::to_string(s.row_phase));
+  }
   if (r.lda < (s.a_transposed ? s.M : s.K) || r.ldb < (s.b_transposed ? s.K : s.N) || r.ldc < s.N) {
     std::ostringstream msg;
     msg << "matmul: leading dimensions (" << r.lda << ", " << r.ldb << ", " << r.ldc
@@ -64,28 +69,30 @@ std::atomic<bool> g_thread_invariant{true};
 // has one shape and a row's bits do not depend on how many rows come after it (a mixture of
 // experts' ranks hold different numbers of an expert's rows); nor is a primitive made per row
 // count. (A transposed: M is then a weight's dimension, the same on every rank.)
-void padded_tile(Type type, float* C, const char* a, const void* b, MatmulShape tile, bool accumulate) {
+// `lead`: the tile's rows before the product's first (its row_phase, in the first tile).
+void padded_tile(Type type, float* C, const char* a, const void* b, MatmulShape tile, int64_t lead, bool accumulate) {
   constexpr int64_t kTileM = kFloatTileRows;
   const int64_t bytes = type == Type::kF32 ? 4 : 2, rows = tile.M;
   thread_local std::vector<char> a_pad;
   thread_local std::vector<float> c_pad;
-  const auto a_used = static_cast<size_t>(bytes * ((rows - 1) * tile.lda + tile.K));
-  a_pad.resize(static_cast<size_t>(bytes * kTileM * tile.lda));
-  std::memcpy(a_pad.data(), a, a_used);
-  std::memset(a_pad.data() + a_used, 0, a_pad.size() - a_used);
+  a_pad.assign(static_cast<size_t>(bytes * kTileM * tile.lda), 0);
+  std::memcpy(a_pad.data() + bytes * lead * tile.lda, a, static_cast<size_t>(bytes * ((rows - 1) * tile.lda + tile.K)));
   c_pad.resize(static_cast<size_t>(kTileM * tile.ldc));
+  float* c_rows = c_pad.data() + lead * tile.ldc;
   const auto row_bytes = static_cast<size_t>(tile.N) * sizeof(float);
   if (accumulate) {
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(c_pad.data() + r * tile.ldc, C + r * tile.ldc, row_bytes);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c_rows + r * tile.ldc, C + r * tile.ldc, row_bytes);
   }
   tile.M = kTileM;
+  tile.row_phase = 0;
   onednn::run({type, type, Type::kF32, tile, nullptr, accumulate}, c_pad.data(), a_pad.data(), b);
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(C + r * tile.ldc, c_pad.data() + r * tile.ldc, row_bytes);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(C + r * tile.ldc, c_rows + r * tile.ldc, row_bytes);
 }
 
 void float_product(Type type, float* C, const void* A, const void* B, const MatmulShape& s, bool accumulate) {
   constexpr int64_t kTileM = kFloatTileRows, kTileN = 256;
-  const int64_t tiles_m = (s.M + kTileM - 1) / kTileM, tiles_n = (s.N + kTileN - 1) / kTileN;
+  const int64_t phase = s.a_transposed ? 0 : s.row_phase;  // the grid's rows before row 0
+  const int64_t tiles_m = (phase + s.M + kTileM - 1) / kTileM, tiles_n = (s.N + kTileN - 1) / kTileN;
   // One tile still runs inside the parallel region (on one thread): outside it, oneDNN would
   // split K over the threads.
   if (!g_thread_invariant || omp_in_parallel()) {
@@ -97,14 +104,16 @@ void float_product(Type type, float* C, const void* A, const void* B, const Matm
   const auto* b_bytes = static_cast<const char*>(B);
   // Tiles one at a time to whichever thread is free: edge tiles cost less than full ones.
   parallel_blocks_dynamic(tiles_m * tiles_n, 1, [&](int64_t t, int64_t) {
-    const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
+    const int64_t g0 = (t / tiles_n) * kTileM - phase, n0 = (t % tiles_n) * kTileN;  // the tile's rows [g0, g0 + 128)
+    const int64_t m0 = std::max<int64_t>(g0, 0), lead = m0 - g0;
     MatmulShape tile = s;
-    tile.M = std::min(kTileM, s.M - m0);
+    tile.row_phase = 0;
+    tile.M = std::min(g0 + kTileM, s.M) - m0;
     tile.N = std::min(kTileN, s.N - n0);
     // op(A) rows m0.. are stored columns when A is transposed; op(B) columns n0.. likewise rows.
     const char* a = a_bytes + bytes * (s.a_transposed ? m0 : m0 * s.lda);
     const char* b = b_bytes + bytes * (s.b_transposed ? n0 * s.ldb : n0);
-    if (tile.M < kTileM && !s.a_transposed) return padded_tile(type, C + m0 * s.ldc + n0, a, b, tile, accumulate);
+    if (tile.M < kTileM && !s.a_transposed) return padded_tile(type, C + m0 * s.ldc + n0, a, b, tile, lead, accumulate);
     onednn::run({type, type, Type::kF32, tile, nullptr, accumulate}, C + m0 * s.ldc + n0, a, b);
   });
 }

@@ -29,7 +29,8 @@ void Model::moe_forward(Block& b, std::vector<float>& out) {
   nn::moe_forward(out, b.xn2,
                   {{param(b.router), size_t(C * E)}, {param(b.w_gate), size_t(E * C * F)},
                    {param(b.w_up), size_t(E * C * F)}, {param(b.w_down), size_t(E * F * C)}},
-                  shape, mode_, static_cast<uint64_t>(dp_.first_example * cfg_.seq_len), b.moe, moe_scratch_);
+                  shape, mode_, static_cast<uint64_t>(dp_.first_example * cfg_.seq_len), b.moe, moe_scratch_,
+                  dp_.group);
 }
 
 void Model::moe_backward(int64_t l, const std::vector<float>& d_out) {

@@ -8,6 +8,8 @@
 #include "core/parallel_blocks.hpp"
 #include "nn/phase_clock.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/matmul.hpp"
+#include "s3r/dist/communicator.hpp"
 
 namespace s3r::nn {
 
@@ -111,8 +113,29 @@ std::span<T> expert_slice(std::span<T> all, int64_t e, int64_t size) {
 
 }  // namespace
 
+namespace {
+
+// Float modes over several ranks: expert e's rows here follow those of the ranks before this one
+// in the whole batch's order, so its products start (their count mod 128) rows into the float
+// products' tile grid, where one process's would (a row's bits can depend on its place in a tile).
+std::vector<int64_t> row_phases(const MoeState& st, LinearMode mode, dist::Communicator* group) {
+  const int64_t E = st.shape.experts;
+  std::vector<int64_t> phase(static_cast<size_t>(E), 0);
+  if (is_int8(mode) || group == nullptr || group->size() <= 1) return phase;
+  std::vector<int64_t> mine(phase.size()), all(phase.size() * static_cast<size_t>(group->size()));
+  for (int64_t e = 0; e < E; ++e) mine[e] = st.rows_of(e);
+  group->all_gather_bytes(std::as_bytes(std::span<const int64_t>(mine)), std::as_writable_bytes(std::span<int64_t>(all)));
+  for (int64_t r = 0; r < group->rank(); ++r) {
+    for (int64_t e = 0; e < E; ++e) phase[e] += all[r * E + e];
+  }
+  for (int64_t& p : phase) p %= gemm::kFloatTileRows;
+  return phase;
+}
+
+}  // namespace
+
 void moe_forward(std::span<float> y, std::span<const float> x, const MoeWeights& w, const MoeShape& shape,
-                 LinearMode mode, uint64_t first_token, MoeState& st, MoeScratch& scratch) {
+                 LinearMode mode, uint64_t first_token, MoeState& st, MoeScratch& scratch, dist::Communicator* group) {
   check_shape(shape);
   const int64_t T = shape.tokens, C = shape.width, F = shape.expert_width, E = shape.experts, k = shape.top_k;
   expect_size("moe", "X", x.size(), T * C);
@@ -140,6 +163,7 @@ void moe_forward(std::span<float> y, std::span<const float> x, const MoeWeights&
       for (int64_t r = r0; r < r1; ++r) std::copy_n(x.data() + (r / k) * C, C, st.x_sorted.data() + st.position[r] * C);
     });
   }
+  const std::vector<int64_t> phase = row_phases(st, mode, group);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = st.rows_of(e), at = st.expert_offsets[e];
     st.experts[e].times = st.times;
@@ -154,7 +178,7 @@ void moe_forward(std::span<float> y, std::span<const float> x, const MoeWeights&
     }
     swiglu_forward({st.y_sorted.data() + at * C, size_t(n * C)}, {st.x_sorted.data() + at * C, size_t(n * C)},
                    {expert_slice(w.gate, e, C * F), expert_slice(w.up, e, C * F), expert_slice(w.down, e, F * C)},
-                   n, C, F, mode, st.experts[e], scratch.ffn);
+                   n, C, F, mode, st.experts[e], scratch.ffn, GatedActivation::kSilu, phase[e]);
   }
   PhaseZone zone(st.times, &PhaseTimes::routing);
   parallel_blocks(T, 16, [&](int64_t t0, int64_t t1) {  // Y[t] = sum_j w_j y_j, in f32, j in order

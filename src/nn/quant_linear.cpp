@@ -109,7 +109,8 @@ void prepare_weight(LinearWeight& out, std::span<const float> w, int64_t in, int
 void linear_forward(std::span<float> y, const LinearInput& x, const LinearWeight& w) {
   check_modes(x, w, "linear_forward");
   expect_size("linear_forward", "Y", y.size(), x.tokens * w.out);
-  const gemm::MatmulShape shape{x.tokens, w.out, x.features};
+  gemm::MatmulShape shape{x.tokens, w.out, x.features};
+  shape.row_phase = x.row_phase;
   switch (x.mode) {
     case LinearMode::kF32: gemm::matmul_f32(y.data(), x.f32_values.data(), w.f32_values.data(), shape); break;
     case LinearMode::kBf16:
@@ -174,7 +175,8 @@ void float_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
   const auto leaf_shape = [&](int64_t l) {  // one leaf's dW = X_l^T G_l
     return gemm::MatmulShape{K, N, leaf_begin(l + 1) - leaf_begin(l), true, false};
   };
-  const gemm::MatmulShape dx_shape{T, K, N, false, true};  // dX = G W^T
+  gemm::MatmulShape dx_shape{T, K, N, false, true};  // dX = G W^T
+  dx_shape.row_phase = x.row_phase;
   const auto empty_leaf = [&](int64_t l, std::span<float> out) {
     if (leaf_begin(l + 1) > leaf_begin(l)) return false;
     std::fill(out.begin(), out.end(), 0.0f);  // a ragged leaf without rows

@@ -19,7 +19,7 @@ constexpr int64_t kChunk = 1 << 14;  // elements per OpenMP task of the elementw
 
 void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWeights& w,
                     int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
-                    SwigluState& st, SwigluScratch& scratch, GatedActivation activation) {
+                    SwigluState& st, SwigluScratch& scratch, GatedActivation activation, int64_t row_phase) {
   const int64_t T = tokens, C = width, F = ffn_width;
   expect_size("swiglu", "X", x.size(), T * C);
   expect_size("swiglu", "Y", y.size(), T * C);
@@ -38,6 +38,7 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
   {
     PhaseZone zone(st.times, &PhaseTimes::prepare);
     prepare_input(st.x_in, x, T, C, mode, "ffn.X");
+    st.x_in.row_phase = row_phase;
     prepare_weight(st.gate_w, w.gate, C, F, mode, "ffn.W1 (gate)");
     prepare_weight(st.up_w, w.up, C, F, mode, "ffn.W3 (up)");
     prepare_weight(st.down_w, w.down, F, C, mode, "ffn.W2 (down)");
@@ -58,6 +59,7 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
   {
     PhaseZone zone(st.times, &PhaseTimes::prepare);
     prepare_input(st.hidden_in, hidden, T, F, mode, "ffn.hidden");
+    st.hidden_in.row_phase = row_phase;
   }
   PhaseZone zone(st.times, &PhaseTimes::gemm);
   linear_forward(y, st.hidden_in, st.down_w);  // Y = hidden W2

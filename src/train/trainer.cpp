@@ -68,12 +68,6 @@ void validate_options(const TrainOptions& o) {
   need(o.checkpoint_every >= 0,
        "--checkpoint-every must be >= 0 (0: only at the end), got " + std::to_string(o.checkpoint_every));
   need(o.max_bad_steps >= 1, "max_bad_steps must be >= 1, got " + std::to_string(o.max_bad_steps));
-  // An expert's rows sit at other places of oneDNN's float tiles on each rank, and on some CPUs
-  // (AVX2's f32 kernels) a row's bits depend on its place: the int8 modes are exact.
-  need(!o.model.traits().moe || o.world == nullptr || o.world->size() == 1 || nn::is_int8(o.recipe.projections()),
-       "--arch " + std::string(o.model.traits().name) + " in mode " + std::string(nn::to_string(o.recipe.projections())) +
-           " over several processes is not supported yet (its experts' float products are not the same bits for "
-           "every rank count on every CPU); use an int8 mode or one process");
   need(std::isfinite(o.moe_losses.aux) && o.moe_losses.aux >= 0.0f && std::isfinite(o.moe_losses.z_loss) &&
            o.moe_losses.z_loss >= 0.0f,
        "--moe-aux-loss and --moe-z-loss must be numbers >= 0");

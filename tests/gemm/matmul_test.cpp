@@ -533,9 +533,10 @@ TEST(Matmul, FloatProductsGiveTheSameBitsForAnyThreadCount) {
 // A row of an f32 or bf16 product (thread invariance on) has the same bits whatever number of
 // rows come after it: the first M rows of A times B, for M below, at and across the 128-row
 // tile, against the same rows of the 300-row product, with and without accumulation; a mixture
-// of experts' forward (K = C, N = F) and dX (K = F, N = C) shapes. (Not so for a row at another
-// place in its tile: with AVX2's f32 kernels, rows 126 and 127 of a tile, a short last block,
-// get other bits than rows 0-125 (S3R_MAX_ISA=avx2 on Emerald Rapids, K 96, N 256).)
+// of experts' forward (K = C, N = F) and dX (K = F, N = C) shapes. And a row at its place in
+// the tile grid: rows [r0, r0 + M) as a product with row_phase r0 mod 128 get the bits of the
+// same rows of the whole product (without the phase, AVX2's f32 kernels give rows 126 and 127
+// of a tile, a short last block, other bits: S3R_MAX_ISA=avx2 on Emerald Rapids, K 96, N 256).
 TEST(Matmul, FloatProductRowsDoNotDependOnTheRowCount) {
   const std::vector<Bf16Backend> bf16s = bf16_backends();
   for (const auto& [K, N, tb] : {std::tuple{256, 96, false}, std::tuple{96, 256, true}}) {
@@ -549,7 +550,8 @@ TEST(Matmul, FloatProductRowsDoNotDependOnTheRowCount) {
       for (bool accumulate : {false, true}) {
         auto product = [&](int64_t r0, int64_t M) {  // rows [r0, r0 + M) of the product
           std::vector<float> out(init.begin() + r0 * N, init.begin() + (r0 + M) * N);
-          const MatmulShape s{M, N, K, false, tb};
+          MatmulShape s{M, N, K, false, tb};
+          s.row_phase = r0 % kFloatTileRows;
           if (f32) {
             matmul_f32(out.data(), o.aw.data() + r0 * K, o.bw.data(), s, accumulate);
           } else {
@@ -558,7 +560,7 @@ TEST(Matmul, FloatProductRowsDoNotDependOnTheRowCount) {
           return out;
         };
         const std::vector<float> all = product(0, rows);
-        for (const auto& [r0, M] : {std::pair{0, 1}, {0, 5}, {0, 37}, {0, 127}, {0, 128}, {0, 157}, {0, 256}}) {
+        for (const auto& [r0, M] : {std::pair{0, 1}, {0, 5}, {0, 37}, {0, 128}, {3, 127}, {3, 130}, {100, 200}, {128, 29}}) {
           const std::vector<float> want(all.begin() + r0 * N, all.begin() + (r0 + M) * N);
           EXPECT_EQ(first_difference(want, product(r0, M), N), "")
               << (f32 ? "f32" : "bf16 " + std::string(to_string(bf16s[variant - 1]))) << " K " << K << " N " << N

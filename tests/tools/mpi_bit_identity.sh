@@ -28,7 +28,7 @@ run() {  # run NAME RANKS ARGS...: RANKS 0 = no mpirun; 3 steps unless STEPS say
   if [ "$ranks" = 0 ]; then
     OMP_NUM_THREADS=2 "$s3r" train "${common[@]}" "$@" --out "$work/$name" > "$work/$name.log" 2>&1
   else
-    "$mpirun" -np "$ranks" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    "$mpirun" -np "$ranks" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 ${S3R_MAX_ISA:+-x S3R_MAX_ISA} \
       "$s3r" train "${common[@]}" "$@" --out "$work/$name" > "$work/$name.log" 2>&1
   fi || fail "$name failed:"$'\n'"$(tail -5 "$work/$name.log")"
   numbers "$work/$name/metrics.jsonl" > "$work/$name.txt"
@@ -77,12 +77,16 @@ import json, sys
 loads = [b["min"] for line in open(sys.argv[1]) for b in json.loads(line).get("expert_load", [])]
 sys.exit(0 if min(loads) < 4 else 1)
 PY
-# Its float modes over several ranks are refused: an expert's rows fall at other places of the
-# float products' tiles on each rank, and AVX2's f32 kernels give a row other bits at another place.
-out=$("$mpirun" -np 2 --oversubscribe "$s3r" train "${common[@]}" --steps 3 --arch qwen3moe --mode bf16 \
-  --out "$work/moe-bf16" 2>&1) && fail "qwen3moe in bf16 under mpirun -np 2 exited 0"
-grep -q "error on rank [01] of 2: --arch qwen3moe in mode bf16 over several processes is not supported yet" <<<"$out" \
-  || fail "no message for qwen3moe in bf16 under mpirun:"$'\n'"$out"
+# Its float modes: each rank's run of an expert's rows starts where it would in one process's
+# products (the tile grid's row phase; AVX2's f32 kernels give a row at another place of a tile
+# other bits), also with the kernels capped to AVX2.
+moe_float=(--arch qwen3moe --experts 64 --experts-used 1 --mode bf16 --correction none)
+run moe-bf16-1 0 "${moe_float[@]}"; run moe-bf16-4 4 "${moe_float[@]}"
+same moe-bf16-1 moe-bf16-4
+S3R_MAX_ISA=avx2 run moe-f32-avx2-1 0 "${moe_float[@]/bf16/f32}"
+S3R_MAX_ISA=avx2 run moe-f32-avx2-4 4 "${moe_float[@]/bf16/f32}"
+same moe-f32-avx2-1 moe-f32-avx2-4
+grep -q "kernels avx2" "$work/moe-f32-avx2-4.log" || fail "the capped run does not say it runs the avx2 kernels"
 # Resume with another R: 2 steps of the 3-step schedule in one process and the last under
 # mpirun -np 2, or 2 steps under -np 4 and the last in one process: the straight run's numbers.
 resume() {  # resume NAME RANKS_BEFORE RANKS_AFTER ARGS...

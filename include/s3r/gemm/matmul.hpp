@@ -30,6 +30,12 @@ struct MatmulShape {
   // Leading dimensions (elements between consecutive stored rows); 0: packed (the stored row
   // length). They let a product read a column slice, such as one attention head of (T, C).
   int64_t lda = 0, ldb = 0, ldc = 0;
+  // f32 and bf16 products with thread invariance on and A stored by rows: the rows of the fixed
+  // tile grid before this product's first row, 0 <= row_phase < kFloatTileRows (tile t holds rows
+  // [128 t - row_phase, 128 (t + 1) - row_phase)). Rows that are the same rows of a longer
+  // product starting row_phase rows earlier then get its bits (a mixture of experts' ranks each
+  // hold a run of an expert's rows). Ignored otherwise.
+  int64_t row_phase = 0;
 };
 
 void matmul_f32(float* C, const float* A, const float* B, const MatmulShape& shape,
@@ -65,8 +71,8 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
 // on a zero-padded copy: a row's bits then do not depend on how many rows come after it. They
 // can depend on its place in the tile (oneDNN's AVX2 f32 kernels compute a tile's short last
 // block of rows otherwise), so data-parallel ranks see the same rows only when each rank's first
-// row falls on a tile boundary: kFloatTileRows divides every rank's token count
-// (s3r/train/data_parallel.hpp).
+// row falls where it does in one process: kFloatTileRows divides every rank's token count
+// (s3r/train/data_parallel.hpp), and a mixture of experts' rows start at MatmulShape::row_phase.
 void set_thread_invariant(bool on);
 bool thread_invariant();
 inline constexpr int64_t kFloatTileRows = 128;

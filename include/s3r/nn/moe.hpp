@@ -84,10 +84,14 @@ struct MoeScratch {
   LinearWorkspace router_ws;
 };
 
-// y: (T, C), overwritten. first_token: the global index of token 0 (row ids). Throws s3r::Error
-// on mismatched sizes, k outside [1, E], or non-finite inputs (naming the tensor).
+// y: (T, C), overwritten. first_token: the global index of token 0 (row ids). group: the ranks
+// that hold the rest of the batch (nullptr: none); in the float modes each expert's products then
+// start where its rows would in one process's (gemm::MatmulShape::row_phase), one all-gather of
+// the rows per expert. Throws s3r::Error on mismatched sizes, k outside [1, E], or non-finite
+// inputs (naming the tensor).
 void moe_forward(std::span<float> y, std::span<const float> x, const MoeWeights& w, const MoeShape& shape,
-                 LinearMode mode, uint64_t first_token, MoeState& state, MoeScratch& scratch);
+                 LinearMode mode, uint64_t first_token, MoeState& state, MoeScratch& scratch,
+                 dist::Communicator* group = nullptr);
 
 // dx: (T, C), overwritten. loss_scale: what one token's loss is multiplied by in the objective
 // (1 / the step's tokens), for the losses' gradients. `placement`: the batch's place in a

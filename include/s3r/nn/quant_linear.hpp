@@ -40,6 +40,8 @@ struct LinearInput {
   std::vector<bf16> bf16_values; // (T, K) bf16 mode with native bf16 products (else empty)
   std::vector<float> f32_values; // (T, K) f32 mode; bf16 mode with f32-emulated bf16 products:
                                  // X rounded to bf16 and widened back (exact), read by products
+  int64_t row_phase = 0;         // float modes: the rows' place in the products' tile grid (Y and
+                                 // dX; gemm::MatmulShape::row_phase), kept by prepare_input
 };
 
 // The weight as the layer's products read it.

@@ -50,10 +50,12 @@ struct SwigluScratch {
 };
 
 // y: (T, C). Throws s3r::Error on mismatched sizes or non-finite inputs (naming the tensor).
+// row_phase: the rows' place in the float products' tile grid (LinearInput::row_phase; a
+// mixture of experts' rows on one rank of several), for the forward and the backward's dX.
 void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWeights& w,
                     int64_t tokens, int64_t width, int64_t ffn_width, LinearMode mode,
                     SwigluState& state, SwigluScratch& scratch,
-                    GatedActivation activation = GatedActivation::kSilu);
+                    GatedActivation activation = GatedActivation::kSilu, int64_t row_phase = 0);
 
 // dx: (T, C), overwritten (or empty: not wanted). grads are overwritten. `placement`: where the
 // batch sits in a data-parallel step (quant_linear.hpp), for its three projections.
