@@ -355,28 +355,40 @@ void int8_dx(std::span<float> dx, const QuantizedGrad& q, const LinearInput& x,
 
 // Over a group of ranks the int32 sums are added first (exact, so the same as one process's) and
 // scaled once: float(sum) * (D / sw), the fused product's contract (s3r/gemm/matmul.hpp).
-void int8_dw(std::span<float> dw, std::span<const int8_t> codes, float D, const LinearInput& x,
-             const LinearWeight& w, const LinearBackwardConfig& config, LinearWorkspace& ws) {
-  PhaseZone zone(ws.times, &PhaseTimes::gemm);
-  const int64_t T = x.tokens, K = x.features, N = w.out;
-  ws.col_scale.resize(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) ws.col_scale[n] = D / w.scales[n];
-  dist::Communicator* group = reduction_group(config.placement);
-  if (group == nullptr) {
-    gemm::matmul_s8_scaled(dw.data(), x.codes.data(), codes.data(), {K, N, T, true, false}, nullptr,
-                           ws.col_scale.data());
-    return;
-  }
-  ws.dw_acc.resize(static_cast<size_t>(K * N));
-  gemm::matmul_s8(ws.dw_acc.data(), x.codes.data(), codes.data(), {K, N, T, true, false});
-  group->sum(ws.dw_acc);
+// ws.col_scale = D / sw, the dW product's column scales.
+const float* dw_column_scales(float D, const LinearWeight& w, LinearWorkspace& ws) {
+  ws.col_scale.resize(static_cast<size_t>(w.out));
+  for (int64_t n = 0; n < w.out; ++n) ws.col_scale[n] = D / w.scales[n];
+  return ws.col_scale.data();
+}
+
+// This rank's int32 dW sums (ws.dw_acc, K x N) added over the group (exact) and scaled once:
+// float(sum) * (D / sw), the fused product's contract (s3r/gemm/matmul.hpp).
+void group_dw(std::span<float> dw, float D, const LinearWeight& w, dist::Communicator& group, LinearWorkspace& ws) {
+  const int64_t N = w.out;
+  group.sum(ws.dw_acc);
   const int32_t* acc = ws.dw_acc.data();
-  const float* cs = ws.col_scale.data();
-  parallel_blocks(K, kRowBlock, [&](int64_t k0, int64_t k1) {
+  const float* cs = dw_column_scales(D, w, ws);
+  parallel_blocks(w.in, kRowBlock, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       for (int64_t n = 0; n < N; ++n) dw[k * N + n] = static_cast<float>(acc[k * N + n]) * cs[n];
     }
   });
+}
+
+void int8_dw(std::span<float> dw, std::span<const int8_t> codes, float D, const LinearInput& x,
+             const LinearWeight& w, const LinearBackwardConfig& config, LinearWorkspace& ws) {
+  PhaseZone zone(ws.times, &PhaseTimes::gemm);
+  const int64_t T = x.tokens, K = x.features, N = w.out;
+  dist::Communicator* group = reduction_group(config.placement);
+  if (group == nullptr) {
+    gemm::matmul_s8_scaled(dw.data(), x.codes.data(), codes.data(), {K, N, T, true, false}, nullptr,
+                           dw_column_scales(D, w, ws));
+    return;
+  }
+  ws.dw_acc.resize(static_cast<size_t>(K * N));
+  gemm::matmul_s8(ws.dw_acc.data(), x.codes.data(), codes.data(), {K, N, T, true, false});
+  group_dw(dw, D, w, *group, ws);
 }
 
 void int8_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
@@ -403,16 +415,11 @@ void linear_backward_without_rows(std::span<float> dw, const LinearWeight& w, co
   if (!std::isfinite(v[1])) throw Error("quantize_gradient: G' = sx * G * sw overflows f32 on another rank");
   const float D = v[1] / 127.0f;
   if (D == 0.0f) return zero_backward({}, dw, false);
-  // The group's int32 dW sums with this rank's zeros, scaled as int8_dw scales them.
-  const int64_t K = w.in, N = w.out;
-  ws.dw_acc.assign(static_cast<size_t>(K * N), 0);
-  group->sum(ws.dw_acc);
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t n = 0; n < N; ++n) dw[k * N + n] = static_cast<float>(ws.dw_acc[k * N + n]) * (D / w.scales[n]);
-  }
+  ws.dw_acc.assign(static_cast<size_t>(w.in * w.out), 0);  // the group's int32 dW sums with zeros
+  group_dw(dw, D, w, *group, ws);
   LinearInput none;
   none.mode = w.mode;
-  none.features = K;
+  none.features = w.in;
   if (config.correction == Correction::kTwoWay) {
     ErrorStats st;  // no rows: every factor of this rank is 0
     const int64_t B = Examples(0, config).count;
