@@ -32,6 +32,7 @@
 
 #include "bench_common.hpp"
 #include "kernels/gemm_s8.hpp"
+#include "kernels/peak_loops.hpp"
 #include "s3r/core/bf16.hpp"
 #include "s3r/core/cpu_features.hpp"
 #include "s3r/gemm/backend.hpp"
@@ -149,150 +150,34 @@ void bm_f32(benchmark::State& state, Layout layout, int64_t N, int64_t K, int th
   finish(state, N, K);
 }
 
-// ---- instruction-level limits (register-only loops) -------------------------------------------
+// ---- instruction-level limits (register-only loops: kernels/peak_loops.hpp) --------------------
 
 constexpr int64_t kPeakIterations = 1 << 16;
 
-// The loops are written in assembly so that the compiler can neither hoist the loop-invariant
-// products nor merge the independent chains: per iteration, exactly the instructions listed.
-// Accumulators ymm0..ymm11 (ymm0..ymm7 for the sign trick). Every register starts at zero: left
-// over from other code, a denormal float would send the FMA loop through microcode assists
-// (100x slower); integer overflow in the other loops is harmless.
-#define S3R_ZERO_YMM                                                                          \
-  __asm__ volatile(                                                                           \
-      "vpxor %%xmm0, %%xmm0, %%xmm0\n\tvpxor %%xmm1, %%xmm1, %%xmm1\n\t"                        \
-      "vpxor %%xmm2, %%xmm2, %%xmm2\n\tvpxor %%xmm3, %%xmm3, %%xmm3\n\t"                        \
-      "vpxor %%xmm4, %%xmm4, %%xmm4\n\tvpxor %%xmm5, %%xmm5, %%xmm5\n\t"                        \
-      "vpxor %%xmm6, %%xmm6, %%xmm6\n\tvpxor %%xmm7, %%xmm7, %%xmm7\n\t"                        \
-      "vpxor %%xmm8, %%xmm8, %%xmm8\n\tvpxor %%xmm9, %%xmm9, %%xmm9\n\t"                        \
-      "vpxor %%xmm10, %%xmm10, %%xmm10\n\tvpxor %%xmm11, %%xmm11, %%xmm11\n\t"                  \
-      "vpxor %%xmm12, %%xmm12, %%xmm12\n\tvpxor %%xmm13, %%xmm13, %%xmm13\n\t"                  \
-      "vpxor %%xmm14, %%xmm14, %%xmm14\n\tvpxor %%xmm15, %%xmm15, %%xmm15" ::                     \
-          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",    \
-            "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15")
-__attribute__((target("avx2,fma"))) void fma_loop(int64_t iterations) {
-  S3R_ZERO_YMM;
-  for (int64_t it = 0; it < iterations; ++it) {
-    __asm__ volatile(
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm0\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm1\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm2\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm3\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm4\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm5\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm6\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm7\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm8\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm9\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm10\n\t"
-"vfmadd231ps %%ymm13, %%ymm12, %%ymm11\n\t"
-        ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-        "xmm10", "xmm11", "xmm12", "xmm13");
-  }
-}
-
-__attribute__((target("avx2"))) void madd_loop(int64_t iterations) {
-  S3R_ZERO_YMM;
-  for (int64_t it = 0; it < iterations; ++it) {
-    __asm__ volatile(
-"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm0, %%ymm0\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm1, %%ymm1\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm2, %%ymm2\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm3, %%ymm3\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm4, %%ymm4\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm5, %%ymm5\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm6, %%ymm6\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm7, %%ymm7\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm8, %%ymm8\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm9, %%ymm9\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm14\n\tvpaddd %%ymm14, %%ymm10, %%ymm10\n\t"
-"vpmaddwd %%ymm13, %%ymm12, %%ymm15\n\tvpaddd %%ymm15, %%ymm11, %%ymm11\n\t"
-        ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
-  }
-}
-
-// ymm8 = a (signed), ymm9 = |a| (held in a packed panel by a real kernel), ymm10 = b,
-// ymm11 = int16 ones: sign(b, a), maddubs(|a|, .) -> int16 pair sums (exact for codes in
-// [-127, 127]), madd with ones -> int32 sums of 4 products, add.
-__attribute__((target("avx2"))) void maddubs_loop(int64_t iterations) {
-  S3R_ZERO_YMM;
-  for (int64_t it = 0; it < iterations; ++it) {
-    __asm__ volatile(
-"vpsignb %%ymm8, %%ymm10, %%ymm12\n\tvpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\tvpmaddwd %%ymm11, %%ymm12, %%ymm13\n\tvpaddd %%ymm13, %%ymm0, %%ymm0\n\t"
-"vpsignb %%ymm8, %%ymm10, %%ymm14\n\tvpmaddubsw %%ymm14, %%ymm9, %%ymm14\n\tvpmaddwd %%ymm11, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm1, %%ymm1\n\t"
-"vpsignb %%ymm8, %%ymm10, %%ymm12\n\tvpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\tvpmaddwd %%ymm11, %%ymm12, %%ymm13\n\tvpaddd %%ymm13, %%ymm2, %%ymm2\n\t"
-"vpsignb %%ymm8, %%ymm10, %%ymm14\n\tvpmaddubsw %%ymm14, %%ymm9, %%ymm14\n\tvpmaddwd %%ymm11, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm3, %%ymm3\n\t"
-"vpsignb %%ymm8, %%ymm10, %%ymm12\n\tvpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\tvpmaddwd %%ymm11, %%ymm12, %%ymm13\n\tvpaddd %%ymm13, %%ymm4, %%ymm4\n\t"
-"vpsignb %%ymm8, %%ymm10, %%ymm14\n\tvpmaddubsw %%ymm14, %%ymm9, %%ymm14\n\tvpmaddwd %%ymm11, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm5, %%ymm5\n\t"
-"vpsignb %%ymm8, %%ymm10, %%ymm12\n\tvpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\tvpmaddwd %%ymm11, %%ymm12, %%ymm13\n\tvpaddd %%ymm13, %%ymm6, %%ymm6\n\t"
-"vpsignb %%ymm8, %%ymm10, %%ymm14\n\tvpmaddubsw %%ymm14, %%ymm9, %%ymm14\n\tvpmaddwd %%ymm11, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm7, %%ymm7\n\t"
-        ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
-  }
-}
-
-// The AVX-512 limits (zmm, 12 independent chains): f32 FMA (16 multiply-adds per instruction),
-// VNNI int8 (vpdpbusd: 64 u8 x s8 multiply-adds into 16 int32) and BF16 (vdpbf16ps: 32 bf16
-// multiply-adds into 16 f32). Their ratio bounds what int8 products can gain over bf16 ones on a
-// CPU without AMX (Zen 4/5, Cooper Lake): at most vnni / bf16, whatever the GEMM around them.
-#define S3R_ZERO_ZMM                                                                          \
-  __asm__ volatile(                                                                           \
-      "vpxord %%zmm0, %%zmm0, %%zmm0\n\tvpxord %%zmm1, %%zmm1, %%zmm1\n\t"                       \
-      "vpxord %%zmm2, %%zmm2, %%zmm2\n\tvpxord %%zmm3, %%zmm3, %%zmm3\n\t"                       \
-      "vpxord %%zmm4, %%zmm4, %%zmm4\n\tvpxord %%zmm5, %%zmm5, %%zmm5\n\t"                       \
-      "vpxord %%zmm6, %%zmm6, %%zmm6\n\tvpxord %%zmm7, %%zmm7, %%zmm7\n\t"                       \
-      "vpxord %%zmm8, %%zmm8, %%zmm8\n\tvpxord %%zmm9, %%zmm9, %%zmm9\n\t"                       \
-      "vpxord %%zmm10, %%zmm10, %%zmm10\n\tvpxord %%zmm11, %%zmm11, %%zmm11\n\t"                 \
-      "vpxord %%zmm12, %%zmm12, %%zmm12\n\tvpxord %%zmm13, %%zmm13, %%zmm13" ::                   \
-          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",    \
-            "xmm10", "xmm11", "xmm12", "xmm13")
-#define S3R_ZMM_LOOP(INSN)                                                                    \
-  S3R_ZERO_ZMM;                                                                               \
-  for (int64_t it = 0; it < iterations; ++it) {                                               \
-    __asm__ volatile(                                                                         \
-        INSN " %%zmm13, %%zmm12, %%zmm0\n\t" INSN " %%zmm13, %%zmm12, %%zmm1\n\t"               \
-        INSN " %%zmm13, %%zmm12, %%zmm2\n\t" INSN " %%zmm13, %%zmm12, %%zmm3\n\t"               \
-        INSN " %%zmm13, %%zmm12, %%zmm4\n\t" INSN " %%zmm13, %%zmm12, %%zmm5\n\t"               \
-        INSN " %%zmm13, %%zmm12, %%zmm6\n\t" INSN " %%zmm13, %%zmm12, %%zmm7\n\t"               \
-        INSN " %%zmm13, %%zmm12, %%zmm8\n\t" INSN " %%zmm13, %%zmm12, %%zmm9\n\t"               \
-        INSN " %%zmm13, %%zmm12, %%zmm10\n\t" INSN " %%zmm13, %%zmm12, %%zmm11\n\t" ::          \
-            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",  \
-              "xmm10", "xmm11", "xmm12", "xmm13");                                            \
-  }
-__attribute__((target("avx512f"))) void zmm_fma_loop(int64_t iterations) { S3R_ZMM_LOOP("vfmadd231ps") }
-__attribute__((target("avx512f,avx512vnni"))) void zmm_vnni_loop(int64_t iterations) {
-  S3R_ZMM_LOOP("vpdpbusd")
-}
-__attribute__((target("avx512f,avx512bf16"))) void zmm_bf16_loop(int64_t iterations) {
-  S3R_ZMM_LOOP("vdpbf16ps")
-}
-
-// One register-only limit: `loop` of kPeakIterations iterations, each `macs_per_iteration`
-// multiply-adds.
-using PeakLoop = void (*)(int64_t);
-void time_peak(benchmark::State& state, PeakLoop loop, int64_t macs_per_iteration) {
-  for (auto _ : state) loop(kPeakIterations);
-  state.SetItemsProcessed(state.iterations() * kPeakIterations * macs_per_iteration);
+// One register-only limit: `loop` of kPeakIterations iterations (it returns its multiply-adds).
+using PeakLoop = uint64_t (*)(int64_t);
+void time_peak(benchmark::State& state, PeakLoop loop) {
+  uint64_t macs = 0;
+  for (auto _ : state) macs += loop(kPeakIterations);
+  state.SetItemsProcessed(static_cast<int64_t>(macs));
 }
 
 // The AVX2 limits: 12 chains of 8 (FMA) or 16 (vpmaddwd) multiply-adds, 8 chains of 32 (sign trick).
-void bm_peak(benchmark::State& state, PeakLoop loop, int64_t macs_per_iteration) {
+void bm_peak(benchmark::State& state, PeakLoop loop) {
   if (!enter(state, Isa::kAvx2, 1)) return;
-  time_peak(state, loop, macs_per_iteration);
+  time_peak(state, loop);
 }
 
 // The AVX-512 limits, 12 chains each; skipped (with the reason) where the CPU, or S3R_MAX_ISA,
 // lacks the instruction (`needs`: "VNNI", "BF16" or "").
-void bm_peak_avx512(benchmark::State& state, PeakLoop loop, int64_t macs_per_iteration,
-                    const std::string& needs) {
+void bm_peak_avx512(benchmark::State& state, PeakLoop loop, const std::string& needs) {
   if (!enter(state, Isa::kAvx512, 1)) return;
   const CpuFeatures& f = cpu_features();
   if ((needs == "VNNI" && !f.avx512_vnni) || (needs == "BF16" && !f.avx512_bf16)) {
     state.SkipWithError(("this CPU (or S3R_MAX_ISA) lacks AVX-512 " + needs).c_str());
     return;
   }
-  time_peak(state, loop, macs_per_iteration);
+  time_peak(state, loop);
 }
 
 // The loop nest of one block of s8_gemm.cpp (for each B micro-panel, every A micro-panel), on
@@ -342,14 +227,14 @@ const bool registered = [] {
       }
     }
   }
-  benchmark::RegisterBenchmark("peak/avx2_fma_f32", bm_peak, fma_loop, 12 * 8)->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx2_madd_s16", bm_peak, madd_loop, 12 * 16)->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx2_maddubs_sign", bm_peak, maddubs_loop, 8 * 32)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx2_fma_f32", bm_peak, kernels::peak::avx2::fma_f32_ymm)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx2_madd_s16", bm_peak, kernels::peak::avx2::madd_s16_ymm)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx2_maddubs_sign", bm_peak, kernels::peak::avx2::maddubs_sign_ymm)->UseRealTime();
   benchmark::RegisterBenchmark("peak/avx2_s8_tile_l2", bm_s8_tile)->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx512_fma_f32", bm_peak_avx512, zmm_fma_loop, 12 * 16, "")->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx512_vnni_s8", bm_peak_avx512, zmm_vnni_loop, 12 * 64, "VNNI")
+  benchmark::RegisterBenchmark("peak/avx512_fma_f32", bm_peak_avx512, kernels::peak::avx512::fma_f32_zmm, "")->UseRealTime();
+  benchmark::RegisterBenchmark("peak/avx512_vnni_s8", bm_peak_avx512, kernels::peak::avx512::dpbusd_zmm, "VNNI")
       ->UseRealTime();
-  benchmark::RegisterBenchmark("peak/avx512_bf16_dot", bm_peak_avx512, zmm_bf16_loop, 12 * 32, "BF16")
+  benchmark::RegisterBenchmark("peak/avx512_bf16_dot", bm_peak_avx512, kernels::peak::avx512::dpbf16_zmm, "BF16")
       ->UseRealTime();
   return true;
 }();

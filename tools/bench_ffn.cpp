@@ -18,6 +18,8 @@
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/gemm/machine_line.hpp"
+#include "s3r/gemm/roofline.hpp"
+#include "roofline_table.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/nn/recipe.hpp"
 #include "s3r/nn/swiglu.hpp"
@@ -130,6 +132,7 @@ struct ShapeResult {
   FfnShape shape;
   std::vector<std::vector<double>> ms;  // [configuration][timed repeat]
   std::vector<nn::PhaseTimes> phases;   // [configuration], summed over timed repeats
+  std::vector<work::Phase> block;       // [configuration], the whole block, summed likewise
 };
 
 double median(std::vector<double> v) {
@@ -151,7 +154,8 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
   nn::SwigluState state;
   nn::SwigluScratch scratch;
   const size_t n = configs().size();
-  ShapeResult result{s, std::vector<std::vector<double>>(n), std::vector<nn::PhaseTimes>(n)};
+  ShapeResult result{s, std::vector<std::vector<double>>(n), std::vector<nn::PhaseTimes>(n),
+                     std::vector<work::Phase>(n)};
   const int total = o.warmup + o.repeats;
   for (int rep = 0; rep < total; ++rep) {
     const bool timed = rep >= o.warmup;
@@ -159,6 +163,7 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
       const nn::Recipe& cfg = configs()[c];
       nn::PhaseTimes phases;
       state.times = &phases;
+      const work::Counts work_before = work::snapshot();
       const auto start = std::chrono::steady_clock::now();
       nn::swiglu_forward(y, x, {w1, w3, w2}, T, C, F, cfg.projections(), state, scratch);
       nn::swiglu_backward(dx, {dw1, dw3, dw2}, dy, cfg.correction(), S,
@@ -168,12 +173,8 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
       state.times = nullptr;
       if (timed) {
         result.ms[c].push_back(ms);
-        nn::PhaseTimes& acc = result.phases[c];
-        acc.prepare += phases.prepare;
-        acc.gemm += phases.gemm;
-        acc.quantize_grad += phases.quantize_grad;
-        acc.correction += phases.correction;
-        acc.elementwise += phases.elementwise;
+        result.phases[c] += phases;
+        result.block[c] += work::Phase{ms, work::snapshot() - work_before};
       }
       std::fprintf(stderr, "\r  %s %s %-12s %8.1f ms   ", s.name,
                    timed ? ("repeat " + std::to_string(rep - o.warmup + 1) + "/" +
@@ -185,6 +186,32 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
   }
   std::fprintf(stderr, "\r%*s\r", 60, "");
   return result;
+}
+
+// bf16's time over a configuration's within each repeat (the two ran back to back), per shape:
+// the median and the range over the repeats, the run's own noise beside its ratios.
+std::vector<double> paired_ratios(const ShapeResult& r, std::string_view name) {
+  const std::vector<double>& base = r.ms[config_index("bf16")];
+  const std::vector<double>& other = r.ms[config_index(name)];
+  std::vector<double> out;
+  for (size_t i = 0; i < base.size(); ++i) out.push_back(base[i] / other[i]);
+  return out;
+}
+
+void print_spread(const std::vector<ShapeResult>& results) {
+  std::printf("\nspread over the repeats of bf16 / configuration, paired within each repeat: median [min, max]\n");
+  std::printf("%-6s %-22s %-22s %-22s\n", "shape", "s3r", "s3r+dx", "f32");
+  for (const ShapeResult& r : results) {
+    std::printf("%-6s", r.shape.name);
+    for (const char* name : {"s3r", "s3r+dx", "f32"}) {
+      const std::vector<double> v = paired_ratios(r, name);
+      char cell[64];
+      std::snprintf(cell, sizeof cell, "%.2fx [%.2f, %.2f]", median(v), *std::min_element(v.begin(), v.end()),
+                    *std::max_element(v.begin(), v.end()));
+      std::printf(" %-22s", cell);
+    }
+    std::printf("\n");
+  }
 }
 
 void print_table(const std::vector<ShapeResult>& results, const Options& o) {
@@ -203,6 +230,7 @@ void print_table(const std::vector<ShapeResult>& results, const Options& o) {
   std::printf("speed = bf16 median / configuration median (higher is faster); +two-way and +dx:\n"
               "time added to s3r by each correction. Medians of %d interleaved repeats.\n",
               o.repeats);
+  print_spread(results);
   if (!o.breakdown) return;
   std::printf("\nmean ms per phase (other = total - phases: allocation, bookkeeping)\n");
   std::printf("%-6s %-12s %9s %9s %9s %9s %9s %9s %9s\n", "shape", "config", "total", "gemm",
@@ -211,17 +239,42 @@ void print_table(const std::vector<ShapeResult>& results, const Options& o) {
     for (size_t c = 0; c < configs().size(); ++c) {
       const double n = static_cast<double>(r.ms[c].size());
       const nn::PhaseTimes& p = r.phases[c];
-      double total = 0.0;
-      for (double v : r.ms[c]) total += v;
-      const double other = total - p.gemm - p.prepare - p.quantize_grad - p.correction - p.elementwise;
+      const double total = r.block[c].ms;
+      const double other = total - p.gemm.ms - p.prepare.ms - p.quantize_grad.ms - p.correction.ms - p.elementwise.ms;
       std::printf("%-6s %-12s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", r.shape.name,
-                  configs()[c].name().c_str(), total / n, p.gemm / n, p.prepare / n, p.quantize_grad / n,
-                  p.correction / n, p.elementwise / n, other / n);
+                  configs()[c].name().c_str(), total / n, p.gemm.ms / n, p.prepare.ms / n, p.quantize_grad.ms / n,
+                  p.correction.ms / n, p.elementwise.ms / n, other / n);
     }
   }
 }
 
-void write_json(const std::vector<ShapeResult>& results, const Options& o) {
+// The phases of one configuration's block as roofline rows: mean time and work per repeat.
+std::vector<RooflineRow> roofline_rows(const ShapeResult& r, size_t c) {
+  const nn::PhaseTimes& p = r.phases[c];
+  const double n = static_cast<double>(r.ms[c].size());
+  const auto mean = [&](const work::Phase& x) { return x.mean_of(n); };
+  return {{"gemm", mean(p.gemm)},           {"prepare", mean(p.prepare)},
+          {"quantize dY", mean(p.quantize_grad)}, {"correction", mean(p.correction)},
+          {"element-wise", mean(p.elementwise)},  {"block", mean(r.block[c])}};
+}
+
+// Each shape's and configuration's roofline; returns them as JSON, keyed by shape and recipe.
+nlohmann::json print_rooflines(const std::vector<ShapeResult>& results) {
+  const gemm::RooflineLimits& limits = gemm::roofline_limits();
+  nlohmann::json out = nlohmann::json::object();
+  for (const ShapeResult& r : results) {
+    for (size_t c = 0; c < configs().size(); ++c) {
+      const std::string name = configs()[c].name();
+      out[r.shape.name][name] =
+          print_roofline(std::string("roofline of ") + r.shape.name + ", " + name + " (per block)", roofline_rows(r, c),
+                         limits);
+    }
+  }
+  print_roofline_legend();
+  return out;
+}
+
+void write_json(const std::vector<ShapeResult>& results, const Options& o, const nlohmann::json& roofline) {
   nlohmann::json j;
   j["command"] = "s3r bench ffn";
   j["machine"] = machine_line();
@@ -241,13 +294,17 @@ void write_json(const std::vector<ShapeResult>& results, const Options& o) {
       s["runs_ms"][name] = r.ms[c];
       const double n = static_cast<double>(r.ms[c].size());
       const nn::PhaseTimes& p = r.phases[c];
-      s["phase_mean_ms"][name] = {{"gemm", p.gemm / n},
-                                 {"prepare", p.prepare / n},
-                                 {"quantize_grad", p.quantize_grad / n},
-                                 {"correction", p.correction / n},
-                                 {"elementwise", p.elementwise / n}};
+      s["phase_mean_ms"][name] = {{"gemm", p.gemm.ms / n},
+                                 {"prepare", p.prepare.ms / n},
+                                 {"quantize_grad", p.quantize_grad.ms / n},
+                                 {"correction", p.correction.ms / n},
+                                 {"elementwise", p.elementwise.ms / n}};
     }
     j["shapes"].push_back(s);
+  }
+  if (o.breakdown) {
+    j["roofline"] = roofline;
+    j["limits"] = limits_json(gemm::roofline_limits());
   }
   io::write_file_atomic(o.json_path, [&](std::ostream& out) { out << j.dump(2) << "\n"; });
   std::printf("wrote %s\n", o.json_path.c_str());
@@ -270,6 +327,7 @@ void run(const Options& o) {
               "%d threads, %d warm-up + %d interleaved repeats\nmachine: %s\n",
               static_cast<long long>(o.tokens), static_cast<long long>(o.seq_len ? o.seq_len : o.tokens),
               omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
+  if (o.breakdown) std::printf("%s\n", gemm::limits_line(gemm::roofline_limits()).c_str());  // on idle cores
   std::fflush(stdout);
   std::vector<ShapeResult> results;
   for (const FfnShape& s : shapes) {
@@ -278,7 +336,8 @@ void run(const Options& o) {
     results.push_back(run_shape(s, o));
   }
   print_table(results, o);
-  if (!o.json_path.empty()) write_json(results, o);
+  const nlohmann::json roofline = o.breakdown ? print_rooflines(results) : nlohmann::json();
+  if (!o.json_path.empty()) write_json(results, o, roofline);
 }
 
 }  // namespace

@@ -23,6 +23,8 @@
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/core/machine.hpp"
 #include "s3r/gemm/machine_line.hpp"
+#include "s3r/gemm/roofline.hpp"
+#include "roofline_table.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/optim/adamw.hpp"
@@ -81,7 +83,8 @@ struct StepRunner {
   int64_t t = 0;
   // --breakdown: phase times and page faults summed over the timed steps.
   model::StepBreakdown phases;
-  double optimizer_ms = 0.0, timed_steps = 0.0, minor_faults = 0.0;
+  work::Phase optimizer;
+  double timed_steps = 0.0, minor_faults = 0.0;
 
   StepRunner(const model::ModelConfig& cfg, const StepConfig& c)
       : model(cfg, c.recipe), opt(model, dist::single_process(), false), in(cfg.tokens()), tg(cfg.tokens()) {
@@ -102,11 +105,13 @@ struct StepRunner {
     model.forward(in, tg);
     model.backward(fold_in(key_from_seed(0), static_cast<uint32_t>(t)));
     const auto optimizer_start = std::chrono::steady_clock::now();
+    const work::Counts optimizer_work = work::snapshot();
     double norm = 0.0;
     opt.step(adamw, 1e-4f, ++t, &norm);
     const auto end = std::chrono::steady_clock::now();
     if (record) {
-      optimizer_ms += std::chrono::duration<double, std::milli>(end - optimizer_start).count();
+      optimizer.ms += std::chrono::duration<double, std::milli>(end - optimizer_start).count();
+      optimizer.work += work::snapshot() - optimizer_work;
       minor_faults += static_cast<double>(minor_page_faults() - faults_before);
       timed_steps += 1.0;
     }
@@ -141,56 +146,68 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Mean milliseconds per step of each phase (rows) per configuration (columns), and its share of
-// the step; returns the same as JSON.
+// The rows of the breakdown: the step's phases (their sum is the step), then the projections'
+// own split of 'attn projections' + 'ffn (swiglu)' (indented).
+struct PhaseRow {
+  const char* name;
+  const work::Phase& (*get)(const StepRunner&);
+  bool in_sum;
+};
+const PhaseRow kPhaseRows[] = {
+    {"embedding", [](const StepRunner& r) -> const work::Phase& { return r.phases.embedding; }, true},
+    {"rmsnorm", [](const StepRunner& r) -> const work::Phase& { return r.phases.norms; }, true},
+    {"attn projections", [](const StepRunner& r) -> const work::Phase& { return r.phases.projections; }, true},
+    {"rope", [](const StepRunner& r) -> const work::Phase& { return r.phases.rope; }, true},
+    {"attention", [](const StepRunner& r) -> const work::Phase& { return r.phases.attention; }, true},
+    {"residual adds", [](const StepRunner& r) -> const work::Phase& { return r.phases.residual; }, true},
+    {"ffn (swiglu)", [](const StepRunner& r) -> const work::Phase& { return r.phases.ffn; }, true},
+    {"lm head", [](const StepRunner& r) -> const work::Phase& { return r.phases.lm_head; }, true},
+    {"cross-entropy", [](const StepRunner& r) -> const work::Phase& { return r.phases.cross_entropy; }, true},
+    {"zero grads", [](const StepRunner& r) -> const work::Phase& { return r.phases.zeroing; }, true},
+    {"optimizer", [](const StepRunner& r) -> const work::Phase& { return r.optimizer; }, true},
+    {"  projections: prepare", [](const StepRunner& r) -> const work::Phase& { return r.phases.projection_phases.prepare; }, false},
+    {"  projections: gemm", [](const StepRunner& r) -> const work::Phase& { return r.phases.projection_phases.gemm; }, false},
+    {"  projections: quantize dY", [](const StepRunner& r) -> const work::Phase& { return r.phases.projection_phases.quantize_grad; }, false},
+    {"  projections: correction", [](const StepRunner& r) -> const work::Phase& { return r.phases.projection_phases.correction; }, false},
+    {"  ffn element-wise", [](const StepRunner& r) -> const work::Phase& { return r.phases.projection_phases.elementwise; }, false},
+    {"  ffn routing (experts)", [](const StepRunner& r) -> const work::Phase& { return r.phases.projection_phases.routing; }, false},
+};
+
+// One step's mean time and work per phase row, then the whole step (the sum of the phases).
+std::vector<RooflineRow> mean_phases(const StepRunner& r) {
+  std::vector<RooflineRow> rows;
+  work::Phase step;
+  for (const PhaseRow& row : kPhaseRows) {
+    const work::Phase p = row.get(r).mean_of(r.timed_steps);
+    if (row.in_sum) step += p;
+    rows.push_back({row.name, p});
+  }
+  rows.push_back({"step (sum of phases)", step});
+  return rows;
+}
+
+// Mean milliseconds per step of each phase (rows) per configuration (columns) and its share of
+// the step, then each configuration's roofline; returns both as JSON.
 nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
                                const std::vector<std::unique_ptr<StepRunner>>& runners) {
-  struct Row {
-    const char* name;
-    double (*get)(const StepRunner&);
-  };
-  static const Row kRows[] = {
-      {"embedding", [](const StepRunner& r) { return r.phases.embedding; }},
-      {"rmsnorm", [](const StepRunner& r) { return r.phases.norms; }},
-      {"attn projections", [](const StepRunner& r) { return r.phases.projections; }},
-      {"rope", [](const StepRunner& r) { return r.phases.rope; }},
-      {"attention", [](const StepRunner& r) { return r.phases.attention; }},
-      {"residual adds", [](const StepRunner& r) { return r.phases.residual; }},
-      {"ffn (swiglu)", [](const StepRunner& r) { return r.phases.ffn; }},
-      {"lm head", [](const StepRunner& r) { return r.phases.lm_head; }},
-      {"cross-entropy", [](const StepRunner& r) { return r.phases.cross_entropy; }},
-      {"zero grads", [](const StepRunner& r) { return r.phases.zeroing; }},
-      {"optimizer", [](const StepRunner& r) { return r.optimizer_ms; }},
-      {"  projections: prepare", [](const StepRunner& r) { return r.phases.projection_phases.prepare; }},
-      {"  projections: gemm", [](const StepRunner& r) { return r.phases.projection_phases.gemm; }},
-      {"  projections: quantize dY", [](const StepRunner& r) { return r.phases.projection_phases.quantize_grad; }},
-      {"  projections: correction", [](const StepRunner& r) { return r.phases.projection_phases.correction; }},
-      {"  ffn element-wise", [](const StepRunner& r) { return r.phases.projection_phases.elementwise; }},
-      {"  ffn routing (experts)", [](const StepRunner& r) { return r.phases.projection_phases.routing; }},
-  };
+  std::vector<std::vector<RooflineRow>> phases;
+  for (const auto& r : runners) phases.push_back(mean_phases(*r));
   std::printf("\nbreakdown: mean ms per step (share of the step), over the timed repeats\n%-27s", "phase");
   for (const StepConfig& c : configs) std::printf(" %16s", c.name.c_str());
   std::printf("\n");
   nlohmann::json out = nlohmann::json::array();
-  std::vector<double> step_ms(configs.size());
-  for (size_t i = 0; i < configs.size(); ++i) {
-    const StepRunner& r = *runners[i];
-    step_ms[i] = (r.phases.total() + r.optimizer_ms) / r.timed_steps;
-  }
-  for (const Row& row : kRows) {
-    std::printf("%-27s", row.name);
-    nlohmann::json j = {{"phase", row.name}};
+  for (size_t row = 0; row < phases[0].size(); ++row) {
+    std::printf("%-27s", phases[0][row].phase.c_str());
+    nlohmann::json j = {{"phase", phases[0][row].phase}};
     for (size_t i = 0; i < configs.size(); ++i) {
-      const double ms = row.get(*runners[i]) / runners[i]->timed_steps;
-      std::printf(" %8.1f (%4.1f%%)", ms, 100.0 * ms / step_ms[i]);
+      const double ms = phases[i][row].per_step.ms;
+      std::printf(" %8.1f (%4.1f%%)", ms, 100.0 * ms / phases[i].back().per_step.ms);
       j[configs[i].name] = ms;
     }
     std::printf("\n");
     out.push_back(j);
   }
-  std::printf("%-27s", "sum of phases");
-  for (size_t i = 0; i < configs.size(); ++i) std::printf(" %8.1f         ", step_ms[i]);
-  std::printf("\n%-27s", "minor page faults");
+  std::printf("%-27s", "minor page faults");
   nlohmann::json faults = {{"phase", "minor page faults per step"}};
   for (size_t i = 0; i < configs.size(); ++i) {
     const double f = runners[i]->minor_faults / runners[i]->timed_steps;
@@ -203,7 +220,13 @@ nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
               " S3R-EC corrections, SwiGLU's activation, and a mixture of experts' router, sort, gathers\n"
               " and combine; page faults: memory touched for the first time, i.e. allocations that reach\n"
               " the kernel)\n");
-  return out;
+  const gemm::RooflineLimits& limits = gemm::roofline_limits();
+  nlohmann::json roofline = nlohmann::json::object();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    roofline[configs[i].name] = print_roofline("roofline of " + configs[i].name + " (per step)", phases[i], limits);
+  }
+  print_roofline_legend();
+  return {{"phases", out}, {"roofline", roofline}, {"limits", limits_json(limits)}};
 }
 
 void run(const Options& o) {
@@ -234,6 +257,8 @@ void run(const Options& o) {
               static_cast<long long>(cfg.tokens()));
   std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
               omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
+  // The limits are measured before any model exists, on idle cores.
+  if (o.breakdown) std::printf("%s\n", gemm::limits_line(gemm::roofline_limits()).c_str());
   std::fflush(stdout);
 
   std::vector<int64_t> memory(configs.size(), -1);

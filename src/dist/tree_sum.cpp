@@ -5,12 +5,14 @@
 
 #include "core/parallel_blocks.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 
 namespace s3r::dist {
 
 void add_into(std::span<float> a, std::span<const float> b) {
   if (a.size() != b.size()) throw Error("add_into: sizes differ");
   const int64_t n = static_cast<int64_t>(a.size());
+  work::add_floats(3 * a.size());
   constexpr int64_t kBlock = 1 << 14;  // each element's sum is one addition: blocking is free
   parallel_blocks(n, kBlock, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) a[i] += b[i];

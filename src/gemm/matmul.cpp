@@ -15,6 +15,7 @@
 #include "gemm/onednn_matmul.hpp"
 #include "gemm/s8_gemm.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 #include "s3r/gemm/backend.hpp"
 
 namespace s3r::gemm {
@@ -187,6 +188,16 @@ void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const 
   });
 }
 
+
+// The work of one product (s3r/core/work.hpp): M N K multiply-adds of its type, and its
+// operands' bytes (C twice when accumulated into).
+void count_work(const MatmulShape& s, void (*add_macs)(uint64_t), uint64_t element_bytes_ab, uint64_t element_bytes_c,
+                bool accumulate) {
+  const auto M = static_cast<uint64_t>(s.M), N = static_cast<uint64_t>(s.N), K = static_cast<uint64_t>(s.K);
+  add_macs(M * N * K);
+  work::add_bytes(element_bytes_ab * (M * K + K * N) + element_bytes_c * M * N * (accumulate ? 2 : 1));
+}
+
 }  // namespace
 
 void set_thread_invariant(bool on) { g_thread_invariant = on; }
@@ -194,12 +205,15 @@ bool thread_invariant() { return g_thread_invariant; }
 
 void matmul_f32(float* C, const float* A, const float* B, const MatmulShape& shape,
                 bool accumulate) {
-  float_product(Type::kF32, C, A, B, resolved(shape), accumulate);
+  const MatmulShape s = resolved(shape);
+  count_work(s, work::add_mac_f32, 4, 4, accumulate);
+  float_product(Type::kF32, C, A, B, s, accumulate);
 }
 
 void matmul_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const MatmulShape& shape,
                  bool accumulate) {
   const MatmulShape s = resolved(shape);
+  count_work(s, work::add_mac_bf16, 2, 4, accumulate);
   if (bf16_backend() == Bf16Backend::kF32) {
     emulated_bf16(C, A, B, s, accumulate);
     return;
@@ -219,6 +233,7 @@ void matmul_bf16(float* C, const bf16* A, const bf16* B, const MatmulShape& shap
 
 void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape) {
   const MatmulShape s = resolved(shape);
+  count_work(s, work::add_mac_bf16, 2, 2, false);
   if (bf16_backend() == Bf16Backend::kOnednn) {
     onednn::run({Type::kBf16, Type::kBf16, Type::kBf16, s}, C, A, B);
     return;
@@ -236,7 +251,9 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
 void matmul_s8(int32_t* C, const int8_t* A, const int8_t* B, const MatmulShape& shape) {
   s8::Output out;
   out.s32 = C;
-  int8_product(A, B, resolved(shape), out);
+  const MatmulShape s = resolved(shape);
+  count_work(s, work::add_mac_s8, 1, 4, false);
+  int8_product(A, B, s, out);
 }
 
 void matmul_s8_scaled(float* C, const int8_t* A, const int8_t* B, const MatmulShape& shape,
@@ -246,7 +263,9 @@ void matmul_s8_scaled(float* C, const int8_t* A, const int8_t* B, const MatmulSh
   out.row_scale = row_scale;
   out.col_scale = col_scale;
   out.accumulate = accumulate;
-  int8_product(A, B, resolved(shape), out);
+  const MatmulShape s = resolved(shape);
+  count_work(s, work::add_mac_s8, 1, 4, accumulate);
+  int8_product(A, B, s, out);
 }
 
 std::string onednn_version() { return onednn::version(); }

@@ -3,6 +3,7 @@
 // in kernels/<tier>/attention_<tier>.cpp.
 #include "s3r/model/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -11,6 +12,7 @@
 #include "core/parallel_blocks.hpp"
 #include "kernels/attention_kernels.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 #include "s3r/core/isa.hpp"
 
 namespace s3r::model {
@@ -85,6 +87,14 @@ void add_rows(float* dst, int64_t ld, const float* src, int64_t rows, int64_t HD
   }
 }
 
+// Unmasked (query, key) pairs of one head: sum over rows i of min(i + 1, W) (W = S without a
+// window), the pairs s3r/core/work.hpp counts attention's multiply-adds by.
+uint64_t unmasked_pairs(int64_t S, int64_t window) {
+  const int64_t W = window > 0 ? std::min(window, S) : S;
+  // rows 0 .. W-1 see i + 1 keys, rows W .. S-1 see W
+  return static_cast<uint64_t>(W * (W + 1) / 2 + (S - W) * W);
+}
+
 }  // namespace
 
 void flash_attention_forward(std::span<float> out, std::span<float> lse, std::span<const float> q,
@@ -97,6 +107,9 @@ void flash_attention_forward(std::span<float> out, std::span<float> lse, std::sp
   expect_size(fn, "out", out.size(), d.T * d.C());
   expect_size(fn, "lse", lse.size(), d.B * d.NH * d.S);
   const kernels::AttentionKernels& kern = kernels::attention_kernels_for(active_isa());
+  const uint64_t heads_total = static_cast<uint64_t>(d.B * d.NH);
+  work::add_mac_f32(2 * heads_total * unmasked_pairs(d.S, window) * static_cast<uint64_t>(d.HD));
+  work::add_floats(static_cast<uint64_t>(2 * d.T * d.C() + 2 * d.T * d.Ckv() + d.B * d.NH * d.S));  // q, out; k, v; lse
   const int64_t blocks = (d.S + kernels::kAttnBlock - 1) / kernels::kAttnBlock;
   const int64_t tasks = d.B * d.NH * blocks;
   // Query block `blk` of head (b, h) is one task; its arithmetic does not depend on which
@@ -126,6 +139,9 @@ void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::spa
   expect_size(fn, "lse", lse.size(), d.B * d.NH * d.S);
   const kernels::AttentionKernels& kern = kernels::attention_kernels_for(active_isa());
   const int64_t S = d.S, HD = d.HD, G = d.G();
+  work::add_mac_f32(5 * static_cast<uint64_t>(d.B * d.NH) * unmasked_pairs(S, window) * static_cast<uint64_t>(HD));
+  // q, out, dout, dq; k, v, dk, dv; lse
+  work::add_floats(static_cast<uint64_t>(4 * d.T * d.C() + 4 * d.T * d.Ckv() + d.B * d.NH * S));
   const int64_t kernel_scratch = kernels::attention_backward_scratch(S, HD);
   // One (example, kv head) per task: it owns its slices of dk, dv and those of dq of its G query
   // heads, and runs the heads in order: the first writes dk, dv in place, each later one into

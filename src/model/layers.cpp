@@ -12,6 +12,7 @@
 
 #include "core/parallel_blocks.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "kernels/dispatch.hpp"
 
@@ -54,6 +55,7 @@ void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t hea
   expect_multiple("rope", "x", x.size(), C * seq_len);
   if (head_dim % 2 != 0) throw Error("rope: head dimension must be even, got " + std::to_string(head_dim));
   const int64_t T = static_cast<int64_t>(x.size()) / C, pairs = head_dim / 2;
+  work::add_floats(2 * x.size());
   std::vector<float> cos_sin(static_cast<size_t>(seq_len * pairs * 2));
   parallel_blocks(seq_len, 16, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
@@ -84,12 +86,14 @@ void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t hea
 }  // namespace
 
 void scale_in_place(std::span<float> x, float s) {
+  work::add_floats(2 * x.size());
   parallel_blocks(static_cast<int64_t>(x.size()), int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) x[i] *= s;
   });
 }
 
 void transpose_into(float* dst, const float* src, int64_t rows, int64_t cols) {
+  work::add_floats(2 * static_cast<uint64_t>(rows * cols));
   parallel_blocks(cols, 16, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       for (int64_t r = 0; r < rows; ++r) dst[c * rows + r] = src[r * cols + c];
@@ -98,6 +102,7 @@ void transpose_into(float* dst, const float* src, int64_t rows, int64_t cols) {
 }
 
 void add_transposed(float* dst, const float* src, int64_t rows, int64_t cols) {
+  work::add_floats(3 * static_cast<uint64_t>(rows * cols));
   parallel_blocks(cols, 16, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       for (int64_t r = 0; r < rows; ++r) dst[c * rows + r] += src[r * cols + c];
@@ -111,6 +116,7 @@ void embedding_forward(std::span<float> out, std::span<const int32_t> tokens,
   expect_size("embedding_forward", "out", out.size(), T * width);
   expect_size("embedding_forward", "table", table.size(), vocab * width);
   check_ids("embedding_forward", "token", tokens, vocab);
+  work::add_floats(2 * static_cast<uint64_t>(T * width));  // rows read, rows written
   parallel_blocks(T, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       std::copy_n(table.data() + tokens[t] * width, width, out.data() + t * width);
@@ -123,6 +129,7 @@ void embedding_backward(std::span<float> dtable, std::span<const float> dout,
                         LeafScratch* scratch) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   expect_size("embedding_backward", "dout", dout.size(), T * width);
+  work::add_floats(3 * static_cast<uint64_t>(T * width));  // dout read, table rows read and written
   // Tokens repeat, so every element adds its tokens' rows in token order (deterministic); the
   // threads take blocks of columns, which keeps that order for each element.
   const auto scatter = [&](float* table, int64_t t0, int64_t t1) {
@@ -191,6 +198,7 @@ void rmsnorm_forward(std::span<float> out, std::span<float> rstd, std::span<cons
   expect_size("rmsnorm_forward", "out", out.size(), T * width);
   expect_size("rmsnorm_forward", "rstd", rstd.size(), T);
   expect_size("rmsnorm_forward", "weight", weight.size(), width);
+  work::add_floats(static_cast<uint64_t>(2 * T * width + T + width));  // in, out, rstd, weight
   const auto& k = kernels::active_kernels();
   parallel_blocks(T, kNormRows, [&](int64_t r0, int64_t r1) {
     k.rmsnorm_rows(out.data(), rstd.data(), in.data(), weight.data(), r0, r1, width, eps);
@@ -208,6 +216,8 @@ void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<
   expect_size("rmsnorm_backward", "in", in.size(), T * width);
   expect_size("rmsnorm_backward", "dout", dout.size(), T * width);
   expect_size("rmsnorm_backward", "din", din.size(), T * width);
+  // dout, in, din read and written; rstd, weight, dweight (the dweight pass rereads dout, in)
+  work::add_floats(static_cast<uint64_t>(6 * T * width + T + 3 * width));
   // y = x r w with r = (mean x^2 + eps)^-1/2:  dx = r (w dy) - x r^3 mean(x w dy).
   const auto& k = kernels::active_kernels();
   parallel_blocks(T, kNormRows, [&](int64_t r0, int64_t r1) {
@@ -340,6 +350,7 @@ void cross_entropy_fused(std::span<float> logits, std::span<const int32_t> targe
   // any thread count.
   constexpr int64_t kRows = 8;
   std::vector<double> token_loss(static_cast<size_t>(T));
+  work::add_floats(2 * static_cast<uint64_t>(T * vocab));  // logits read, gradient written over them
   const auto& k = kernels::active_kernels();
   parallel_blocks(T, kRows, [&](int64_t r0, int64_t r1) {
     if (!k.softmax_xent_rows(logits.data(), token_loss.data(), targets.data(), r0, r1, vocab,

@@ -7,6 +7,7 @@
 
 #include "core/parallel_blocks.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 #include "s3r/dist/tree_sum.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "s3r/model/attention.hpp"
@@ -485,6 +486,7 @@ void Model::fold_tied_head() {
 void Model::clear_accumulated_grads() {
   const int64_t C = cfg_.width, V = cfg_.vocab;
   const auto clear = [](float* data, int64_t n) {
+    work::add_floats(static_cast<uint64_t>(n));
     parallel_blocks(n, int64_t{1} << 16, [&](int64_t i0, int64_t i1) { std::fill(data + i0, data + i1, 0.0f); });
   };
   clear(grad(tok_emb_), V * C);

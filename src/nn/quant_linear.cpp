@@ -12,6 +12,7 @@
 #include "nn/probe_backward.hpp"
 #include "s3r/dist/tree_sum.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/quant/forward_quant.hpp"
@@ -30,6 +31,7 @@ constexpr int64_t kChunk = 1 << 14;    // elements per OpenMP task of the flat e
 // less; 0.5 GB at `wide` with the workspace's G below).
 void to_bf16(std::vector<bf16>& out, std::vector<float>& widened, std::span<const float> in) {
   const bool widen = gemm::bf16_backend() == gemm::Bf16Backend::kF32;
+  work::add_bytes(in.size() * (widen ? 8 : 6));
   out.resize(widen ? 0 : in.size());
   widened.resize(widen ? in.size() : 0);
   const int64_t n = static_cast<int64_t>(in.size());
@@ -71,7 +73,10 @@ void prepare_input(LinearInput& out, std::span<const float> x, int64_t tokens, i
   out.tokens = tokens;
   out.features = features;
   switch (mode) {
-    case LinearMode::kF32: out.f32_values.assign(x.begin(), x.end()); break;
+    case LinearMode::kF32:
+      work::add_floats(2 * x.size());
+      out.f32_values.assign(x.begin(), x.end());
+      break;
     case LinearMode::kBf16: to_bf16(out.bf16_values, out.f32_values, x); break;
     default:
       out.codes.resize(x.size());
@@ -87,13 +92,17 @@ void prepare_weight(LinearWeight& out, std::span<const float> w, int64_t in, int
   out.in = in;
   out.out = out_features;
   switch (mode) {
-    case LinearMode::kF32: out.f32_values.assign(w.begin(), w.end()); break;
+    case LinearMode::kF32:
+      work::add_floats(2 * w.size());
+      out.f32_values.assign(w.begin(), w.end());
+      break;
     case LinearMode::kBf16: to_bf16(out.bf16_values, out.f32_values, w); break;
     default: {
       out.codes.resize(w.size());
       out.scales.resize(static_cast<size_t>(out_features));
       quantize_cols_rtne(out.codes, out.scales, w, in, out_features, name);
       out.code_row_sums.resize(static_cast<size_t>(in));
+      work::add_bytes(w.size());  // the codes read again for their row sums
       const int8_t* codes = out.codes.data();
       parallel_blocks(in, kRowBlock, [&](int64_t k0, int64_t k1) {
         for (int64_t k = k0; k < k1; ++k) {
@@ -224,6 +233,8 @@ const float* dx_correction_terms(const ErrorStats& st, const LinearWeight& w, co
     for (int64_t t = ex.begin(b); t < ex.end(b); ++t) ws.delta[t] = st.token_mean[t] - st.grand_mean[b];
   }
   const auto& k = kernels::active_kernels();
+  work::add_mac_f32(static_cast<uint64_t>(B * K * N));
+  work::add_bytes(static_cast<uint64_t>(K * N + 4 * (B * N + B * K)));  // Wq, a read; wa written
   parallel_blocks(K, 64, [&](int64_t k0, int64_t k1) {
     k.gemv_s8_f32(ws.wa.data(), w.codes.data(), st.channel_mean.data(), B, K, N, k0, k1);
   });
@@ -331,6 +342,7 @@ void int8_dx(std::span<float> dx, const QuantizedGrad& q, const LinearInput& x,
   const float* wa = correct ? dx_correction_terms(q.stats_for_dx(), w, ex, ws) : nullptr;
   PhaseZone zone(ws.times, &PhaseTimes::gemm);
   const auto& k = kernels::active_kernels();
+  work::add_floats(static_cast<uint64_t>(T * K) * (config.accumulate_dx ? 3 : 2));  // acc read; dx (read and) written
   if (ex.offsets.empty()) {
     parallel_blocks(T, kRowBlock, [&](int64_t t0, int64_t t1) {
       k.dx_epilogue(dx.data(), ws.acc.data(), t0, t1, K, q.step, x.scales.data(), wa, ws.delta.data(),

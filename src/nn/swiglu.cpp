@@ -8,6 +8,7 @@
 #include "kernels/dispatch.hpp"
 #include "nn/phase_clock.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 
 namespace s3r::nn {
 
@@ -52,6 +53,7 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
     PhaseZone zone(st.times, &PhaseTimes::elementwise);
     const auto& k = kernels::active_kernels();
     const auto ew = activation == GatedActivation::kSilu ? k.swiglu_forward_ew : k.geglu_forward_ew;
+    work::add_floats(static_cast<uint64_t>(3 * T * F));  // h1, h3 read; hidden written
     parallel_blocks(T * F, kChunk, [&](int64_t i0, int64_t i1) {  // hidden = act(h1) * h3
       ew(hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
     });
@@ -90,6 +92,7 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
     PhaseZone zone(st.times, &PhaseTimes::elementwise);
     const auto& k = kernels::active_kernels();
     const auto ew = st.activation == GatedActivation::kSilu ? k.swiglu_backward_ew : k.geglu_backward_ew;
+    work::add_floats(static_cast<uint64_t>(5 * T * F));  // d_hidden, h1, h3 read; dh1, dh3 written
     parallel_blocks(T * F, kChunk, [&](int64_t i0, int64_t i1) {
       ew(dh1.data(), dh3.data(), d_hidden.data(), st.h1.data(), st.h3.data(), i0, i1);
     });

@@ -8,6 +8,7 @@
 #include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 
 namespace s3r::optim {
 
@@ -57,6 +58,7 @@ std::vector<double> grad_sums_of_squares(std::span<const ParamRef> params) {
     const int64_t n = static_cast<int64_t>(p.grad.size());
     const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
     const size_t first = sums.size();
+    work::add_floats(static_cast<uint64_t>(n));
     sums.resize(first + static_cast<size_t>(chunks), 0.0);
     parallel_blocks(chunks, kNormLanes, [&](int64_t c0, int64_t c1) {
       chunk_sums(sums.data() + first + c0, p.grad.data(), n, c0, c1);
@@ -108,6 +110,7 @@ bool update_pass(std::span<const ParamRef> params, const AdamWConfig& c, const A
     e.eps = c.eps;
     e.decay = p.decay ? s.lr * c.weight_decay : 0.0f;
     const int64_t n = static_cast<int64_t>(p.value.size());
+    work::add_floats(static_cast<uint64_t>(n) * (write ? 7 : 4));  // w, m, v, g read; w, m, v written
     finite = parallel_blocks_all(n, kUpdateBlock, [&](int64_t i0, int64_t i1) {
       return update(e, i0, i1, write);
     }) && finite;

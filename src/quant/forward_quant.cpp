@@ -10,6 +10,7 @@
 #include "kernels/dispatch.hpp"
 #include "kernels/ref/numerics.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 
 namespace s3r {
 
@@ -58,6 +59,7 @@ void quantize_rows_rtne(std::span<int8_t> codes, std::span<float> scales,
                         std::string_view tensor_name) {
   check_sizes("quantize_rows_rtne", tensor_name, rows, cols, x.size(), codes.size(),
               scales.size(), static_cast<size_t>(rows));
+  work::add_bytes(static_cast<uint64_t>(5 * rows * cols + 4 * rows));  // x read; codes, scales written
   const auto kernel = kernels::active_kernels().quantize_rows_rtne;
   const bool ok = parallel_blocks_all(rows, kRowBlock, [&](int64_t r0, int64_t r1) {
     return kernel(codes.data(), scales.data(), x.data(), r0, r1, cols);
@@ -70,6 +72,8 @@ void quantize_cols_rtne(std::span<int8_t> codes, std::span<float> scales,
                         std::string_view tensor_name) {
   check_sizes("quantize_cols_rtne", tensor_name, rows, cols, w.size(), codes.size(),
               scales.size(), static_cast<size_t>(cols));
+  // w read twice (column maxima, then codes); codes and scales written
+  work::add_bytes(static_cast<uint64_t>(9 * rows * cols + 4 * cols));
   const auto& k = kernels::active_kernels();
   const bool ok = parallel_blocks_all(cols, kColBlock, [&](int64_t c0, int64_t c1) {
     return k.absmax_cols(scales.data(), w.data(), 0, rows, cols, c0, c1);

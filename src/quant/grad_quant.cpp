@@ -10,6 +10,7 @@
 
 #include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
+#include "s3r/core/work.hpp"
 
 namespace s3r {
 
@@ -170,6 +171,8 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   }
   p.mode = config.mode;
   p.count = count;
+  // G read twice (its maximum, then the codes), `count` code arrays written
+  work::add_bytes(static_cast<uint64_t>(tokens * channels) * (2 * sizeof(T) + count));
   p.keys[0] = fold_in(config.layer_key, 0);
   p.keys[1] = fold_in(config.layer_key, 1);
 

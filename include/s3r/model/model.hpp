@@ -38,24 +38,26 @@
 
 namespace s3r::model {
 
-// Wall-clock milliseconds per phase of forward + backward, accumulated while attached
-// (Model::set_breakdown; `s3r bench step --breakdown`). The projections' own split (operand
-// preparation, GEMMs, gradient quantization, corrections, SwiGLU's element-wise work) is in
-// `projection_phases`; `projections` and `ffn` hold the whole calls.
+// Wall-clock milliseconds and work (s3r/core/work.hpp) per phase of forward + backward,
+// accumulated while attached (Model::set_breakdown; `s3r bench step --breakdown`). The
+// projections' own split (operand preparation, GEMMs, gradient quantization, corrections,
+// SwiGLU's element-wise work) is in `projection_phases`; `projections` and `ffn` hold the whole
+// calls.
 struct StepBreakdown {
-  double embedding = 0;      // token embedding, forward and backward
-  double norms = 0;          // RMSNorm forward and backward
-  double projections = 0;    // the four attention projections (Q, K, V, O), forward and backward
-  double rope = 0;           // RoPE forward and backward
-  double attention = 0;      // causal softmax attention, forward and backward
-  double residual = 0;       // residual additions
-  double ffn = 0;            // SwiGLU blocks (gate, up, down and the element-wise work)
-  double lm_head = 0;        // the LM head's operands and products, forward and backward
-  double cross_entropy = 0;  // softmax, loss and its gradient
-  double zeroing = 0;        // clearing the gradients
+  work::Phase embedding;      // token embedding, forward and backward
+  work::Phase norms;          // RMSNorm forward and backward
+  work::Phase projections;    // the four attention projections (Q, K, V, O), forward and backward
+  work::Phase rope;           // RoPE forward and backward
+  work::Phase attention;      // causal softmax attention, forward and backward
+  work::Phase residual;       // residual additions
+  work::Phase ffn;            // SwiGLU blocks (gate, up, down and the element-wise work)
+  work::Phase lm_head;        // the LM head's operands and products, forward and backward
+  work::Phase cross_entropy;  // softmax, loss and its gradient
+  work::Phase zeroing;        // clearing the gradients
   nn::PhaseTimes projection_phases;  // inside `projections` and `ffn`
-  double total() const {
-    return embedding + norms + projections + rope + attention + residual + ffn + lm_head + cross_entropy + zeroing;
+  double total_ms() const {
+    return embedding.ms + norms.ms + projections.ms + rope.ms + attention.ms + residual.ms + ffn.ms + lm_head.ms +
+           cross_entropy.ms + zeroing.ms;
   }
 };
 

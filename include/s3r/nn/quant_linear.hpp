@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "s3r/core/bf16.hpp"
+#include "s3r/core/work.hpp"
 #include "s3r/dist/communicator.hpp"
 #include "s3r/nn/backward_probe.hpp"
 #include "s3r/nn/linear_mode.hpp"
@@ -83,14 +84,24 @@ struct LinearBackwardConfig {
   BatchPlacement placement{};
 };
 
-// Wall-clock milliseconds per phase, accumulated while a PhaseTimes is attached (benchmarks).
+// Wall-clock milliseconds and work (s3r/core/work.hpp) per phase, accumulated while a PhaseTimes
+// is attached (benchmarks).
 struct PhaseTimes {
-  double prepare = 0;        // quantizing / converting activations and weights
-  double gemm = 0;           // matrix products, with their fused dequantization epilogues
-  double quantize_grad = 0;  // quantizing gradients (and their statistics)
-  double correction = 0;     // S3R-EC terms (matrix-vector products, dW's rank-(B+1) product)
-  double elementwise = 0;    // activations and their derivatives
-  double routing = 0;        // a mixture of experts' router, sort, gathers and combines (moe.hpp)
+  work::Phase prepare;        // quantizing / converting activations and weights
+  work::Phase gemm;           // matrix products, with their fused dequantization epilogues
+  work::Phase quantize_grad;  // quantizing gradients (and their statistics)
+  work::Phase correction;     // S3R-EC terms (matrix-vector products, dW's rank-(B+1) product)
+  work::Phase elementwise;    // activations and their derivatives
+  work::Phase routing;        // a mixture of experts' router, sort, gathers and combines (moe.hpp)
+  PhaseTimes& operator+=(const PhaseTimes& o) {
+    prepare += o.prepare;
+    gemm += o.gemm;
+    quantize_grad += o.quantize_grad;
+    correction += o.correction;
+    elementwise += o.elementwise;
+    routing += o.routing;
+    return *this;
+  }
 };
 
 // Scratch of linear_backward, reused across calls and layers of equal shape.

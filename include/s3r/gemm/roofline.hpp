@@ -1,0 +1,54 @@
+#pragma once
+// The roofline of a step's phases (`s3r bench step --breakdown`, `s3r bench ffn --breakdown`):
+// what this CPU can do per second with the instructions s3r runs on it, measured in this process,
+// and the shortest time a phase's work (s3r/core/work.hpp) can take at those rates.
+//
+// Each limit is measured once per process (about a second in all) by register-only loops of
+// the instruction the backend chosen for that type runs (kernels/peak_loops.hpp), on every
+// OpenMP thread at once; bandwidths by reads of the widest loads on every thread, four streams
+// each, of a buffer four times the last-level cache (memory), of half of it (last-level cache)
+// and of half the threads' L2 caches together (L2). Limits are the best of ten timed runs,
+// in two rounds over the loops.
+//   int8  oneDNN: AMX tdpbssd, else vpdpbusd zmm (AVX-512 VNNI); s3r's AVX2 GEMM: vpmaddwd +
+//         vpaddd ymm; the reference GEMM: none (no share is printed)
+//   bf16  native oneDNN: AMX tdpbf16ps, else vdpbf16ps zmm; emulated: the f32 limit
+//   f32   vfmadd231ps zmm (AVX-512 CPUs), ymm (AVX2), mulps + addps xmm (neither); it bounds
+//         oneDNN's f32 products and s3r's attention kernels alike
+// A phase's bound is the longer of its compute time (each type's multiply-adds over its limit,
+// summed: the types share the cores) and its memory time (its bytes over the bandwidth of the
+// level their calls fit in, s3r/core/work.hpp); its share of the limit is that bound over its
+// measured time.
+#include <string>
+
+#include "s3r/core/work.hpp"
+
+namespace s3r::gemm {
+
+struct Limit {
+  double per_s = 0;         // multiply-adds (bytes for memory) per second on all threads; 0: none
+  std::string instruction;  // what was measured, e.g. "AMX tdpbssd"
+};
+
+struct RooflineLimits {
+  Limit int8, bf16, f32;
+  Limit l2, llc, memory;  // bytes per second
+  int threads = 1;
+};
+
+// Measured at the first call with omp_get_max_threads() threads, for the backends then active.
+const RooflineLimits& roofline_limits();
+
+// One line: "limits on 2 threads: int8 1903 G MAC/s (AMX tdpbssd), ..., memory 14 GB/s (...), cache ...".
+std::string limits_line(const RooflineLimits& limits);
+
+struct Bound {
+  double compute_ms = 0, memory_ms = 0;
+  bool complete = true;  // false: some multiply-adds have no limit (the reference int8 GEMM)
+  double ms() const { return compute_ms > memory_ms ? compute_ms : memory_ms; }
+  bool memory_bound() const { return memory_ms > compute_ms; }
+};
+
+// The shortest time `work` can take at `limits`.
+Bound lower_bound(const work::Counts& work, const RooflineLimits& limits);
+
+}  // namespace s3r::gemm

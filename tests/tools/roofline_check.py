@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""`s3r bench step --breakdown --json` on a tiny llama: the roofline's work per phase equals the
+multiply-adds of the model's products counted here from its shapes, the step row is the sum of
+the phases, int8 recipes do the same products as f32 in int8, and the limits are all there.
+
+usage: roofline_check.py S3R_BINARY SCRATCH_DIR
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+def main():
+    s3r, scratch = sys.argv[1], sys.argv[2]
+    os.makedirs(scratch, exist_ok=True)
+    out = os.path.join(scratch, "roofline.json")
+    run = subprocess.run([s3r, "bench", "step", "--preset", "tiny", "--configs", "f32,s3r+dx", "--repeats", "1",
+                          "--warmup", "1", "--no-memory", "--breakdown", "--json", out],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"FAIL: s3r bench step exited {run.returncode}:\n{run.stdout}\n{run.stderr}")
+    if not re.search(r"^limits on \d+ threads: int8 .* f32 \d+ G MAC/s", run.stdout, re.M):
+        sys.exit("FAIL: no limits line in:\n" + run.stdout)
+    j = json.load(open(out))
+    m = dict(re.findall(r"(\w+)=(\d+)", j["model"]))
+    L, C, F, V, S, B, NH = (int(m[k]) for k in ("L", "C", "F", "V", "S", "B", "heads"))
+    T, HD = B * S, C // NH
+    # forward, dX and dW: three products of T x in x out per linear layer
+    want = {
+        "attn projections": 3 * T * 4 * C * C * L,
+        "ffn (swiglu)": 3 * T * 3 * C * F * L,
+        "lm head": 3 * T * C * V,
+        # per (example, head): S (S + 1) / 2 unmasked pairs, 2 HD forward and 5 HD backward each
+        "attention": 7 * B * NH * HD * (S * (S + 1) // 2) * L,
+    }
+    limits = j["breakdown"]["limits"]
+    for key in ("int8_mac", "bf16_mac", "f32_mac", "l2_bytes", "llc_bytes", "memory_bytes"):
+        if key not in limits or "instruction" not in limits[key]:
+            sys.exit(f"FAIL: limit {key} missing: {limits}")
+    for key in ("f32_mac", "memory_bytes"):
+        if not limits[key]["per_s"] > 0:
+            sys.exit(f"FAIL: limit {key} is not positive: {limits}")
+    rows = {c: {r["phase"]: r for r in j["breakdown"]["roofline"][c]} for c in ("f32", "s3r+dx")}
+    failures = []
+    for phase, macs in want.items():
+        got = rows["f32"][phase]["mac_f32"]
+        if got != macs:
+            failures.append(f"f32 {phase}: {got} f32 multiply-adds, expected {macs}")
+    for phase in ("attn projections", "ffn (swiglu)"):
+        got = rows["s3r+dx"][phase]["mac_s8"]
+        if got != want[phase]:
+            failures.append(f"s3r+dx {phase}: {got} int8 multiply-adds, expected {want[phase]}")
+    if rows["s3r+dx"]["lm head"]["mac_bf16"] != want["lm head"]:
+        failures.append(f"s3r+dx lm head: {rows['s3r+dx']['lm head']['mac_bf16']} bf16, expected {want['lm head']}")
+    summed = [r for r in j["breakdown"]["roofline"]["f32"] if not r["phase"].startswith(" ") and
+              r["phase"] != "step (sum of phases)"]
+    step = rows["f32"]["step (sum of phases)"]
+    for key in ("mac_f32", "bytes"):
+        total = sum(r[key] for r in summed)
+        if abs(total - step[key]) > len(summed):  # each phase's mean rounded to an integer
+            failures.append(f"step {key} {step[key]} is not the sum of the phases' {total}")
+    for c in rows:
+        for phase, r in rows[c].items():
+            if r["ms"] > 0 and (r["mac_f32"] + r["mac_s8"] + r["mac_bf16"] + r["bytes"]) > 0 and "share" not in r:
+                failures.append(f"{c} {phase}: no share")
+    if failures:
+        sys.exit("FAIL:\n" + "\n".join(failures))
+    print(f"ok: roofline of tiny (L={L} C={C} F={F} V={V} S={S} B={B}): products and attention counted exactly")
+
+
+if __name__ == "__main__":
+    main()
