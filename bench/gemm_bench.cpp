@@ -1,7 +1,8 @@
 // Throughput of the matrix products and the instruction-level limits behind them.
 // items/s = multiply-adds per second (M * N * K per product).
 //
-//   gemm/TYPE/LAYOUT/M:4096/N:n/K:k/threads:P/BACKEND   one product through s3r::gemm
+//   gemm/TYPE/LAYOUT/M:4096/N:n/K:k/threads:P/BACKEND   one product through s3r::gemm, (n, k) of
+//            1024 and 4096, and (256, 256), (768, 256), (256, 768): the projections of `small`
 //     TYPE     s8 (the production call of the layout: Y = X W with row and column scales,
 //              dX = G W^T to int32, dW = X^T G with the column scale) | bf16 (f32 output) | f32
 //     LAYOUT   xw (Y = X W) | gwt (dX = G W^T: B transposed) | xtg (dW = X^T G: A transposed)
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -204,8 +206,10 @@ void bm_s8_tile(benchmark::State& state) {
 
 const bool registered = [] {
   for (Layout layout : {Layout::kXw, Layout::kGwt, Layout::kXtg}) {
-    for (int64_t N : {int64_t{1024}, int64_t{4096}}) {
-      for (int64_t K : {int64_t{1024}, int64_t{4096}}) {
+    // the large shapes, and those of `small`'s projections (C = 256, F = 768)
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{1024, 1024}, {1024, 4096}, {4096, 1024}, {4096, 4096},
+                        {256, 256}, {768, 256}, {256, 768}}) {
+      {
         for (int threads : thread_counts()) {
           const std::string dims = std::string(layout_name(layout)) + "/M:4096/N:" +
                                    std::to_string(N) + "/K:" + std::to_string(K) +
