@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`s3r bench step --breakdown --json` on a tiny llama: the roofline's work per phase equals the
 multiply-adds of the model's products counted here from its shapes, the step row is the sum of
-the phases, int8 recipes do the same products as f32 in int8, and the limits are all there.
+the phases, int8 recipes do the same products as f32 in int8, and the limits are all there; and
+`s3r bench ffn --breakdown --json` likewise for one SwiGLU block.
 
 usage: roofline_check.py S3R_BINARY SCRATCH_DIR
 """
@@ -65,9 +66,33 @@ def main():
         for phase, r in rows[c].items():
             if r["ms"] > 0 and (r["mac_f32"] + r["mac_s8"] + r["mac_bf16"] + r["bytes"]) > 0 and "share" not in r:
                 failures.append(f"{c} {phase}: no share")
+    failures += check_ffn(s3r, scratch)
     if failures:
         sys.exit("FAIL:\n" + "\n".join(failures))
     print(f"ok: roofline of tiny (L={L} C={C} F={F} V={V} S={S} B={B}): products and attention counted exactly")
+
+
+def check_ffn(s3r, scratch):
+    """One W1 block (H = 512, D = 2048) of T tokens: 3 matrices x 3 products of T H D each."""
+    out = os.path.join(scratch, "ffn.json")
+    T = 64
+    run = subprocess.run([s3r, "bench", "ffn", "--shapes", "W1", "--tokens", str(T), "--seq-len", "16",
+                          "--repeats", "2", "--warmup", "0", "--breakdown", "--json", out],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        return [f"s3r bench ffn exited {run.returncode}:\n{run.stdout}\n{run.stderr}"]
+    j = json.load(open(out))
+    want = 9 * T * 512 * 2048
+    failures = []
+    for recipe, column in (("f32", "mac_f32"), ("bf16", "mac_bf16"), ("s3r+dx", "mac_s8")):
+        rows = {r["phase"]: r for r in j["roofline"]["W1"][recipe]}
+        if rows["gemm"][column] != want:
+            failures.append(f"bench ffn {recipe} gemm: {rows['gemm'][column]} {column}, expected {want}")
+        if rows["block"][column] != want:
+            failures.append(f"bench ffn {recipe} block: {rows['block'][column]} {column}, expected {want}")
+    if "limits" not in j:
+        failures.append("bench ffn: no limits in the JSON")
+    return failures
 
 
 if __name__ == "__main__":
