@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/parallel_blocks.hpp"
@@ -46,17 +49,19 @@ double rope_frequency(int64_t pair, int64_t head_dim, float theta) {
   return std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(pair) / head_dim);
 }
 
-// The rotation table of one call: (cos, sin) of pair i at position s, S x HD/2 pairs, each
-// angle sign * s * theta^(-2i/HD) in double and rounded to float once (the same values as
+// The rotation table of (S, HD, theta, sign): (cos, sin) of pair i at position s, S x HD/2 pairs,
+// each angle sign * s * theta^(-2i/HD) in double and rounded to float once (the same values as
 // computing them per token; a table makes RoPE a streaming pass instead of T x HD/2 sincos).
-void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t head_dim,
-                 float theta, double sign) {
-  const int64_t C = heads * head_dim;
-  expect_multiple("rope", "x", x.size(), C * seq_len);
-  if (head_dim % 2 != 0) throw Error("rope: head dimension must be even, got " + std::to_string(head_dim));
-  const int64_t T = static_cast<int64_t>(x.size()) / C, pairs = head_dim / 2;
-  work::add_floats(2 * x.size());
-  std::vector<float> cos_sin(static_cast<size_t>(seq_len * pairs * 2));
+// Computed at its first use and kept for the process (a model uses one or two).
+const std::vector<float>& rope_table(int64_t seq_len, int64_t head_dim, float theta, double sign) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int64_t, int64_t, float, double>, std::vector<float>> tables;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto [it, inserted] = tables.try_emplace({seq_len, head_dim, theta, sign});
+  std::vector<float>& cos_sin = it->second;
+  if (!inserted) return cos_sin;
+  const int64_t pairs = head_dim / 2;
+  cos_sin.resize(static_cast<size_t>(seq_len * pairs * 2));
   parallel_blocks(seq_len, 16, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
       const double pos = static_cast<double>(s);
@@ -67,6 +72,17 @@ void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t hea
       }
     }
   });
+  return cos_sin;
+}
+
+void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t head_dim,
+                 float theta, double sign) {
+  const int64_t C = heads * head_dim;
+  expect_multiple("rope", "x", x.size(), C * seq_len);
+  if (head_dim % 2 != 0) throw Error("rope: head dimension must be even, got " + std::to_string(head_dim));
+  const int64_t T = static_cast<int64_t>(x.size()) / C, pairs = head_dim / 2;
+  work::add_floats(2 * x.size());
+  const std::vector<float>& cos_sin = rope_table(seq_len, head_dim, theta, sign);
   parallel_blocks(T, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* cs = cos_sin.data() + (t % seq_len) * pairs * 2;
