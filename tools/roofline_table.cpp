@@ -12,9 +12,11 @@ nlohmann::json print_roofline(const std::string& title, const std::vector<Roofli
   for (const RooflineRow& r : rows) {
     const work::Counts& w = r.per_step.work;
     const gemm::Bound b = gemm::lower_bound(w, limits);
-    const double share = r.per_step.ms > 0 && b.complete ? b.ms() / r.per_step.ms : 0.0;
+    // a share needs a time, counted work and a limit for all of it
+    const bool has_share = b.complete && r.per_step.ms > 0 && b.ms() > 0;
+    const double share = has_share ? b.ms() / r.per_step.ms : 0.0;
     char share_text[16] = "-";
-    if (b.complete && r.per_step.ms > 0) std::snprintf(share_text, sizeof share_text, "%5.1f%%", 100.0 * share);
+    if (has_share) std::snprintf(share_text, sizeof share_text, "%5.1f%%", 100.0 * share);
     const char* kind = b.ms() <= 0 ? "" : b.memory_bound() ? "memory" : "compute";
     std::printf("%-27s %9.2f %9.3f %9.3f %9.3f %9.1f %9.2f %7s %s\n", r.phase.c_str(), r.per_step.ms,
                 static_cast<double>(w.mac_s8) / 1e9, static_cast<double>(w.mac_bf16) / 1e9,
@@ -22,7 +24,7 @@ nlohmann::json print_roofline(const std::string& title, const std::vector<Roofli
     nlohmann::json j = {{"phase", r.phase},        {"ms", r.per_step.ms},     {"mac_s8", w.mac_s8},
                         {"mac_bf16", w.mac_bf16},  {"mac_f32", w.mac_f32},    {"bytes", w.bytes},        {"l2_bytes", w.l2_bytes},  {"llc_bytes", w.llc_bytes},
                         {"bound_ms", b.ms()},      {"bound", kind}};
-    if (b.complete && r.per_step.ms > 0) j["share"] = share;
+    if (has_share) j["share"] = share;
     out.push_back(j);
   }
   return out;

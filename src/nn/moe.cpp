@@ -8,6 +8,7 @@
 #include "core/parallel_blocks.hpp"
 #include "nn/phase_clock.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/core/work.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/dist/communicator.hpp"
 
@@ -159,6 +160,7 @@ void moe_forward(std::span<float> y, std::span<const float> x, const MoeWeights&
     routing_losses(st);
     st.x_sorted.resize(static_cast<size_t>(T * k * C));
     st.y_sorted.resize(static_cast<size_t>(T * k * C));
+    work::add_floats(static_cast<uint64_t>(2 * T * k * C));  // X's rows read, each into k slots
     parallel_blocks(T * k, 64, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) std::copy_n(x.data() + (r / k) * C, C, st.x_sorted.data() + st.position[r] * C);
     });
@@ -181,6 +183,7 @@ void moe_forward(std::span<float> y, std::span<const float> x, const MoeWeights&
                    n, C, F, mode, st.experts[e], scratch.ffn, GatedActivation::kSilu, phase[e]);
   }
   PhaseZone zone(st.times, &PhaseTimes::routing);
+  work::add_floats(static_cast<uint64_t>(T * k * C + T * C));  // the experts' rows read, Y written
   parallel_blocks(T, 16, [&](int64_t t0, int64_t t1) {  // Y[t] = sum_j w_j y_j, in f32, j in order
     for (int64_t t = t0; t < t1; ++t) {
       float* out = y.data() + t * C;
@@ -245,6 +248,7 @@ void moe_backward(std::span<float> dx, const MoeGrads& grads, std::span<const fl
   scratch.dx_sorted.resize(static_cast<size_t>(T * k * C));
   {
     PhaseZone zone(st.times, &PhaseTimes::routing);
+    work::add_floats(static_cast<uint64_t>(2 * T * k * C));  // dY's rows read, each into k slots
     parallel_blocks(T * k, 64, [&](int64_t r0, int64_t r1) {  // dY_j = w_j dY[t]
       for (int64_t r = r0; r < r1; ++r) {
         const float wj = st.weight[r];
@@ -281,6 +285,7 @@ void moe_backward(std::span<float> dx, const MoeGrads& grads, std::span<const fl
   router_backward(scratch.dlogits, dy, st, losses, loss_scale);
   const LinearBackwardConfig cfg{Correction::kNone, S, step_key, false, -1, placement};
   linear_backward(dx, grads.router, scratch.dlogits, st.router_in, st.router_w, cfg, scratch.router_ws);
+  work::add_floats(static_cast<uint64_t>(T * k * C + 2 * T * C));  // the experts' rows read, dX read and written
   parallel_blocks(T, 16, [&](int64_t t0, int64_t t1) {  // dX[t] += the experts' dX of its rows, j in order
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t j = 0; j < k; ++j) {
