@@ -143,16 +143,10 @@ template <typename T>
   throw NonFiniteGradient("quantize_gradient: G holds a non-finite value");
 }
 
+// The kernels' description of one quantization of G (T, N) with the config's rounding.
 template <typename T>
-void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t tokens,
-                            int64_t channels, std::span<const float> sx,
-                            std::span<const float> sw, const GradQuantConfig& config) {
-  validate(g, tokens, channels, sx, sw, config);
-  const RaggedRows& ragged = config.ragged;
-  const int64_t S = ragged.empty() ? config.tokens_per_example : 0;
-  const int64_t B = ragged.empty() ? tokens / S : ragged.examples();
-  const int count = quantization_count(config.mode);
-
+kernels::GradProblem problem_of(std::span<const T> g, int64_t tokens, int64_t channels, std::span<const float> sx,
+                                std::span<const float> sw, int64_t S, int count, const GradQuantConfig& config) {
   kernels::GradProblem p;
   if constexpr (std::is_same_v<T, bf16>) {
     p.g_bf16 = g.data();
@@ -165,37 +159,25 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   p.channels = channels;
   p.tokens_per_example = S;
   p.first_token = config.first_token;
-  if (!ragged.empty()) {
-    p.row_ids = ragged.ids.data();
-    p.ids_per_example = ragged.ids_per_example;
+  if (!config.ragged.empty()) {
+    p.row_ids = config.ragged.ids.data();
+    p.ids_per_example = config.ragged.ids_per_example;
   }
   p.mode = config.mode;
   p.count = count;
-  // G read twice (its maximum, then the codes), `count` code arrays written
-  work::add_bytes(static_cast<uint64_t>(tokens * channels) * (2 * sizeof(T) + count));
   p.keys[0] = fold_in(config.layer_key, 0);
   p.keys[1] = fold_in(config.layer_key, 1);
+  return p;
+}
 
-  out.mode = config.mode;
-  out.tokens = tokens;
-  out.channels = channels;
-  out.tokens_per_example = S;
-  out.example_count = B;
-  out.count = count;
-  for (int q = 0; q < 2; ++q) {
-    const bool used = q < count;
-    out.codes[q].resize(used ? static_cast<size_t>(tokens * channels) : 0);
-    ErrorStats& st = out.stats[q];
-    const bool stats = used && config.want_stats;
-    st.token_mean.resize(stats ? static_cast<size_t>(tokens) : 0);
-    st.channel_mean.resize(stats ? static_cast<size_t>(B * channels) : 0);
-    st.grand_mean.resize(stats ? static_cast<size_t>(B) : 0);
-  }
-
+// Pass 1: the per-tensor step D = max |G'| / 127 over this process's rows, or over the group's
+// (one max all-reduce that also carries "some rank saw NaN/Inf", so that every rank skips the
+// step together; SPEC section 6). Throws on a non-finite G or an overflowing G'.
+template <typename T>
+float tensor_step(const kernels::GradProblem& p, const RowBlocks& blocks, std::span<const T> g,
+                  const GradQuantConfig& config) {
   const auto& k = kernels::active_kernels();
-  const RowBlocks blocks(tokens, S, ragged);
-
-  // Pass 1: the per-tensor step. max is exact, so the reduction order does not matter.
+  // max is exact, so the reduction order does not matter.
   float absmax = 0.0f;
   bool nonfinite = false;
   // Raw OpenMP: a max and an or reduction over per-thread accumulators (exact in any grouping).
@@ -206,8 +188,6 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
     nonfinite = nonfinite || bad;
   }
   if (config.group != nullptr && config.group->size() > 1) {
-    // D over the global batch: one max all-reduce, which also carries "some rank saw NaN/Inf" so
-    // that every rank skips the step together (SPEC section 6).
     std::vector<float> v{nonfinite ? 1.0f : 0.0f, nonfinite ? 0.0f : absmax};  // never NaN into MPI_MAX
     config.group->max(v);
     if (v[0] > 0.0f && !nonfinite) {
@@ -215,46 +195,22 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
     }
     absmax = v[1];
   }
-  if (nonfinite) throw_nonfinite(g, channels);
+  if (nonfinite) throw_nonfinite(g, p.channels);
   if (!std::isfinite(absmax)) {
     std::ostringstream msg;
-    msg << "quantize_gradient: G' = sx * G * sw overflows f32 (T x N = " << tokens << " x "
-        << channels << "); the gradient or the forward scales are out of range";
+    msg << "quantize_gradient: G' = sx * G * sw overflows f32 (T x N = " << p.tokens << " x "
+        << p.channels << "); the gradient or the forward scales are out of range";
     throw Error(msg.str());
   }
-  const float step = absmax / 127.0f;
-  out.step = step;
-  if (step == 0.0f) {  // G' == 0 (or so small that D underflows): all codes and errors are 0
-    for (int q = 0; q < 2; ++q) {
-      std::fill(out.codes[q].begin(), out.codes[q].end(), int8_t{0});
-      std::fill(out.stats[q].token_mean.begin(), out.stats[q].token_mean.end(), 0.0f);
-      std::fill(out.stats[q].channel_mean.begin(), out.stats[q].channel_mean.end(), 0.0f);
-      std::fill(out.stats[q].grand_mean.begin(), out.stats[q].grand_mean.end(), 0.0f);
-    }
-    return;
-  }
+  return absmax / 127.0f;
+}
 
-  // Pass 2: codes, and per-row / per-block error sums in units of D (row sums go straight into
-  // token_mean and are scaled below; block column sums into the reusable workspace).
-  const bool stats = config.want_stats;
-  const size_t col_part_size = static_cast<size_t>(blocks.count * channels);
-  if (stats) out.workspace.resize(col_part_size * static_cast<size_t>(count));
-  parallel_blocks(blocks.count, 1, [&](int64_t b, int64_t) {
-    kernels::GradBlockOut bo;
-    for (int q = 0; q < count; ++q) {
-      bo.codes[q] = out.codes[q].data();
-      if (stats) {
-        bo.row_sums[q] = out.stats[q].token_mean.data();
-        bo.col_sums[q] = out.workspace.data() + q * col_part_size + b * channels;
-      }
-    }
-    k.grad_quantize(p, step, blocks.begin(b), blocks.end(b), bo);
-  });
-  if (!stats) return;
-
-  // Reduction in double, in a fixed order: E = D * (Q - x).
-  const double D = step;
-  for (int q = 0; q < count; ++q) {
+// The statistics from pass 2's sums, reduced in double in a fixed order: E = D * (Q - x). Row
+// sums sit in token_mean, block column sums in out.workspace (col_part_size floats per quantization).
+void reduce_error_sums(QuantizedGrad& out, const RowBlocks& blocks, int64_t B, size_t col_part_size) {
+  const double D = out.step;
+  const int64_t tokens = out.tokens, channels = out.channels;
+  for (int q = 0; q < out.count; ++q) {
     ErrorStats& st = out.stats[q];
     const float* part = out.workspace.data() + q * col_part_size;
     parallel_blocks(B, 1, [&](int64_t e, int64_t) {
@@ -275,6 +231,68 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
       }
     });
   }
+}
+
+template <typename T>
+void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t tokens,
+                            int64_t channels, std::span<const float> sx,
+                            std::span<const float> sw, const GradQuantConfig& config) {
+  validate(g, tokens, channels, sx, sw, config);
+  const RaggedRows& ragged = config.ragged;
+  const int64_t S = ragged.empty() ? config.tokens_per_example : 0;
+  const int64_t B = ragged.empty() ? tokens / S : ragged.examples();
+  const int count = quantization_count(config.mode);
+  const kernels::GradProblem p = problem_of(g, tokens, channels, sx, sw, S, count, config);
+  // G read twice (its maximum, then the codes), `count` code arrays written
+  work::add_bytes(static_cast<uint64_t>(tokens * channels) * (2 * sizeof(T) + count));
+
+  out.mode = config.mode;
+  out.tokens = tokens;
+  out.channels = channels;
+  out.tokens_per_example = S;
+  out.example_count = B;
+  out.count = count;
+  for (int q = 0; q < 2; ++q) {
+    const bool used = q < count;
+    out.codes[q].resize(used ? static_cast<size_t>(tokens * channels) : 0);
+    ErrorStats& st = out.stats[q];
+    const bool stats = used && config.want_stats;
+    st.token_mean.resize(stats ? static_cast<size_t>(tokens) : 0);
+    st.channel_mean.resize(stats ? static_cast<size_t>(B * channels) : 0);
+    st.grand_mean.resize(stats ? static_cast<size_t>(B) : 0);
+  }
+
+  const RowBlocks blocks(tokens, S, ragged);
+  const float step = tensor_step(p, blocks, g, config);
+  out.step = step;
+  if (step == 0.0f) {  // G' == 0 (or so small that D underflows): all codes and errors are 0
+    for (int q = 0; q < 2; ++q) {
+      std::fill(out.codes[q].begin(), out.codes[q].end(), int8_t{0});
+      std::fill(out.stats[q].token_mean.begin(), out.stats[q].token_mean.end(), 0.0f);
+      std::fill(out.stats[q].channel_mean.begin(), out.stats[q].channel_mean.end(), 0.0f);
+      std::fill(out.stats[q].grand_mean.begin(), out.stats[q].grand_mean.end(), 0.0f);
+    }
+    return;
+  }
+
+  // Pass 2: codes, and per-row / per-block error sums in units of D (row sums go straight into
+  // token_mean and are scaled by reduce_error_sums; block column sums into the reusable workspace).
+  const bool stats = config.want_stats;
+  const size_t col_part_size = static_cast<size_t>(blocks.count * channels);
+  if (stats) out.workspace.resize(col_part_size * static_cast<size_t>(count));
+  const auto& k = kernels::active_kernels();
+  parallel_blocks(blocks.count, 1, [&](int64_t b, int64_t) {
+    kernels::GradBlockOut bo;
+    for (int q = 0; q < count; ++q) {
+      bo.codes[q] = out.codes[q].data();
+      if (stats) {
+        bo.row_sums[q] = out.stats[q].token_mean.data();
+        bo.col_sums[q] = out.workspace.data() + q * col_part_size + b * channels;
+      }
+    }
+    k.grad_quantize(p, step, blocks.begin(b), blocks.end(b), bo);
+  });
+  if (stats) reduce_error_sums(out, blocks, B, col_part_size);
 }
 
 }  // namespace
