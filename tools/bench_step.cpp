@@ -229,6 +229,44 @@ nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
   return {{"phases", out}, {"roofline", roofline}, {"limits", limits_json(limits)}};
 }
 
+// The table of medians, minima, tokens/s, speed against bf16 and sr (where measured) and peak
+// memory (-1: not measured) per configuration; returns its rows as JSON.
+nlohmann::json print_results(const std::vector<StepConfig>& configs, const std::vector<std::vector<double>>& ms,
+                             const std::vector<int64_t>& memory, int64_t tokens) {
+  auto index_of = [&](const char* name) -> int {
+    for (size_t i = 0; i < configs.size(); ++i) {
+      if (std::string(configs[i].name) == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const int bf16 = index_of("bf16"), sr = index_of("sr");
+  std::printf("\n%-14s %10s %10s %11s %9s %9s %12s\n", "configuration", "median ms", "min ms", "tokens/s",
+              "vs bf16", "vs sr", "peak MB");
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const double med = median(ms[i]);
+    const double min = *std::min_element(ms[i].begin(), ms[i].end());
+    const double vs_bf16 = bf16 >= 0 ? median(ms[bf16]) / med : 0.0;
+    const double vs_sr = sr >= 0 ? median(ms[sr]) / med : 0.0;
+    char a[32] = "-", b[32] = "-", mem[32] = "-";
+    if (bf16 >= 0) std::snprintf(a, sizeof a, "%.2fx", vs_bf16);
+    if (sr >= 0) std::snprintf(b, sizeof b, "%.2fx", vs_sr);
+    if (memory[i] >= 0) std::snprintf(mem, sizeof mem, "%.1f", memory[i] / 1e6);
+    std::printf("%-14s %10.1f %10.1f %11.0f %9s %9s %12s\n", configs[i].name.c_str(), med, min,
+                tokens / (med / 1000.0), a, b, mem);
+    nlohmann::json row = {{"configuration", configs[i].name}, {"median_ms", med}, {"min_ms", min},
+                          {"ms", ms[i]}, {"tokens_per_s", tokens / (med / 1000.0)}};
+    if (bf16 >= 0) row["speedup_vs_bf16"] = vs_bf16;
+    if (sr >= 0) row["speedup_vs_sr"] = vs_sr;
+    if (memory[i] >= 0) row["peak_rss_bytes"] = memory[i];
+    rows.push_back(row);
+  }
+  std::printf("(vs bf16, vs sr: that configuration's median time divided by this one's; > 1 is faster.\n"
+              " peak MB: the peak resident memory of a process that builds only that configuration and\n"
+              " runs its warm-up steps: model, optimizer, activations, oneDNN scratch and the program)\n");
+  return rows;
+}
+
 void run(const Options& o) {
   // The f32 and bf16 baselines as oneDNN runs them: its own threading (training runs them in
   // thread-count invariant tiles instead; s3r/gemm/matmul.hpp).
@@ -295,37 +333,7 @@ void run(const Options& o) {
     std::fflush(stdout);
   }
 
-  auto index_of = [&](const char* name) -> int {
-    for (size_t i = 0; i < configs.size(); ++i) {
-      if (std::string(configs[i].name) == name) return static_cast<int>(i);
-    }
-    return -1;
-  };
-  const int bf16 = index_of("bf16"), sr = index_of("sr");
-  std::printf("\n%-14s %10s %10s %11s %9s %9s %12s\n", "configuration", "median ms", "min ms", "tokens/s",
-              "vs bf16", "vs sr", "peak MB");
-  nlohmann::json rows = nlohmann::json::array();
-  for (size_t i = 0; i < configs.size(); ++i) {
-    const double med = median(ms[i]);
-    const double min = *std::min_element(ms[i].begin(), ms[i].end());
-    const double vs_bf16 = bf16 >= 0 ? median(ms[bf16]) / med : 0.0;
-    const double vs_sr = sr >= 0 ? median(ms[sr]) / med : 0.0;
-    char a[32] = "-", b[32] = "-", mem[32] = "-";
-    if (bf16 >= 0) std::snprintf(a, sizeof a, "%.2fx", vs_bf16);
-    if (sr >= 0) std::snprintf(b, sizeof b, "%.2fx", vs_sr);
-    if (memory[i] >= 0) std::snprintf(mem, sizeof mem, "%.1f", memory[i] / 1e6);
-    std::printf("%-14s %10.1f %10.1f %11.0f %9s %9s %12s\n", configs[i].name.c_str(), med, min,
-                cfg.tokens() / (med / 1000.0), a, b, mem);
-    nlohmann::json row = {{"configuration", configs[i].name}, {"median_ms", med}, {"min_ms", min},
-                          {"ms", ms[i]}, {"tokens_per_s", cfg.tokens() / (med / 1000.0)}};
-    if (bf16 >= 0) row["speedup_vs_bf16"] = vs_bf16;
-    if (sr >= 0) row["speedup_vs_sr"] = vs_sr;
-    if (memory[i] >= 0) row["peak_rss_bytes"] = memory[i];
-    rows.push_back(row);
-  }
-  std::printf("(vs bf16, vs sr: that configuration's median time divided by this one's; > 1 is faster.\n"
-              " peak MB: the peak resident memory of a process that builds only that configuration and\n"
-              " runs its warm-up steps: model, optimizer, activations, oneDNN scratch and the program)\n");
+  const nlohmann::json rows = print_results(configs, ms, memory, cfg.tokens());
   nlohmann::json breakdown = nlohmann::json::array();
   if (o.breakdown) breakdown = print_breakdown(configs, runners);
   if (!o.json_path.empty()) {
