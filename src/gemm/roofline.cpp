@@ -2,7 +2,6 @@
 #include "s3r/gemm/roofline.hpp"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
