@@ -118,6 +118,10 @@ LoopChoice f32_loop(const CpuFeatures& f) {
 
 LoopChoice int8_loop(const CpuFeatures& f) {
   switch (int8_backend()) {
+    case Int8Backend::kAmx:
+#ifdef S3R_HAVE_AVX512
+      return {kernels::peak::avx512::amx_int8, "AMX tdpbssd"};
+#endif
     case Int8Backend::kOnednn:
 #ifdef S3R_HAVE_AVX512
       if (f.amx_int8) return {kernels::peak::avx512::amx_int8, "AMX tdpbssd"};

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/parallel_blocks.hpp"
@@ -86,45 +87,9 @@ void pack_all(std::vector<uint32_t>& buf, const Operand& x, int64_t rows, int64_
   });
 }
 
-// C rows [m0, m0 + rows), columns [n0, n0 + cols) from int32 sums at acc (ld_acc). One loop per
-// case, without branches inside, so that the compiler vectorizes each.
-void epilogue(const Output& out, int64_t ldc, const int32_t* acc, int64_t ld_acc, int64_t m0,
-              int64_t rows, int64_t n0, int64_t cols) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const int32_t* a = acc + i * ld_acc;
-    const int64_t m = m0 + i;
-    if (out.s32 != nullptr) {
-      std::memcpy(out.s32 + m * ldc + n0, a, static_cast<size_t>(cols) * sizeof(int32_t));
-      continue;
-    }
-    float* __restrict c = out.f32 + m * ldc + n0;
-    const float* cs = out.col_scale ? out.col_scale + n0 : nullptr;
-    const float rs = out.row_scale ? out.row_scale[m] : 1.0f;
-    const bool row = out.row_scale != nullptr;
-    if (cs && row) {
-      if (out.accumulate) {
-        for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + (static_cast<float>(a[j]) * cs[j]) * rs;
-      } else {
-        for (int64_t j = 0; j < cols; ++j) c[j] = (static_cast<float>(a[j]) * cs[j]) * rs;
-      }
-    } else if (cs || row) {  // one scale: per column, or the row's
-      if (cs) {
-        if (out.accumulate) {
-          for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + static_cast<float>(a[j]) * cs[j];
-        } else {
-          for (int64_t j = 0; j < cols; ++j) c[j] = static_cast<float>(a[j]) * cs[j];
-        }
-      } else if (out.accumulate) {
-        for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + static_cast<float>(a[j]) * rs;
-      } else {
-        for (int64_t j = 0; j < cols; ++j) c[j] = static_cast<float>(a[j]) * rs;
-      }
-    } else if (out.accumulate) {
-      for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + static_cast<float>(a[j]);
-    } else {
-      for (int64_t j = 0; j < cols; ++j) c[j] = static_cast<float>(a[j]);
-    }
-  }
+// The epilogue's arguments for `out` (kernels/gemm_s8.hpp).
+kernels::S8Epilogue epilogue_of(const Output& out, int64_t ldc) {
+  return {out.s32, out.f32, ldc, out.row_scale, out.col_scale, out.accumulate};
 }
 
 void check_depth(int64_t K) {
@@ -179,6 +144,7 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
   const auto tile = kernels::ref::gemm_s8_tile;
 #endif
   const uint32_t* bp = b_packed.data();
+  const kernels::S8Epilogue epi = epilogue_of(out, ldc);
 
   // Blocks in row-major order, one contiguous run of them per thread (the blocks are cut by
   // the thread count, which is not numerics: integer sums are exact): a task packs the A panels
@@ -213,22 +179,78 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
         }
       }
       const int64_t m0 = i0 * kS8Mr, n0 = j0 * kS8Nr;
-      epilogue(out, ldc, acc.data(), ld_acc, m0, std::min(M, i1 * kS8Mr) - m0, n0,
-               std::min(N, j1 * kS8Nr) - n0);
+      kernels::ref::gemm_s8_epilogue(epi, acc.data(), ld_acc, m0, std::min(M, i1 * kS8Mr) - m0,
+                                     n0, std::min(N, j1 * kS8Nr) - n0);
     }
   });
+}
+
+void gemm_amx(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
+#ifndef S3R_HAVE_AVX512
+  (void)A, (void)B, (void)s, (void)out;
+  throw Error("int8 GEMM: this build has no AMX kernels (configured with -DS3R_AVX512=OFF)");
+#else
+  using kernels::kAmxBlock, kernels::kAmxDepth, kernels::kAmxRows;
+  check_depth(s.K);
+  const int64_t M = s.M, N = s.N, K = s.K;
+  const int64_t kp = (K + kAmxDepth - 1) / kAmxDepth * kAmxDepth;
+  const Operands ops = operands(A, B, s);
+  const int64_t m_blocks = (M + kAmxBlock - 1) / kAmxBlock, n_blocks = (N + kAmxBlock - 1) / kAmxBlock;
+  // op(A) rows contiguous and K a multiple of 64: the tiles load A itself, and only a last,
+  // partial block of rows is packed (zero rows after M); otherwise every A panel is packed.
+  const bool a_direct = ops.a.stride_k == 1 && K % kAmxDepth == 0;
+  const int64_t a_first = a_direct ? M / kAmxBlock * 2 : 0;  // the first panel packed
+  thread_local std::vector<int8_t> a_packed, b_packed;  // grown once, reused
+  a_packed.resize(static_cast<size_t>((m_blocks * 2 - a_first) * kAmxRows * kp));
+  b_packed.resize(static_cast<size_t>(n_blocks * kAmxBlock * kp));
+  int8_t* ap = a_packed.data();
+  int8_t* bp = b_packed.data();
+  const int64_t a_panels = 2 * m_blocks - a_first, b_panels = 2 * n_blocks;
+  parallel_blocks(a_panels + b_panels, 1, [&](int64_t t, int64_t) {
+    const bool is_a = t < a_panels;
+    const int64_t panel = is_a ? t : t - a_panels, r0 = (is_a ? a_first + panel : panel) * kAmxRows;
+    const Operand& x = is_a ? ops.a : ops.b;
+    const int64_t valid = std::clamp<int64_t>((is_a ? M : N) - r0, 0, kAmxRows);
+    const int8_t* first = x.data + (valid > 0 ? r0 * x.stride_r : 0);
+    (is_a ? kernels::amx::pack_amx_a : kernels::amx::pack_amx_b)(
+        (is_a ? ap : bp) + panel * kAmxRows * kp, first, x.stride_r, x.stride_k, valid, K, kp);
+  });
+  // Block row ib's A: in op(A) itself, or packed.
+  const auto a_rows = [&](int64_t m0) -> std::pair<const int8_t*, int64_t> {
+    if (a_direct && m0 + kAmxBlock <= M) return {ops.a.data + m0 * ops.a.stride_r, ops.a.stride_r};
+    return {ap + (m0 / kAmxRows - a_first) * kAmxRows * kp, kp};
+  };
+  // Blocks in row-major order, one contiguous run per thread: consecutive blocks share their
+  // A panels. Integer sums are exact, so the split (by thread count) is not numerics.
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t total = m_blocks * n_blocks;
+  const kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
+  parallel_blocks(total, (total + threads - 1) / threads, [&](int64_t blk0, int64_t blk1) {
+    alignas(64) int32_t acc[kAmxBlock * kAmxBlock];
+    kernels::amx::amx_tiles_configure();
+    for (int64_t blk = blk0; blk < blk1; ++blk) {
+      const int64_t m0 = blk / n_blocks * kAmxBlock, n0 = blk % n_blocks * kAmxBlock;
+      const auto [a, lda] = a_rows(m0);
+      kernels::amx::gemm_s8_amx_block(a, lda, bp + n0 * kp, kp, acc, kAmxBlock);
+      kernels::amx::gemm_s8_epilogue(epi, acc, kAmxBlock, m0, std::min(kAmxBlock, M - m0), n0,
+                                     std::min(kAmxBlock, N - n0));
+    }
+    kernels::amx::amx_tiles_release();
+  });
+#endif
 }
 
 void gemm_reference(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
   check_depth(s.K);
   const int64_t M = s.M, N = s.N;
   constexpr int64_t kRows = 16;
+  const kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
   parallel_blocks(M, kRows, [&](int64_t m0, int64_t m1) {
     thread_local std::vector<int32_t> acc;
     acc.resize(static_cast<size_t>(kRows * N));
     kernels::ref::gemm_s8_rows(acc.data(), N, A, s.lda, s.a_transposed, B, s.ldb,
                                s.b_transposed, N, s.K, m0, m1);
-    epilogue(out, s.ldc, acc.data(), N, m0, m1 - m0, 0, N);
+    kernels::ref::gemm_s8_epilogue(epi, acc.data(), N, m0, m1 - m0, 0, N);
   });
 }
 

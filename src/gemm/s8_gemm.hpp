@@ -22,6 +22,10 @@ struct Output {
 // Bit-identical for any thread count. `shape` has its leading dimensions resolved.
 void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
 
+// int8 panels and AMX tiles (kernels/gemm_s8.hpp's AMX block), OpenMP over 32 x 32 output
+// blocks; only on a CPU whose AMX-INT8 state the OS granted. Bit-identical for any thread count.
+void gemm_amx(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
+
 // Plain loops, OpenMP over rows: the fallback without AVX2, and the oracle of the tests.
 void gemm_reference(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
 

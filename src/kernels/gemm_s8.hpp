@@ -21,8 +21,53 @@ inline constexpr int64_t kS8Nr = 16;  // columns of B per micro-panel
   void gemm_s8_tile(const uint32_t* a, const uint32_t* b, int64_t pairs, int32_t* c,          \
                     int64_t ldc, bool accumulate);
 
+// The dequantizing epilogue of a block of int32 sums acc (rows x cols, stride ld_acc) whose
+// element (i, j) is C's (m0 + i, n0 + j): with s32 set, C = sum; else, in this order of f32
+// operations (a null scale being 1 and its multiplication skipped),
+//   C[m, n] = (float(sum) * col_scale[n]) * row_scale[m]        (+ C[m, n] first when accumulating:
+//   C[m, n] = C[m, n] + ((float(sum) * col_scale[n]) * row_scale[m]))
+struct S8Epilogue {
+  int32_t* s32 = nullptr;            // exactly one of s32 / f32
+  float* f32 = nullptr;
+  int64_t ldc = 0;
+  const float* row_scale = nullptr;  // (M) or null
+  const float* col_scale = nullptr;  // (N) or null
+  bool accumulate = false;           // f32 only
+};
+#define S3R_DECLARE_S8_EPILOGUE                                                                 \
+  void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, int64_t m0,    \
+                        int64_t rows, int64_t n0, int64_t cols);
+
+// The AMX block (s3r's own GEMM on CPUs with AMX-INT8): codes stay int8, and one tdpbssd
+// multiplies a 16 x 64 tile of A by a 64 x 16 tile of B into 16 x 16 int32 sums.
+//   A panel: kAmxRows rows of op(A), kp bytes each (kp = K rounded up to 64, zero beyond K):
+//            a[i * kp + k]
+//   B panel: kAmxRows columns of op(B), k in groups of four (AMX's VNNI layout), kp / 4 rows of
+//            64 bytes (zero beyond K): b[(k / 4) * 64 + 4 j + k % 4] = op(B)[k, j]
+// A block is kAmxBlock x kAmxBlock: 32 rows of A at stride lda (two panels at a and a + 16 lda:
+// packed, lda = kp; or op(A) itself where its rows are contiguous and K is a multiple of 64) and
+// two consecutive B panels (b, b + 16 kp):
+//   c[i * ldc + j] = sum_{k < kp} a[i * lda + k] Bpanel(j / 16)[k, j % 16], overwritten
+// Products of codes in [-127, 127] summed in int32 are exact while K < 133000 (as above).
+inline constexpr int64_t kAmxRows = 16;
+inline constexpr int64_t kAmxBlock = 2 * kAmxRows;
+inline constexpr int64_t kAmxDepth = 64;  // bytes of k per tile row
+// The panels are packed from op(X)[r, k] = x[r * stride_r + k * stride_k] (x at the panel's first
+// row; one of the strides is 1), rows r < valid (<= 16) and k < K; every other byte is zero:
+//   pack_amx_a: out[r * kp + k] = op(X)[r, k]                 (A panel; X = op(A))
+//   pack_amx_b: out[(k / 4) * 64 + 4 r + k % 4] = op(X)[r, k] (B panel; X = op(B)^T, r = column)
+#define S3R_DECLARE_S8_AMX_BLOCK                                                              \
+  void gemm_s8_amx_block(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c,   \
+                         int64_t ldc);                                                          \
+  void pack_amx_a(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k,             \
+                  int64_t valid, int64_t K, int64_t kp);                                        \
+  void pack_amx_b(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k,             \
+                  int64_t valid, int64_t K, int64_t kp);
+
 namespace ref {
 S3R_DECLARE_S8_TILE
+S3R_DECLARE_S8_AMX_BLOCK
+S3R_DECLARE_S8_EPILOGUE
 // Plain loops, the oracle: c[(m - m0) * ldc + n] = sum_k op(A)[m, k] op(B)[k, n] for rows m in
 // [m0, m1), all n < N; op(A)[m, k] = A[ta ? k * lda + m : m * lda + k],
 // op(B)[k, n] = B[tb ? n * ldb + k : k * ldb + n].
@@ -32,6 +77,17 @@ void gemm_s8_rows(int32_t* c, int64_t ldc, const int8_t* A, int64_t lda, bool ta
 namespace avx2 {
 S3R_DECLARE_S8_TILE
 }  // namespace avx2
+// Compiled with AMX's flags (kernels/avx512/gemm_s8_amx.cpp); call only on a CPU whose AMX-INT8
+// state the OS granted (s3r/core/cpu_features.hpp), between amx_tiles_configure() and
+// amx_tiles_release() on the calling thread.
+namespace amx {
+S3R_DECLARE_S8_AMX_BLOCK
+S3R_DECLARE_S8_EPILOGUE  // the epilogue and the packing in AVX-512
+void amx_tiles_configure();  // palette 1: eight tiles of 16 rows x 64 bytes
+void amx_tiles_release();
+}  // namespace amx
 #undef S3R_DECLARE_S8_TILE
+#undef S3R_DECLARE_S8_AMX_BLOCK
+#undef S3R_DECLARE_S8_EPILOGUE
 
 }  // namespace s3r::kernels

@@ -79,7 +79,7 @@ MatmulShape shape_of(const Case& c) { return MatmulShape{c.M, c.N, c.K, c.ta, c.
 // as skipped on the running test, with the reason (never a silent pass of fewer backends).
 std::vector<Int8Backend> int8_backends() {
   std::vector<Int8Backend> out;
-  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn}) {
+  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn, Int8Backend::kAmx}) {
     std::string why;
     if (int8_backend_available(b, &why)) {
       out.push_back(b);
@@ -105,13 +105,16 @@ std::vector<Bf16Backend> bf16_backends() {
   return out;
 }
 
-// Shapes around s3r's own GEMM's tiles and blocks (6 x 16 micro-tiles, 96 x 256 blocks, K slices
-// of 512): crossing each edge by one, with odd K. N = 515: on a CPU with AMX int8, oneDNN's
+// Shapes around s3r's own GEMMs' tiles and blocks (AVX2: 6 x 16 micro-tiles, 96 x 256 blocks, K
+// slices of 512; AMX: 32 x 32 blocks, k in steps of 64, A read in place when its rows are
+// contiguous and K is a multiple of 64, but for a last partial block: M = 64 and 77 at K = 192):
+// crossing each edge by one, with odd K. N = 515: on a CPU with AMX int8, oneDNN's
 // products with a transposed A and N >= 512 run on a row-major copy of A (gemm/onednn_matmul.cpp).
 std::vector<Case> blocked_cases() {
   std::vector<Case> c;
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{6, 16, 2}, {7, 17, 3}, {5, 15, 511},
-                         {97, 257, 513}, {7, 17, 1031}, {12, 32, 1024}, {33, 515, 70}}) {
+                         {97, 257, 513}, {7, 17, 1031}, {12, 32, 1024}, {33, 515, 70},
+                         {64, 33, 192}, {77, 31, 192}}) {
     for (auto [ta, tb] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, false},
                           std::pair{true, true}}) {
       c.push_back({M, N, K, ta, tb});
@@ -307,7 +310,7 @@ TEST(Matmul, OnednnInt8SelfCheckCatchesSaturation) {
 // Asking for a backend this process cannot run is a clear error; the backend in use stays.
 TEST(Matmul, UnavailableBackendsAreRefused) {
   const Int8Backend before = int8_backend();
-  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn}) {
+  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn, Int8Backend::kAmx}) {
     std::string why;
     if (int8_backend_available(b, &why)) continue;
     try {

@@ -3,8 +3,12 @@
 // from the CPU's features (s3r/core/cpu_features.hpp):
 //
 //   int8 x int8 -> int32 (exact in every backend):
+//     amx        s3r's own GEMM with AMX tiles (tdpbssd on int8 panels, 32 x 32 output blocks):
+//                the choice on CPUs whose AMX-INT8 state the OS grants (Sapphire Rapids and
+//                later); at s3r's shapes it runs 2-3x faster than oneDNN 2.6's AMX kernels
 //     onednn     oneDNN's kernels: chosen only on CPUs with hardware int8 dot products (AVX-512
-//                VNNI, AVX-VNNI or AMX), and only after a self-check at first use (below)
+//                VNNI, AVX-VNNI or AMX), and only after a self-check at first use (below); the
+//                choice on CPUs with VNNI but no AMX
 //     avx2       s3r's own GEMM: packed panels, an AVX2 register-tiled microkernel that widens
 //                codes to int16 and multiplies with vpmaddwd (exact for codes in [-127, 127]),
 //                OpenMP over output blocks; the choice on every other CPU with AVX2
@@ -22,7 +26,7 @@
 // production) and compares with exact sums; on any mismatch oneDNN int8 is not used in this
 // process and the machine line says why.
 //
-// Overrides (tests, benchmarks): S3R_GEMM_INT8=auto|onednn|avx2|reference and
+// Overrides (tests, benchmarks): S3R_GEMM_INT8=auto|amx|onednn|avx2|reference and
 // S3R_GEMM_BF16=auto|onednn|f32, read at first use, or set_int8_backend / set_bf16_backend.
 // Asking for a backend this CPU cannot run (or whose self-check failed) is an s3r::Error.
 #include <string>
@@ -30,10 +34,10 @@
 
 namespace s3r::gemm {
 
-enum class Int8Backend { kOnednn, kAvx2, kReference };
+enum class Int8Backend { kAmx, kOnednn, kAvx2, kReference };
 enum class Bf16Backend { kOnednn, kF32 };
 
-std::string_view to_string(Int8Backend b);  // "onednn" | "avx2" | "reference"
+std::string_view to_string(Int8Backend b);  // "amx" | "onednn" | "avx2" | "reference"
 std::string_view to_string(Bf16Backend b);  // "onednn" | "f32"
 
 // True when this process can use the backend; otherwise *why_not says why. For Int8Backend::

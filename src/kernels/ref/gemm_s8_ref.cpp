@@ -1,6 +1,8 @@
 // Scalar reference of the int8 GEMM: the packed-panel tile and plain loops (the oracle).
 #include "kernels/gemm_s8.hpp"
 
+#include <cstring>
+
 namespace s3r::kernels::ref {
 
 namespace {
@@ -19,6 +21,76 @@ void gemm_s8_tile(const uint32_t* a, const uint32_t* b, int64_t pairs, int32_t* 
       for (int64_t p = 0; p < pairs; ++p) sum += dot2(a[p * kS8Mr + i], b[p * kS8Nr + j]);
       c[i * ldc + j] = sum;
     }
+  }
+}
+
+void gemm_s8_amx_block(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c,
+                       int64_t ldc) {
+  for (int64_t i = 0; i < kAmxBlock; ++i) {
+    const int8_t* arow = a + i * lda;
+    for (int64_t j = 0; j < kAmxBlock; ++j) {
+      const int8_t* bcol = b + (j / kAmxRows) * kAmxRows * kp + 4 * (j % kAmxRows);
+      int32_t sum = 0;
+      for (int64_t k = 0; k < kp; ++k) sum += int32_t{arow[k]} * bcol[(k / 4) * 64 + k % 4];
+      c[i * ldc + j] = sum;
+    }
+  }
+}
+
+// One loop per case, without branches inside, so that the compiler vectorizes each.
+void gemm_s8_epilogue(const S8Epilogue& out, const int32_t* acc, int64_t ld_acc, int64_t m0,
+                      int64_t rows, int64_t n0, int64_t cols) {
+  const int64_t ldc = out.ldc;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t* a = acc + i * ld_acc;
+    const int64_t m = m0 + i;
+    if (out.s32 != nullptr) {
+      std::memcpy(out.s32 + m * ldc + n0, a, static_cast<size_t>(cols) * sizeof(int32_t));
+      continue;
+    }
+    float* __restrict c = out.f32 + m * ldc + n0;
+    const float* cs = out.col_scale ? out.col_scale + n0 : nullptr;
+    const float rs = out.row_scale ? out.row_scale[m] : 1.0f;
+    const bool row = out.row_scale != nullptr;
+    if (cs && row) {
+      if (out.accumulate) {
+        for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + (static_cast<float>(a[j]) * cs[j]) * rs;
+      } else {
+        for (int64_t j = 0; j < cols; ++j) c[j] = (static_cast<float>(a[j]) * cs[j]) * rs;
+      }
+    } else if (cs || row) {  // one scale: per column, or the row's
+      if (cs) {
+        if (out.accumulate) {
+          for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + static_cast<float>(a[j]) * cs[j];
+        } else {
+          for (int64_t j = 0; j < cols; ++j) c[j] = static_cast<float>(a[j]) * cs[j];
+        }
+      } else if (out.accumulate) {
+        for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + static_cast<float>(a[j]) * rs;
+      } else {
+        for (int64_t j = 0; j < cols; ++j) c[j] = static_cast<float>(a[j]) * rs;
+      }
+    } else if (out.accumulate) {
+      for (int64_t j = 0; j < cols; ++j) c[j] = c[j] + static_cast<float>(a[j]);
+    } else {
+      for (int64_t j = 0; j < cols; ++j) c[j] = static_cast<float>(a[j]);
+    }
+  }
+}
+
+void pack_amx_a(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k, int64_t valid,
+                int64_t K, int64_t kp) {
+  std::memset(out, 0, static_cast<size_t>(kAmxRows * kp));
+  for (int64_t r = 0; r < valid; ++r) {
+    for (int64_t k = 0; k < K; ++k) out[r * kp + k] = x[r * stride_r + k * stride_k];
+  }
+}
+
+void pack_amx_b(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k, int64_t valid,
+                int64_t K, int64_t kp) {
+  std::memset(out, 0, static_cast<size_t>(kAmxRows * kp));
+  for (int64_t r = 0; r < valid; ++r) {
+    for (int64_t k = 0; k < K; ++k) out[(k / 4) * 64 + 4 * r + k % 4] = x[r * stride_r + k * stride_k];
   }
 }
 
