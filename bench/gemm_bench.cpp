@@ -214,7 +214,8 @@ const bool registered = [] {
           const std::string dims = std::string(layout_name(layout)) + "/M:4096/N:" +
                                    std::to_string(N) + "/K:" + std::to_string(K) +
                                    "/threads:" + std::to_string(threads);
-          for (Int8Backend b : {Int8Backend::kAmx, Int8Backend::kOnednn, Int8Backend::kAvx2, Int8Backend::kReference}) {
+          for (Int8Backend b : {Int8Backend::kAmx, Int8Backend::kVnni, Int8Backend::kOnednn, Int8Backend::kAvx2,
+                                Int8Backend::kReference}) {
             if (b == Int8Backend::kReference && (N != 1024 || K != 1024 || threads != 1)) continue;
             benchmark::RegisterBenchmark(("gemm/s8/" + dims + "/" + std::string(gemm::to_string(b))).c_str(),
                                          bm_s8, layout, N, K, b, threads)

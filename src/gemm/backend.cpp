@@ -142,6 +142,14 @@ bool int8_available(Int8Backend b, std::string* why) {
       if (f.amx_int8) return true;
       if (why) *why = "this CPU (or the OS, or S3R_MAX_ISA) gives no AMX-INT8 (it has: " + describe(f) + ")";
       return false;
+    case Int8Backend::kVnni:
+#ifndef S3R_HAVE_AVX512
+      if (why) *why = "this build has no AVX-512 kernels (configured with -DS3R_AVX512=OFF)";
+      return false;
+#endif
+      if (f.has_avx512_tier() && f.avx512_vnni) return true;
+      if (why) *why = "this CPU (or S3R_MAX_ISA) gives no AVX-512 VNNI (it has: " + describe(f) + ")";
+      return false;
     case Int8Backend::kOnednn: {
       const Int8SelfCheck& check = onednn_int8_self_check();
       if (check.passed) return true;
@@ -181,8 +189,8 @@ Int8Choice choose_int8() {
   const char* env = std::getenv("S3R_GEMM_INT8");
   if (env != nullptr && *env != '\0' && std::string_view(env) != "auto") {
     const Int8Backend b = parse_backend("S3R_GEMM_INT8", env,
-                                        {Int8Backend::kAmx, Int8Backend::kOnednn, Int8Backend::kAvx2,
-                                         Int8Backend::kReference});
+                                        {Int8Backend::kAmx, Int8Backend::kVnni, Int8Backend::kOnednn,
+                                         Int8Backend::kAvx2, Int8Backend::kReference});
     std::string why;
     if (!int8_available(b, &why)) throw Error("S3R_GEMM_INT8=" + std::string(env) + ": " + why);
     return {b, "set by S3R_GEMM_INT8"};
@@ -192,8 +200,9 @@ Int8Choice choose_int8() {
   std::string note;
   if (f.has_int8_dot()) {
     const Int8SelfCheck& check = onednn_int8_self_check();
-    if (check.passed) return {Int8Backend::kOnednn, "VNNI/AMX, self-check passed"};
+    if (check.passed) return {Int8Backend::kOnednn, "VNNI, self-check passed"};
     note = "oneDNN int8 failed its self-check: " + check.detail;
+    if (int8_available(Int8Backend::kVnni, nullptr)) return {Int8Backend::kVnni, note};
   } else {
     note = "no VNNI/AMX: oneDNN's int8 would saturate int16 sums";
   }
@@ -231,6 +240,7 @@ std::atomic<Bf16Backend>& bf16_slot() {
 std::string_view to_string(Int8Backend b) {
   switch (b) {
     case Int8Backend::kAmx: return "amx";
+    case Int8Backend::kVnni: return "vnni";
     case Int8Backend::kOnednn: return "onednn";
     case Int8Backend::kAvx2: return "avx2";
     case Int8Backend::kReference: return "reference";

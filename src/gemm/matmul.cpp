@@ -147,6 +147,7 @@ void emulated_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const M
 void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const s8::Output& out) {
   switch (int8_backend()) {
     case Int8Backend::kAmx: return s8::gemm_amx(A, B, s, out);
+    case Int8Backend::kVnni: return s8::gemm_vnni(A, B, s, out);
     case Int8Backend::kAvx2: return s8::gemm_avx2(A, B, s, out);
     case Int8Backend::kReference: return s8::gemm_reference(A, B, s, out);
     case Int8Backend::kOnednn: break;

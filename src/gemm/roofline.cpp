@@ -122,6 +122,10 @@ LoopChoice int8_loop(const CpuFeatures& f) {
 #ifdef S3R_HAVE_AVX512
       return {kernels::peak::avx512::amx_int8, "AMX tdpbssd"};
 #endif
+    case Int8Backend::kVnni:
+#ifdef S3R_HAVE_AVX512
+      return {kernels::peak::avx512::dpbusd_zmm, "vpdpbusd zmm"};
+#endif
     case Int8Backend::kOnednn:
 #ifdef S3R_HAVE_AVX512
       if (f.amx_int8) return {kernels::peak::avx512::amx_int8, "AMX tdpbssd"};

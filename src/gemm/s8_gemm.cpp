@@ -185,58 +185,138 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
   });
 }
 
-void gemm_amx(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
-#ifndef S3R_HAVE_AVX512
-  (void)A, (void)B, (void)s, (void)out;
-  throw Error("int8 GEMM: this build has no AMX kernels (configured with -DS3R_AVX512=OFF)");
-#else
+namespace {
+
+#ifdef S3R_HAVE_AVX512
+enum class PanelBlock { kAmx, kVnni };
+
+// The operands of one product as the blocks read them (kernels/gemm_s8.hpp): B packed whole
+// (VNNI: codes + 128); A packed unless the blocks can read it in place (VNNI: a k-major A packed
+// by quads, like B, which needs no transpose).
+struct Panels {
+  Operands ops;
+  int64_t M, K, kp;
+  bool a_direct, a_quads;
+  int64_t a_first;  // the first A panel packed (those before are read in place)
+  const int8_t* ap;
+  const int8_t* bp;
+
+  // Block row m0's 32 rows of A: in op(A) itself, or packed (by rows or by quads).
+  kernels::S8Rows a_rows(int64_t m0) const {
+    using kernels::kAmxBlock, kernels::kAmxRows;
+    if (a_direct && m0 + kAmxBlock <= M) {
+      const int64_t lda = ops.a.stride_r;
+      return {ops.a.data + m0 * lda, lda, 4, kAmxRows * lda};
+    }
+    const int8_t* a = ap + (m0 / kAmxRows - a_first) * kAmxRows * kp;
+    return a_quads ? kernels::S8Rows{a, 4, 64, kAmxRows * kp} : kernels::S8Rows{a, kp, 4, kAmxRows * kp};
+  }
+};
+
+// Packs what the blocks cannot read in place, into this thread's buffers.
+Panels pack_panels(const Operands& ops, int64_t M, int64_t N, int64_t K, bool vnni) {
   using kernels::kAmxBlock, kernels::kAmxDepth, kernels::kAmxRows;
-  check_depth(s.K);
-  const int64_t M = s.M, N = s.N, K = s.K;
+  namespace k512 = kernels::avx512;
   const int64_t kp = (K + kAmxDepth - 1) / kAmxDepth * kAmxDepth;
-  const Operands ops = operands(A, B, s);
   const int64_t m_blocks = (M + kAmxBlock - 1) / kAmxBlock, n_blocks = (N + kAmxBlock - 1) / kAmxBlock;
-  // op(A) rows contiguous and K a multiple of 64: the tiles load A itself, and only a last,
-  // partial block of rows is packed (zero rows after M); otherwise every A panel is packed.
+  // op(A) rows contiguous and K a multiple of 64: the blocks read A itself, and only a last,
+  // partial block of rows is packed (zero rows after M).
   const bool a_direct = ops.a.stride_k == 1 && K % kAmxDepth == 0;
-  const int64_t a_first = a_direct ? M / kAmxBlock * 2 : 0;  // the first panel packed
+  const bool a_quads = vnni && ops.a.stride_k != 1;
+  const int64_t a_first = a_direct ? M / kAmxBlock * 2 : 0;
+  const int64_t a_panels = 2 * m_blocks - a_first, b_panels = 2 * n_blocks;
   thread_local std::vector<int8_t> a_packed, b_packed;  // grown once, reused
-  a_packed.resize(static_cast<size_t>((m_blocks * 2 - a_first) * kAmxRows * kp));
-  b_packed.resize(static_cast<size_t>(n_blocks * kAmxBlock * kp));
+  a_packed.resize(static_cast<size_t>(a_panels * kAmxRows * kp));
+  b_packed.resize(static_cast<size_t>(b_panels * kAmxRows * kp));
   int8_t* ap = a_packed.data();
   int8_t* bp = b_packed.data();
-  const int64_t a_panels = 2 * m_blocks - a_first, b_panels = 2 * n_blocks;
-  parallel_blocks(a_panels + b_panels, 1, [&](int64_t t, int64_t) {
-    const bool is_a = t < a_panels;
-    const int64_t panel = is_a ? t : t - a_panels, r0 = (is_a ? a_first + panel : panel) * kAmxRows;
-    const Operand& x = is_a ? ops.a : ops.b;
-    const int64_t valid = std::clamp<int64_t>((is_a ? M : N) - r0, 0, kAmxRows);
-    const int8_t* first = x.data + (valid > 0 ? r0 * x.stride_r : 0);
-    (is_a ? kernels::amx::pack_amx_a : kernels::amx::pack_amx_b)(
-        (is_a ? ap : bp) + panel * kAmxRows * kp, first, x.stride_r, x.stride_k, valid, K, kp);
-  });
-  // Block row ib's A: in op(A) itself, or packed.
-  const auto a_rows = [&](int64_t m0) -> std::pair<const int8_t*, int64_t> {
-    if (a_direct && m0 + kAmxBlock <= M) return {ops.a.data + m0 * ops.a.stride_r, ops.a.stride_r};
-    return {ap + (m0 / kAmxRows - a_first) * kAmxRows * kp, kp};
+  const auto pack_a = a_quads ? k512::pack_amx_b : k512::pack_amx_a;
+  const auto pack_b = vnni ? k512::pack_vnni_b : k512::pack_amx_b;
+  // A k-major operand is packed in one task per thread, in whole fours of panels, so that each
+  // task reads long runs of the operand's rows in order; others panel by panel.
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const auto group_of = [&](const Operand& x, int64_t panels) -> int64_t {
+    if (x.stride_k == 1) return 1;
+    return std::max<int64_t>(4, (panels + 4 * threads - 1) / (4 * threads) * 4);
   };
+  const int64_t a_group = group_of(ops.a, a_panels), b_group = group_of(ops.b, b_panels);
+  const int64_t a_tasks = (a_panels + a_group - 1) / a_group, b_tasks = (b_panels + b_group - 1) / b_group;
+  // Handed out one at a time: A's tasks and B's differ in size.
+  parallel_blocks_dynamic(a_tasks + b_tasks, 1, [&](int64_t t, int64_t) {
+    const bool is_a = t < a_tasks;
+    const int64_t group = is_a ? a_group : b_group, total = is_a ? a_panels : b_panels;
+    const int64_t panel = (is_a ? t : t - a_tasks) * group, panels = std::min(group, total - panel);
+    const int64_t r0 = (is_a ? a_first + panel : panel) * kAmxRows;
+    const Operand& x = is_a ? ops.a : ops.b;
+    const int64_t valid = std::clamp<int64_t>((is_a ? M : N) - r0, 0, panels * kAmxRows);
+    const int8_t* first = x.data + (valid > 0 ? r0 * x.stride_r : 0);
+    (is_a ? pack_a : pack_b)((is_a ? ap : bp) + panel * kAmxRows * kp, first, x.stride_r,
+                             x.stride_k, valid, panels, K, kp);
+  });
+  return {ops, M, K, kp, a_direct, a_quads, a_first, ap, bp};
+}
+
+// The int8-panel GEMM with AMX's or VNNI's block: the panels, then 32 x 32 blocks, each
+// dequantized by the epilogue as soon as it is summed.
+void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out,
+                 PanelBlock kind) {
+  using kernels::kAmxBlock;
+  namespace k512 = kernels::avx512;
+  const int64_t M = s.M, N = s.N;
+  const bool vnni = kind == PanelBlock::kVnni;
+  const Panels p = pack_panels(operands(A, B, s), M, N, s.K, vnni);
+  const int64_t kp = p.kp;
+  const int64_t m_blocks = (M + kAmxBlock - 1) / kAmxBlock, n_blocks = (N + kAmxBlock - 1) / kAmxBlock;
   // Blocks in row-major order, one contiguous run per thread: consecutive blocks share their
-  // A panels. Integer sums are exact, so the split (by thread count) is not numerics.
+  // A rows (and, for VNNI, their row sums). Integer sums are exact, so the split (by thread
+  // count) is not numerics.
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t total = m_blocks * n_blocks;
   const kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
   parallel_blocks(total, (total + threads - 1) / threads, [&](int64_t blk0, int64_t blk1) {
     alignas(64) int32_t acc[kAmxBlock * kAmxBlock];
-    kernels::amx::amx_tiles_configure();
+    int32_t a_sums[kAmxBlock];
+    int64_t summed_row = -1;
+    if (!vnni) kernels::amx::amx_tiles_configure();
     for (int64_t blk = blk0; blk < blk1; ++blk) {
       const int64_t m0 = blk / n_blocks * kAmxBlock, n0 = blk % n_blocks * kAmxBlock;
-      const auto [a, lda] = a_rows(m0);
-      kernels::amx::gemm_s8_amx_block(a, lda, bp + n0 * kp, kp, acc, kAmxBlock);
-      kernels::amx::gemm_s8_epilogue(epi, acc, kAmxBlock, m0, std::min(kAmxBlock, M - m0), n0,
-                                     std::min(kAmxBlock, N - n0));
+      const kernels::S8Rows a = p.a_rows(m0);
+      if (!vnni) {
+        kernels::amx::gemm_s8_amx_block(a.a, a.row, p.bp + n0 * kp, kp, acc, kAmxBlock);
+      } else {
+        if (m0 != summed_row) k512::row_sums_s8(a_sums, a, kp);
+        summed_row = m0;
+        k512::gemm_s8_vnni_block(a, a_sums, p.bp + n0 * kp, kp, acc, kAmxBlock);
+      }
+      k512::gemm_s8_epilogue(epi, acc, kAmxBlock, m0, std::min(kAmxBlock, M - m0), n0,
+                             std::min(kAmxBlock, N - n0));
     }
-    kernels::amx::amx_tiles_release();
+    if (!vnni) kernels::amx::amx_tiles_release();
   });
+}
+#endif
+
+}  // namespace
+
+void gemm_amx(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
+  check_depth(s.K);
+#ifdef S3R_HAVE_AVX512
+  gemm_panels(A, B, s, out, PanelBlock::kAmx);
+#else
+  (void)A, (void)B, (void)out;
+  throw Error("int8 GEMM: this build has no AMX kernels (configured with -DS3R_AVX512=OFF)");
+#endif
+}
+
+void gemm_vnni(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
+  check_depth(s.K);
+  // vpdpbusd sums codes + 128 times codes: exact in int32 only for K < kVnniMaxK.
+  if (s.K >= kernels::kVnniMaxK) return gemm_avx2(A, B, s, out);
+#ifdef S3R_HAVE_AVX512
+  gemm_panels(A, B, s, out, PanelBlock::kVnni);
+#else
+  (void)A, (void)B, (void)out;
+  throw Error("int8 GEMM: this build has no AVX-512 kernels (configured with -DS3R_AVX512=OFF)");
 #endif
 }
 

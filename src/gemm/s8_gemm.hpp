@@ -26,6 +26,10 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& shape, const
 // blocks; only on a CPU whose AMX-INT8 state the OS granted. Bit-identical for any thread count.
 void gemm_amx(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
 
+// The same panels and blocks with AVX-512 VNNI's vpdpbusd (kernels/gemm_s8.hpp); only on a CPU
+// with AVX-512 VNNI. K >= 66000 (where vpdpbusd's u8 x s8 sums could overflow) runs gemm_avx2.
+void gemm_vnni(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
+
 // Plain loops, OpenMP over rows: the fallback without AVX2, and the oracle of the tests.
 void gemm_reference(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
 

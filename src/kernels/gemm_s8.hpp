@@ -38,36 +38,56 @@ struct S8Epilogue {
   void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, int64_t m0,    \
                         int64_t rows, int64_t n0, int64_t cols);
 
-// The AMX block (s3r's own GEMM on CPUs with AMX-INT8): codes stay int8, and one tdpbssd
-// multiplies a 16 x 64 tile of A by a 64 x 16 tile of B into 16 x 16 int32 sums.
+// s3r's int8-panel GEMM (on CPUs with AMX-INT8 or AVX-512 VNNI): codes stay int8.
 //   A panel: kAmxRows rows of op(A), kp bytes each (kp = K rounded up to 64, zero beyond K):
 //            a[i * kp + k]
-//   B panel: kAmxRows columns of op(B), k in groups of four (AMX's VNNI layout), kp / 4 rows of
-//            64 bytes (zero beyond K): b[(k / 4) * 64 + 4 j + k % 4] = op(B)[k, j]
+//   B panel: kAmxRows columns of op(B), k in groups of four (AMX's and VNNI's layout), kp / 4 rows
+//            of 64 bytes (zero beyond K): b[(k / 4) * 64 + 4 j + k % 4] = op(B)[k, j]
 // A block is kAmxBlock x kAmxBlock: 32 rows of A at stride lda (two panels at a and a + 16 lda:
 // packed, lda = kp; or op(A) itself where its rows are contiguous and K is a multiple of 64) and
 // two consecutive B panels (b, b + 16 kp):
 //   c[i * ldc + j] = sum_{k < kp} a[i * lda + k] Bpanel(j / 16)[k, j % 16], overwritten
-// Products of codes in [-127, 127] summed in int32 are exact while K < 133000 (as above).
+// gemm_s8_amx_block: four 16 x 16 tdpbssd accumulator tiles. gemm_s8_vnni_block: vpdpbusd
+// multiplies u8 by s8, so its B panels hold code + 128 (each byte ^ 0x80: pack_vnni_b) and it
+// subtracts 128 a_sums[i] from row i (a_sums[i] = sum_k of row i's codes, row_sums_s8): the same
+// exact sums, while K < kVnniMaxK (|sum_k a (b + 128)| <= K 127 255 < 2^31). It reads A by quads
+// (four codes of a row, broadcast), so its A may also be packed like a B panel (S8Rows), which a
+// k-major op(A) needs no transpose for. The reference twin of both blocks is
+// ref::gemm_s8_amx_block.
 inline constexpr int64_t kAmxRows = 16;
 inline constexpr int64_t kAmxBlock = 2 * kAmxRows;
 inline constexpr int64_t kAmxDepth = 64;  // bytes of k per tile row
-// The panels are packed from op(X)[r, k] = x[r * stride_r + k * stride_k] (x at the panel's first
-// row; one of the strides is 1), rows r < valid (<= 16) and k < K; every other byte is zero:
-//   pack_amx_a: out[r * kp + k] = op(X)[r, k]                 (A panel; X = op(A))
-//   pack_amx_b: out[(k / 4) * 64 + 4 r + k % 4] = op(X)[r, k] (B panel; X = op(B)^T, r = column)
-#define S3R_DECLARE_S8_AMX_BLOCK                                                              \
-  void gemm_s8_amx_block(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c,   \
-                         int64_t ldc);                                                          \
+inline constexpr int64_t kVnniMaxK = 66000;
+// Where the 32 rows of a VNNI block's A are: quad q of row i (codes 4q .. 4q + 3) at
+// a + (i / 16) * panel + (i % 16) * row + q * quad.
+//   rows of codes (A panels, or op(A) itself): row = lda, quad = 4, panel = 16 lda
+//   quads (A panels packed by pack_amx_b):      row = 4, quad = 64, panel = 16 kp
+struct S8Rows {
+  const int8_t* a;
+  int64_t row, quad, panel;
+};
+// `panels` consecutive panels are packed from op(X)[r, k] = x[r * stride_r + k * stride_k] (x at
+// the first panel's first row; one of the strides is 1), rows r < valid (<= 16 panels) and k < K;
+// panel p's row i is op(X)'s row 16 p + i, at out + 16 p kp; every other byte is zero:
+//   pack_amx_a:  out[r * kp + k] = op(X)[r, k]                 (A panel; X = op(A))
+//   pack_amx_b:  out[(k / 4) * 64 + 4 r + k % 4] = op(X)[r, k] (B panel; X = op(B)^T, r = column)
+//   pack_vnni_b: pack_amx_b's bytes ^ 0x80 (padding included)
+// row_sums_s8: sums[i] = the sum of the kp codes of row i of a, i < 32.
+#define S3R_DECLARE_S8_PANELS                                                                  \
   void pack_amx_a(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k,             \
-                  int64_t valid, int64_t K, int64_t kp);                                        \
+                  int64_t valid, int64_t panels, int64_t K, int64_t kp);                        \
   void pack_amx_b(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k,             \
-                  int64_t valid, int64_t K, int64_t kp);
+                  int64_t valid, int64_t panels, int64_t K, int64_t kp);                        \
+  void pack_vnni_b(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k,            \
+                   int64_t valid, int64_t panels, int64_t K, int64_t kp);                       \
+  void row_sums_s8(int32_t* sums, const S8Rows& a, int64_t kp);                                \
+  S3R_DECLARE_S8_EPILOGUE
 
 namespace ref {
 S3R_DECLARE_S8_TILE
-S3R_DECLARE_S8_AMX_BLOCK
-S3R_DECLARE_S8_EPILOGUE
+S3R_DECLARE_S8_PANELS
+void gemm_s8_amx_block(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c,
+                       int64_t ldc);
 // Plain loops, the oracle: c[(m - m0) * ldc + n] = sum_k op(A)[m, k] op(B)[k, n] for rows m in
 // [m0, m1), all n < N; op(A)[m, k] = A[ta ? k * lda + m : m * lda + k],
 // op(B)[k, n] = B[tb ? n * ldb + k : k * ldb + n].
@@ -77,17 +97,23 @@ void gemm_s8_rows(int32_t* c, int64_t ldc, const int8_t* A, int64_t lda, bool ta
 namespace avx2 {
 S3R_DECLARE_S8_TILE
 }  // namespace avx2
+namespace avx512 {
+S3R_DECLARE_S8_PANELS  // kernels/avx512/gemm_s8_avx512.cpp (row sums: gemm_s8_vnni.cpp)
+// kernels/avx512/gemm_s8_vnni.cpp, compiled with -mavx512vnni: only on CPUs with AVX-512 VNNI.
+void gemm_s8_vnni_block(const S8Rows& a, const int32_t* a_sums, const int8_t* b, int64_t kp,
+                        int32_t* c, int64_t ldc);
+}  // namespace avx512
 // Compiled with AMX's flags (kernels/avx512/gemm_s8_amx.cpp); call only on a CPU whose AMX-INT8
 // state the OS granted (s3r/core/cpu_features.hpp), between amx_tiles_configure() and
 // amx_tiles_release() on the calling thread.
 namespace amx {
-S3R_DECLARE_S8_AMX_BLOCK
-S3R_DECLARE_S8_EPILOGUE  // the epilogue and the packing in AVX-512
+void gemm_s8_amx_block(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c,
+                       int64_t ldc);
 void amx_tiles_configure();  // palette 1: eight tiles of 16 rows x 64 bytes
 void amx_tiles_release();
 }  // namespace amx
 #undef S3R_DECLARE_S8_TILE
-#undef S3R_DECLARE_S8_AMX_BLOCK
+#undef S3R_DECLARE_S8_PANELS
 #undef S3R_DECLARE_S8_EPILOGUE
 
 }  // namespace s3r::kernels

@@ -79,7 +79,8 @@ MatmulShape shape_of(const Case& c) { return MatmulShape{c.M, c.N, c.K, c.ta, c.
 // as skipped on the running test, with the reason (never a silent pass of fewer backends).
 std::vector<Int8Backend> int8_backends() {
   std::vector<Int8Backend> out;
-  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn, Int8Backend::kAmx}) {
+  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn, Int8Backend::kAmx,
+                        Int8Backend::kVnni}) {
     std::string why;
     if (int8_backend_available(b, &why)) {
       out.push_back(b);
@@ -310,7 +311,8 @@ TEST(Matmul, OnednnInt8SelfCheckCatchesSaturation) {
 // Asking for a backend this process cannot run is a clear error; the backend in use stays.
 TEST(Matmul, UnavailableBackendsAreRefused) {
   const Int8Backend before = int8_backend();
-  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn, Int8Backend::kAmx}) {
+  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn, Int8Backend::kAmx,
+                        Int8Backend::kVnni}) {
     std::string why;
     if (int8_backend_available(b, &why)) continue;
     try {

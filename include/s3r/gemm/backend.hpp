@@ -5,7 +5,11 @@
 //   int8 x int8 -> int32 (exact in every backend):
 //     amx        s3r's own GEMM with AMX tiles (tdpbssd on int8 panels, 32 x 32 output blocks):
 //                the choice on CPUs whose AMX-INT8 state the OS grants (Sapphire Rapids and
-//                later); at s3r's shapes it runs 2-3x faster than oneDNN 2.6's AMX kernels
+//                later), where it is faster than oneDNN 2.6's AMX kernels at s3r's shapes
+//     vnni       the same panels and blocks with AVX-512 VNNI's vpdpbusd (B as codes + 128,
+//                each row corrected by its code sum: exact for K < 66000, longer K runs avx2):
+//                the choice on AVX-512 VNNI CPUs where oneDNN fails its self-check; elsewhere
+//                on request (at small's step it runs as fast as oneDNN's VNNI kernels)
 //     onednn     oneDNN's kernels: chosen only on CPUs with hardware int8 dot products (AVX-512
 //                VNNI, AVX-VNNI or AMX), and only after a self-check at first use (below); the
 //                choice on CPUs with VNNI but no AMX
@@ -26,7 +30,7 @@
 // production) and compares with exact sums; on any mismatch oneDNN int8 is not used in this
 // process and the machine line says why.
 //
-// Overrides (tests, benchmarks): S3R_GEMM_INT8=auto|amx|onednn|avx2|reference and
+// Overrides (tests, benchmarks): S3R_GEMM_INT8=auto|amx|vnni|onednn|avx2|reference and
 // S3R_GEMM_BF16=auto|onednn|f32, read at first use, or set_int8_backend / set_bf16_backend.
 // Asking for a backend this CPU cannot run (or whose self-check failed) is an s3r::Error.
 #include <string>
@@ -34,10 +38,10 @@
 
 namespace s3r::gemm {
 
-enum class Int8Backend { kAmx, kOnednn, kAvx2, kReference };
+enum class Int8Backend { kAmx, kVnni, kOnednn, kAvx2, kReference };
 enum class Bf16Backend { kOnednn, kF32 };
 
-std::string_view to_string(Int8Backend b);  // "amx" | "onednn" | "avx2" | "reference"
+std::string_view to_string(Int8Backend b);  // "amx" | "vnni" | "onednn" | "avx2" | "reference"
 std::string_view to_string(Bf16Backend b);  // "onednn" | "f32"
 
 // True when this process can use the backend; otherwise *why_not says why. For Int8Backend::

@@ -79,18 +79,37 @@ void gemm_s8_epilogue(const S8Epilogue& out, const int32_t* acc, int64_t ld_acc,
 }
 
 void pack_amx_a(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k, int64_t valid,
-                int64_t K, int64_t kp) {
-  std::memset(out, 0, static_cast<size_t>(kAmxRows * kp));
+                int64_t panels, int64_t K, int64_t kp) {
+  std::memset(out, 0, static_cast<size_t>(panels * kAmxRows * kp));
   for (int64_t r = 0; r < valid; ++r) {
-    for (int64_t k = 0; k < K; ++k) out[r * kp + k] = x[r * stride_r + k * stride_k];
+    int8_t* row = out + (r / kAmxRows) * kAmxRows * kp + (r % kAmxRows) * kp;
+    for (int64_t k = 0; k < K; ++k) row[k] = x[r * stride_r + k * stride_k];
   }
 }
 
 void pack_amx_b(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k, int64_t valid,
-                int64_t K, int64_t kp) {
-  std::memset(out, 0, static_cast<size_t>(kAmxRows * kp));
+                int64_t panels, int64_t K, int64_t kp) {
+  std::memset(out, 0, static_cast<size_t>(panels * kAmxRows * kp));
   for (int64_t r = 0; r < valid; ++r) {
-    for (int64_t k = 0; k < K; ++k) out[(k / 4) * 64 + 4 * r + k % 4] = x[r * stride_r + k * stride_k];
+    int8_t* panel = out + (r / kAmxRows) * kAmxRows * kp;
+    for (int64_t k = 0; k < K; ++k) panel[(k / 4) * 64 + 4 * (r % kAmxRows) + k % 4] = x[r * stride_r + k * stride_k];
+  }
+}
+
+void pack_vnni_b(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k, int64_t valid,
+                 int64_t panels, int64_t K, int64_t kp) {
+  pack_amx_b(out, x, stride_r, stride_k, valid, panels, K, kp);
+  for (int64_t i = 0; i < panels * kAmxRows * kp; ++i) {
+    out[i] = static_cast<int8_t>(static_cast<uint8_t>(out[i]) ^ 0x80u);
+  }
+}
+
+void row_sums_s8(int32_t* sums, const S8Rows& a, int64_t kp) {
+  for (int64_t i = 0; i < kAmxBlock; ++i) {
+    const int8_t* row = a.a + (i / kAmxRows) * a.panel + (i % kAmxRows) * a.row;
+    int32_t s = 0;
+    for (int64_t k = 0; k < kp; ++k) s += row[(k / 4) * a.quad + k % 4];
+    sums[i] = s;
   }
 }
 

@@ -1,0 +1,178 @@
+// s3r's int8-panel GEMM (kernels/gemm_s8.hpp): the AVX-512 packing, row sums and epilogue, and
+// the AMX and VNNI 32 x 32 blocks, against their scalar twins in kernels/ref, bit for bit, over
+// edges of every size (rows of a panel, K around multiples of 4 and 64, the columns of a block).
+// Each runs where the CPU has its instructions (AVX-512; AMX-INT8 granted by the OS; AVX-512
+// VNNI); elsewhere it says it was skipped and why.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <algorithm>
+#include <vector>
+
+#include "kernels/gemm_s8.hpp"
+#include "s3r/core/cpu_features.hpp"
+
+namespace s3r::kernels {
+namespace {
+
+#ifdef S3R_HAVE_AVX512
+#define S3R_SKIP_WITHOUT(HAS, WHAT)                                                               \
+  if (!(HAS)) GTEST_SKIP() << "no " WHAT " here (" << describe(cpu_features()) << ")"
+#else
+#define S3R_SKIP_WITHOUT(HAS, WHAT) GTEST_SKIP() << "this build has no AVX-512 kernels"
+#endif
+#define S3R_SKIP_WITHOUT_AVX512() S3R_SKIP_WITHOUT(cpu_features().has_avx512_tier(), "AVX-512")
+#define S3R_SKIP_WITHOUT_AMX() S3R_SKIP_WITHOUT(cpu_features().amx_int8, "AMX-INT8")
+#define S3R_SKIP_WITHOUT_VNNI() \
+  S3R_SKIP_WITHOUT(cpu_features().has_avx512_tier() && cpu_features().avx512_vnni, "AVX-512 VNNI")
+
+std::vector<int8_t> codes(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = static_cast<int8_t>(d(gen));
+  return v;
+}
+
+int64_t padded(int64_t K) { return (K + kAmxDepth - 1) / kAmxDepth * kAmxDepth; }
+
+TEST(PanelKernels, PackingMatchesTheReferenceByteForByte) {
+  S3R_SKIP_WITHOUT_AVX512();
+#ifdef S3R_HAVE_AVX512
+  uint32_t seed = 1;
+  for (int64_t K : {1, 3, 4, 5, 63, 64, 65, 130, 256}) {
+    const int64_t kp = padded(K);
+    for (int64_t panels : {1, 4, 6}) {  // the vector tier packs k-major B by fours
+      for (int64_t valid : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{15}, 16 * panels - 9, 16 * panels}) {
+        if (valid < 0) continue;
+        for (bool k_major : {false, true}) {  // rows contiguous (stride_k = 1), or k-major
+          const int64_t rows = 16 * panels;
+          const int64_t stride_r = k_major ? 1 : K + 3, stride_k = k_major ? rows + 5 : 1;
+          const auto x = codes(static_cast<size_t>(rows * (K + 3) + K * (rows + 5)), seed++);
+          using Pack = void (*)(int8_t*, const int8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+          const std::tuple<const char*, Pack, Pack> packs[] = {
+              {"A", ref::pack_amx_a, avx512::pack_amx_a},
+              {"B", ref::pack_amx_b, avx512::pack_amx_b},
+              {"VNNI B", ref::pack_vnni_b, avx512::pack_vnni_b}};
+          for (auto [name, ref_pack, tier_pack] : packs) {
+            std::vector<int8_t> want(static_cast<size_t>(panels * kAmxRows * kp), 99), got = want;
+            ref_pack(want.data(), x.data(), stride_r, stride_k, valid, panels, K, kp);
+            tier_pack(got.data(), x.data(), stride_r, stride_k, valid, panels, K, kp);
+            ASSERT_EQ(want, got) << name << " panels " << panels << ", K " << K << ", rows " << valid
+                                 << (k_major ? ", k-major" : ", rows contiguous");
+          }
+        }
+      }
+    }
+  }
+#endif
+}
+
+TEST(PanelKernels, AmxBlockMatchesTheReference) {
+  S3R_SKIP_WITHOUT_AMX();
+#ifdef S3R_HAVE_AVX512
+  uint32_t seed = 100;
+  for (int64_t kp : {64, 128, 1024}) {
+    for (int64_t lda : {kp, kp + 64}) {
+      const auto a = codes(static_cast<size_t>(kAmxBlock * lda), seed++);
+      const auto b = codes(static_cast<size_t>(kAmxBlock * kp), seed++);
+      const int64_t ldc = kAmxBlock + 8;  // columns 32 .. 39 must stay untouched
+      std::vector<int32_t> want(static_cast<size_t>(kAmxBlock * ldc), -7), got = want;
+      ref::gemm_s8_amx_block(a.data(), lda, b.data(), kp, want.data(), ldc);
+      amx::amx_tiles_configure();
+      amx::gemm_s8_amx_block(a.data(), lda, b.data(), kp, got.data(), ldc);
+      amx::amx_tiles_release();
+      ASSERT_EQ(want, got) << "kp " << kp << ", lda " << lda;
+    }
+  }
+#endif
+}
+
+// VNNI's block reads B as codes + 128 and corrects each row by its code sum (row_sums_s8); codes
+// of -127 and +127 everywhere are its largest sums.
+TEST(PanelKernels, VnniBlockAndRowSumsMatchTheReference) {
+  S3R_SKIP_WITHOUT_VNNI();
+#ifdef S3R_HAVE_AVX512
+  uint32_t seed = 200;
+  for (int64_t kp : {64, 128, 1024}) {
+    for (int64_t lda : {kp, kp + 64}) {
+      for (int fill : {0, 127, -127}) {
+        auto a = codes(static_cast<size_t>(kAmxBlock * lda), seed++);
+        auto b = codes(static_cast<size_t>(kAmxBlock * kp), seed++);
+        if (fill != 0) {
+          std::fill(a.begin(), a.end(), static_cast<int8_t>(fill));
+          std::fill(b.begin(), b.end(), int8_t{127});
+        }
+        // A by rows, and the same codes by quads (each 16-row panel as pack_amx_b lays it out)
+        std::vector<int8_t> quads(static_cast<size_t>(kAmxBlock * kp));
+        for (int64_t i = 0; i < kAmxBlock; ++i) {
+          for (int64_t k = 0; k < kp; ++k) {
+            quads[(i / kAmxRows) * kAmxRows * kp + (k / 4) * 64 + 4 * (i % kAmxRows) + k % 4] = a[i * lda + k];
+          }
+        }
+        std::vector<int8_t> b_u8(b.size());  // the VNNI layout: codes + 128
+        for (size_t i = 0; i < b.size(); ++i) b_u8[i] = static_cast<int8_t>(static_cast<uint8_t>(b[i]) ^ 0x80u);
+        const int64_t ldc = kAmxBlock + 8;  // columns 32 .. 39 must stay untouched
+        std::vector<int32_t> want(static_cast<size_t>(kAmxBlock * ldc), -7);
+        ref::gemm_s8_amx_block(a.data(), lda, b.data(), kp, want.data(), ldc);
+        for (const S8Rows& rows : {S8Rows{a.data(), lda, 4, kAmxRows * lda},
+                                   S8Rows{quads.data(), 4, 64, kAmxRows * kp}}) {
+          const char* layout = rows.row == 4 ? "quads" : "rows";
+          std::vector<int32_t> want_sums(kAmxBlock), sums(kAmxBlock, 5);
+          ref::row_sums_s8(want_sums.data(), rows, kp);
+          avx512::row_sums_s8(sums.data(), rows, kp);
+          ASSERT_EQ(want_sums, sums) << layout << ", kp " << kp << ", lda " << lda;
+          std::vector<int32_t> got(want.size(), -7);
+          avx512::gemm_s8_vnni_block(rows, sums.data(), b_u8.data(), kp, got.data(), ldc);
+          ASSERT_EQ(want, got) << layout << ", kp " << kp << ", lda " << lda << ", fill " << fill;
+        }
+      }
+    }
+  }
+#endif
+}
+
+TEST(PanelKernels, EpilogueMatchesTheReferenceBitForBit) {
+  S3R_SKIP_WITHOUT_AVX512();
+#ifdef S3R_HAVE_AVX512
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<int32_t> sum(-2'000'000'000, 2'000'000'000);
+  std::uniform_real_distribution<float> scale(1e-6f, 3.0f);
+  constexpr int64_t M = 40, N = 48, ld_acc = 33;
+  std::vector<int32_t> acc(static_cast<size_t>(kAmxBlock * ld_acc));
+  for (auto& v : acc) v = sum(gen);
+  std::vector<float> rs(M), cs(N), c0(static_cast<size_t>(M * N));
+  for (auto& v : rs) v = scale(gen);
+  for (auto& v : cs) v = scale(gen);
+  for (auto& v : c0) v = scale(gen) - 1.5f;
+  for (int variant = 0; variant < 9; ++variant) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{32, 32}, {1, 1}, {5, 15}, {32, 17}, {9, 16}}) {
+      S8Epilogue e;
+      std::vector<float> want = c0, got = c0;
+      std::vector<int32_t> want32(static_cast<size_t>(M * N), 3), got32 = want32;
+      if (variant == 8) {
+        e.s32 = want32.data();
+      } else {
+        e.f32 = want.data();
+        e.row_scale = variant & 1 ? rs.data() : nullptr;
+        e.col_scale = variant & 2 ? cs.data() : nullptr;
+        e.accumulate = (variant & 4) != 0;
+      }
+      e.ldc = N;
+      ref::gemm_s8_epilogue(e, acc.data(), ld_acc, 7, rows, 13, cols);
+      e.f32 = e.f32 ? got.data() : nullptr;
+      e.s32 = e.s32 ? got32.data() : nullptr;
+      avx512::gemm_s8_epilogue(e, acc.data(), ld_acc, 7, rows, 13, cols);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+          << "variant " << variant << ", " << rows << " x " << cols;
+      ASSERT_EQ(want32, got32) << rows << " x " << cols;
+    }
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace s3r::kernels
