@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -16,6 +17,15 @@
 #include "s3r/core/isa.hpp"
 
 namespace s3r::testing {
+
+// n int8 codes drawn uniformly from [-127, 127] (never -128, as s3r's quantizers never make it).
+inline std::vector<int8_t> random_s8(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = static_cast<int8_t>(d(gen));
+  return v;
+}
 
 // Records on the running test that `isa` was not exercised and why: a test property
 // "skipped_tier_<name>" (in the XML/JSON report) and one line on stdout per test and tier.

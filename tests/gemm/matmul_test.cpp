@@ -57,13 +57,7 @@ T at_b(const std::vector<T>& b, const Case& c, int64_t k, int64_t n) {
   return c.tb ? b[n * c.K + k] : b[k * c.N + n];
 }
 
-std::vector<int8_t> random_s8(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> d(-127, 127);
-  std::vector<int8_t> v(n);
-  for (auto& x : v) x = static_cast<int8_t>(d(gen));
-  return v;
-}
+using testing::random_s8;
 
 std::vector<float> random_f32(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);

@@ -14,6 +14,7 @@
 
 #include "kernels/gemm_s8.hpp"
 #include "s3r/core/cpu_features.hpp"
+#include "test_util.hpp"
 
 namespace s3r::kernels {
 namespace {
@@ -29,13 +30,7 @@ namespace {
 #define S3R_SKIP_WITHOUT_VNNI() \
   S3R_SKIP_WITHOUT(cpu_features().has_avx512_tier() && cpu_features().avx512_vnni, "AVX-512 VNNI")
 
-std::vector<int8_t> codes(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> d(-127, 127);
-  std::vector<int8_t> v(n);
-  for (auto& x : v) x = static_cast<int8_t>(d(gen));
-  return v;
-}
+std::vector<int8_t> codes(size_t n, uint32_t seed) { return testing::random_s8(n, seed); }
 
 int64_t padded(int64_t K) { return (K + kAmxDepth - 1) / kAmxDepth * kAmxDepth; }
 

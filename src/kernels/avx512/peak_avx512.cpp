@@ -2,6 +2,7 @@
 // in intrinsics compiled for it by target attributes (the rest of the tier needs only F/BW/VL).
 #include <immintrin.h>
 
+#include "kernels/gemm_s8.hpp"
 #include "kernels/peak_loops.hpp"
 
 namespace s3r::kernels::peak::avx512 {
@@ -49,25 +50,10 @@ uint64_t dpbf16_zmm(int64_t iterations) {
 }
 
 namespace {
-// Palette 1: tiles 0-3 accumulate (16 rows of 16 int32 or f32), tiles 4-5 hold A and 6-7 B
-// (16 rows of 64 bytes each).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
+// Palette 1 (kernels/gemm_s8.hpp's amx_tiles_configure: eight tiles of 16 rows x 64 bytes):
+// tiles 0-3 accumulate, tiles 4-5 hold A and 6-7 B.
 __attribute__((target("amx-tile"))) void load_tiles(const uint8_t* operand) {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  // GCC's _tile_loadconfig tells the compiler it reads one byte: without this barrier the
-  // stores above are dead to it and dropped (the tiles then have no shape: #UD).
-  __asm__ volatile("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
+  kernels::amx::amx_tiles_configure();
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -78,12 +64,11 @@ __attribute__((target("amx-tile"))) void load_tiles(const uint8_t* operand) {
   _tile_loadd(7, operand, 64);
 }
 
-
 // Its result stored where the compiler must assume it is read, and the tiles released.
 __attribute__((target("amx-tile"))) void release_tiles() {
   alignas(64) int32_t out[16 * 16];
   _tile_stored(0, out, 64);
-  _tile_release();
+  kernels::amx::amx_tiles_release();
   volatile int32_t sink = out[0];
   (void)sink;
 }
