@@ -195,6 +195,8 @@ const RooflineLimits& roofline_limits() {
   return limits;
 }
 
+RooflineLimits measure_roofline_limits() { return measure(); }
+
 std::string limits_line(const RooflineLimits& l) {
   return "limits on " + std::to_string(l.threads) + " threads: int8 " + rate(l.int8, "G MAC/s") + ", bf16 " +
          rate(l.bf16, "G MAC/s") + ", f32 " + rate(l.f32, "G MAC/s") + ", bandwidth L2 " + rate(l.l2, "GB/s") + ", last-level cache " + rate(l.llc, "GB/s") + ", memory " + rate(l.memory, "GB/s");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <tuple>
 #include <vector>
 
 #include "nn/phase_clock.hpp"
@@ -140,34 +141,57 @@ double best_rate(int64_t n, int runs, F product) {
 // at a moment the cores were faster than during the limit's ten runs (their spread is about 12%
 // on a 2-core VM); large products reach 55-95% of their limit (on an Emerald Rapids VM: f32 zmm
 // 0.55-0.7, VNNI 0.85-0.96, so a zmm loop that counted 8 lanes instead of 16 fails), except AMX
-// (15%: a loop off by 2x is not caught there).
+// (15%: a loop off by 2x is not caught there). A VM's speed also drifts by 2x for seconds at a
+// time (the vpmaddwd limit once measured 42 G/s in a process whose product then ran at 67): a
+// product above its limit is measured again, with the limits, up to three times, each keeping
+// the best rates seen; a loop that undercounts fails every time.
+struct ProductRates {
+  double f32 = 0, s8 = 0, bf16 = 0;
+};
+
+ProductRates product_rates(int64_t n) {
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  ProductRates r;
+  r.f32 = best_rate(n, 5, [&] { matmul_f32(c.data(), a.data(), b.data(), {n, n, n}); });
+  if (int8_backend() != Int8Backend::kReference) {
+    std::vector<int8_t> a8(n * n, 3), b8(n * n, -2);
+    std::vector<int32_t> c32(n * n);
+    r.s8 = best_rate(n, 5, [&] { matmul_s8(c32.data(), a8.data(), b8.data(), {n, n, n}); });
+  }
+  std::vector<bf16> a16(n * n, to_bf16(0.5f)), b16(n * n, to_bf16(0.25f));
+  r.bf16 = best_rate(n, 5, [&] { matmul_bf16(c.data(), a16.data(), b16.data(), {n, n, n}); });
+  return r;
+}
+
 TEST(Roofline, LimitsBoundLargeProductsOfEachType) {
-  const RooflineLimits& l = roofline_limits();
+  RooflineLimits l = roofline_limits();
   ASSERT_GT(l.f32.per_s, 0);
   ASSERT_GT(l.memory.per_s, 0);
   ASSERT_GE(l.llc.per_s, 0.5 * l.memory.per_s);
-  const int64_t n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  const double f32 = best_rate(n, 5, [&] { matmul_f32(c.data(), a.data(), b.data(), {n, n, n}); });
-  std::printf("f32 product %.3g multiply-adds/s, limit %.3g (%s)\n", f32, l.f32.per_s, l.f32.instruction.c_str());
-  EXPECT_LE(f32, 1.15 * l.f32.per_s) << l.f32.instruction;
-  EXPECT_GE(f32, 0.02 * l.f32.per_s) << l.f32.instruction;
-
-  if (l.int8.per_s > 0) {
-    std::vector<int8_t> a8(n * n, 3), b8(n * n, -2);
-    std::vector<int32_t> c32(n * n);
-    const double s8 = best_rate(n, 5, [&] { matmul_s8(c32.data(), a8.data(), b8.data(), {n, n, n}); });
-    std::printf("int8 product %.3g multiply-adds/s, limit %.3g (%s)\n", s8, l.int8.per_s, l.int8.instruction.c_str());
-    EXPECT_LE(s8, 1.15 * l.int8.per_s) << l.int8.instruction;
-    EXPECT_GE(s8, 0.02 * l.int8.per_s) << l.int8.instruction;
-  } else {
+  if (l.int8.per_s <= 0) {
     EXPECT_EQ(int8_backend(), Int8Backend::kReference) << "only the scalar reference GEMM has no int8 limit";
   }
-  std::vector<bf16> a16(n * n, to_bf16(0.5f)), b16(n * n, to_bf16(0.25f));
-  const double b16r = best_rate(n, 5, [&] { matmul_bf16(c.data(), a16.data(), b16.data(), {n, n, n}); });
-  std::printf("bf16 product %.3g multiply-adds/s, limit %.3g (%s)\n", b16r, l.bf16.per_s, l.bf16.instruction.c_str());
-  EXPECT_LE(b16r, 1.15 * l.bf16.per_s) << l.bf16.instruction;
-  EXPECT_GE(b16r, 0.02 * l.bf16.per_s) << l.bf16.instruction;
+  const int64_t n = 1024;
+  ProductRates r = product_rates(n);
+  const auto within = [&] {
+    return r.f32 <= 1.15 * l.f32.per_s && r.s8 <= 1.15 * l.int8.per_s && r.bf16 <= 1.15 * l.bf16.per_s;
+  };
+  for (int again = 0; again < 3 && !within(); ++again) {
+    const RooflineLimits fresh = measure_roofline_limits();
+    for (auto [kept, now] : {std::pair{&l.f32, &fresh.f32}, {&l.int8, &fresh.int8}, {&l.bf16, &fresh.bf16}}) {
+      kept->per_s = std::max(kept->per_s, now->per_s);
+    }
+    const ProductRates now = product_rates(n);
+    r = {std::max(r.f32, now.f32), std::max(r.s8, now.s8), std::max(r.bf16, now.bf16)};
+  }
+  const std::tuple<const char*, double, const Limit&> checks[] = {
+      {"f32", r.f32, l.f32}, {"int8", r.s8, l.int8}, {"bf16", r.bf16, l.bf16}};
+  for (const auto& [name, rate, limit] : checks) {
+    if (limit.per_s <= 0) continue;  // the reference int8 GEMM
+    std::printf("%s product %.3g multiply-adds/s, limit %.3g (%s)\n", name, rate, limit.per_s, limit.instruction.c_str());
+    EXPECT_LE(rate, 1.15 * limit.per_s) << name << ": " << limit.instruction;
+    EXPECT_GE(rate, 0.02 * limit.per_s) << name << ": " << limit.instruction;
+  }
 }
 
 TEST(Roofline, LimitsLineNamesEveryLimit) {

@@ -37,6 +37,9 @@ struct RooflineLimits {
 
 // Measured at the first call with omp_get_max_threads() threads, for the backends then active.
 const RooflineLimits& roofline_limits();
+// A fresh measurement, the same way (about 1 s): for checks that compare rates taken at
+// different moments on a machine whose speed drifts.
+RooflineLimits measure_roofline_limits();
 
 // One line: "limits on 2 threads: int8 1903 G MAC/s (AMX tdpbssd), ..., memory 14 GB/s (...), cache ...".
 std::string limits_line(const RooflineLimits& limits);
