@@ -1,7 +1,8 @@
-// s3r's exact int8 GEMM: packing into int16-pair panels, cache blocking, OpenMP over output
-// blocks, and the dequantizing epilogue (gemm/s8_gemm.hpp).
+// s3r's exact int8 GEMMs (gemm/s8_gemm.hpp): the AVX2 one (int16-pair panels, below), the int8-
+// panel one with AMX's or VNNI's 32 x 32 block (gemm_panels), and plain loops; the dequantizing
+// epilogue is kernels/gemm_s8.hpp's.
 //
-// Blocking (GotoBLAS style, sized for a 32-48 KiB L1 and a >= 512 KiB L2): the whole of op(B) is
+// AVX2 blocking (GotoBLAS style, sized for a 32-48 KiB L1 and a >= 512 KiB L2): the whole of op(B) is
 // packed once per call (2 bytes per code), in parallel; then every task computes one block of
 // C, MC x NC (at most 96 x 256), K in slices of KC = 512 (256 pairs): for each slice, each
 // 16-column B micro-panel (16 KiB, L1) meets every 6-row A micro-panel of the block (96 KiB,
@@ -15,7 +16,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "core/parallel_blocks.hpp"
