@@ -26,7 +26,9 @@
 //   s_ij  = fma chain over d = 0..HD-1 of k_j[d] * q_i[d] (from 0), then * scale
 // forward (state m_i = lowest finite float, l_i = 0, acc_i = 0 before the first key block; a
 // row none of whose keys in a pair is unmasked keeps m, l = 0 and acc = 0, alpha being 1):
-//   mb    = max over unmasked j of s_ij (as mb = s > mb ? s : mb, from -inf)
+//   mb    = max over unmasked j of s_ij (as mb = s > mb ? s : mb, from -inf; a NaN score is
+//           skipped; the order is free: it can only change the sign of a zero maximum, and
+//           neither s - mnew, m - mnew nor m + log(l) below depends on it)
 //   mnew  = mb > m ? mb : m;  alpha = exp_poly(m - mnew)
 //   p_ij  = unmasked ? exp_poly(s_ij - mnew) : 0;  lsum = ((0 + p_i0) + p_i1) + ...
 //   l     = l * alpha + lsum  (two roundings);  m = mnew

@@ -238,6 +238,80 @@ inline __mmask16 unmasked(__m512i r, int64_t j, int64_t w) {
   return _mm512_mask_cmplt_epi32_mask(causal, r, _mm512_set1_epi32(static_cast<int32_t>(j + w)));
 }
 
+// The forward's online softmax of one block pair (kernels/attention_kernels.hpp): p holds the
+// scores p[j * 32 + r] and becomes the probabilities; ms, ls (the rows' m and l) are updated and
+// alpha[r] = exp_poly(m - mnew) written. `di` = i0 - j0: lane r of key j is unmasked iff
+// 0 <= di + r - j < W. In the diagonal pair the keys past a half's last row are masked in every
+// lane of that half: their scores were not computed, and they are not read.
+void online_softmax_masked(float* p, float* ms, float* ls, float* alpha, int64_t di, int64_t nj,
+                           bool diagonal, int64_t W) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const __m512i iota = lane_iota();
+  for (int64_t half = 0; half < kB; half += 16) {  // rows half .. half + 15 in the lanes
+    const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
+    const __m512i r = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(di + half)));
+    __m512 mb = _mm512_set1_ps(-kInf);
+    for (int64_t j = 0; j < jn; ++j) {
+      const __mmask16 keep = unmasked(r, j, W);
+      mb = _mm512_mask_max_ps(mb, keep, _mm512_loadu_ps(p + j * kB + half), mb);
+    }
+    const __m512 m = _mm512_loadu_ps(ms + half);
+    const __m512 mn = _mm512_max_ps(mb, m);
+    const __m512 a = exp_poly16(_mm512_sub_ps(m, mn));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < jn; ++j) {
+      const __mmask16 keep = unmasked(r, j, W);
+      const __m512 e = _mm512_maskz_mov_ps(
+          keep, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), mn)));
+      _mm512_storeu_ps(p + j * kB + half, e);
+      sum = _mm512_add_ps(sum, e);  // (the skipped keys would add +0)
+    }
+    _mm512_storeu_ps(ls + half, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(ls + half), a), sum));
+    _mm512_storeu_ps(ms + half, mn);
+    _mm512_storeu_ps(alpha + half, a);
+  }
+}
+
+// online_softmax_masked for a pair with no masked key (a full pair inside the window), both
+// halves at once: the exp chains of two halves interleave. The block maximum is taken as four
+// partial maxima (keys j mod 4), then (0, 2), (1, 3), and those two: the same value as the
+// sequential `s > mb ? s : mb` (a NaN score is skipped by both; only the sign of a zero
+// maximum can differ, and m - mnew, s - mnew and m + log(l) give the same bits with either).
+void online_softmax_full(float* p, float* ms, float* ls, float* alpha) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  __m512 mn[2], sum[2];
+#pragma GCC unroll 2
+  for (int hv = 0; hv < 2; ++hv) {
+    const float* ph = p + 16 * hv;
+    __m512 mb[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) mb[c] = _mm512_set1_ps(-kInf);
+    for (int64_t j = 0; j < kB; j += 4) {
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) mb[c] = _mm512_max_ps(_mm512_loadu_ps(ph + (j + c) * kB), mb[c]);
+    }
+    const __m512 m = _mm512_loadu_ps(ms + 16 * hv);
+    mn[hv] = _mm512_max_ps(
+        _mm512_max_ps(_mm512_max_ps(mb[1], mb[3]), _mm512_max_ps(mb[0], mb[2])), m);
+    const __m512 a = exp_poly16(_mm512_sub_ps(m, mn[hv]));
+    _mm512_storeu_ps(alpha + 16 * hv, a);
+    _mm512_storeu_ps(ms + 16 * hv, mn[hv]);
+    sum[hv] = _mm512_mul_ps(_mm512_loadu_ps(ls + 16 * hv), a);  // l * alpha, lsum added below
+  }
+  __m512 lsum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t j = 0; j < kB; ++j) {
+#pragma GCC unroll 2
+    for (int hv = 0; hv < 2; ++hv) {
+      float* pj = p + j * kB + 16 * hv;
+      const __m512 e = exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(pj), mn[hv]));
+      _mm512_storeu_ps(pj, e);
+      lsum[hv] = _mm512_add_ps(lsum[hv], e);
+    }
+  }
+#pragma GCC unroll 2
+  for (int hv = 0; hv < 2; ++hv) _mm512_storeu_ps(ls + 16 * hv, _mm512_add_ps(sum[hv], lsum[hv]));
+}
+
 // D_i = dout_i . out_i as ref's row_dots: lane l of 8 doubles sums d = l mod 8 (exact products,
 // then the add), then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
 void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t ld, int64_t hd) {
@@ -266,10 +340,8 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   float* ms = p + kB * kB;    // (32)
   float* ls = ms + kB;        // (32)
   float* alpha = ls + kB;     // (32)
-  transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  const __m512i iota = lane_iota();
   const int64_t W = window_or_all(h.window), jfirst = first_key_block(i0, h.window);
+  transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
   for (int64_t half = 0; half < kB; half += 16) {
     _mm512_storeu_ps(ms + half, _mm512_set1_ps(std::numeric_limits<float>::lowest()));
     _mm512_storeu_ps(ls + half, _mm512_setzero_ps());
@@ -278,31 +350,10 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
-    for (int64_t half = 0; half < kB; half += 16) {  // rows half .. half + 15 in the lanes
-      // Lane r of key j is unmasked iff 0 <= (i0 + half + r) - (j0 + j) < W. In the diagonal pair
-      // the keys past the half's last row are masked in every lane: their scores were not computed.
-      const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
-      const __m512i r =
-          _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(i0 + half - j0)));
-      __m512 mb = _mm512_set1_ps(-kInf);
-      for (int64_t j = 0; j < jn; ++j) {
-        const __mmask16 keep = unmasked(r, j, W);
-        mb = _mm512_mask_max_ps(mb, keep, _mm512_loadu_ps(p + j * kB + half), mb);
-      }
-      const __m512 m = _mm512_loadu_ps(ms + half);
-      const __m512 mn = _mm512_max_ps(mb, m);
-      const __m512 a = exp_poly16(_mm512_sub_ps(m, mn));
-      __m512 sum = _mm512_setzero_ps();
-      for (int64_t j = 0; j < jn; ++j) {
-        const __mmask16 keep = unmasked(r, j, W);
-        const __m512 e =
-            _mm512_maskz_mov_ps(keep, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), mn)));
-        _mm512_storeu_ps(p + j * kB + half, e);
-        sum = _mm512_add_ps(sum, e);  // (the skipped keys would add +0)
-      }
-      _mm512_storeu_ps(ls + half, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(ls + half), a), sum));
-      _mm512_storeu_ps(ms + half, mn);
-      _mm512_storeu_ps(alpha + half, a);
+    if (diagonal || i0 + ni - 1 - j0 >= W) {
+      online_softmax_masked(p, ms, ls, alpha, i0 - j0, nj, diagonal, W);
+    } else {
+      online_softmax_full(p, ms, ls, alpha);
     }
     accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == jfirst, alpha,
                diagonal ? Range::kKeysUpToGroup : Range::kAll);
