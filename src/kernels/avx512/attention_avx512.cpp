@@ -12,6 +12,7 @@
 
 #include "kernels/attention_kernels.hpp"
 #include "kernels/avx512/common_avx512.hpp"
+#include "kernels/transpose_f32_block.hpp"
 
 namespace s3r::kernels::avx512 {
 
@@ -189,45 +190,6 @@ void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx
                                       y0, y1, init, ax, last);
       }
     }
-  }
-}
-
-// dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 tile.
-inline void transpose8x8(float* dst, int64_t ldd, const float* src, int64_t lds) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
-}
-
-// dst[d * ldd + r] = src[r * lds + d] for r < n, 0 for n <= r < 32 (d < hd): 8 x 8 tiles, the
-// edges element by element.
-void transpose_block(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t n,
-                     int64_t hd) {
-  const int64_t n8 = n / 8 * 8, hd8 = hd / 8 * 8;
-  for (int64_t r = 0; r < n8; r += 8) {
-    for (int64_t d = 0; d < hd8; d += 8)
-      transpose8x8(dst + d * ldd + r, ldd, src + r * lds + d, lds);
-    for (int64_t d = hd8; d < hd; ++d) {
-      for (int64_t i = r; i < r + 8; ++i) dst[d * ldd + i] = src[i * lds + d];
-    }
-  }
-  for (int64_t d = 0; d < hd; ++d) {
-    float* row = dst + d * ldd;
-    for (int64_t i = n8; i < n; ++i) row[i] = src[i * lds + d];
-    for (int64_t i = n; i < kB; ++i) row[i] = 0.0f;
   }
 }
 
