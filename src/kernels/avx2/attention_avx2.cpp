@@ -156,6 +156,50 @@ void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx
   }
 }
 
+// The forward's online softmax of one block pair for 8 query rows (lanes g .. g + 7; p, ms, ls,
+// alpha already offset by g), keys j < jn: p holds the scores p[j * 32 + r] and becomes the
+// probabilities; m, l are updated and alpha = exp_poly(m - mnew) written. Key j is masked for
+// lane r as lanes_unmasked(g, dj + j, W) says (dj = j0 - i0). kMasked = false: a pair with no
+// masked key (below the diagonal, inside the window), whose block maximum is four partial
+// maxima (keys j mod 4), then (0, 2), (1, 3), and those two: the same value as the sequential
+// maximum (a NaN score is skipped by both; only the sign of a zero maximum can differ, and
+// nothing below depends on it: kernels/attention_kernels.hpp).
+template <bool kMasked>
+void online_softmax_lanes(float* p, float* ms, float* ls, float* alpha, int64_t g, int64_t dj,
+                          int64_t jn, int64_t W) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  __m256 mb;
+  if constexpr (kMasked) {
+    mb = _mm256_set1_ps(-kInf);
+    for (int64_t j = 0; j < jn; ++j) {
+      const __m256 keep = lanes_unmasked(g, dj + j, W);
+      mb = _mm256_blendv_ps(mb, _mm256_max_ps(_mm256_loadu_ps(p + j * kB), mb), keep);
+    }
+  } else {
+    __m256 part[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) part[c] = _mm256_set1_ps(-kInf);
+    for (int64_t j = 0; j < jn; j += 4) {  // jn = 32 in a pair with no masked key
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) part[c] = _mm256_max_ps(_mm256_loadu_ps(p + (j + c) * kB), part[c]);
+    }
+    mb = _mm256_max_ps(_mm256_max_ps(part[1], part[3]), _mm256_max_ps(part[0], part[2]));
+  }
+  const __m256 m = _mm256_loadu_ps(ms);
+  const __m256 mn = _mm256_max_ps(mb, m);
+  const __m256 a = exp_poly8(_mm256_sub_ps(m, mn));
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t j = 0; j < jn; ++j) {
+    __m256 e = exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB), mn));
+    if constexpr (kMasked) e = _mm256_and_ps(lanes_unmasked(g, dj + j, W), e);
+    _mm256_storeu_ps(p + j * kB, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  _mm256_storeu_ps(ls, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(ls), a), sum));
+  _mm256_storeu_ps(ms, mn);
+  _mm256_storeu_ps(alpha, a);
+}
+
 // D_i = dout_i . out_i as ref's row_dots: the 8 double lanes (d = l mod 8) as two vectors of 4,
 // lanes 0..3 and 4..7; then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
 void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t ld, int64_t hd) {
@@ -200,7 +244,6 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   float* ls = ms + kB;        // (32)
   float* alpha = ls + kB;     // (32)
   transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
-  constexpr float kInf = std::numeric_limits<float>::infinity();
   const int64_t W = window_or_all(h.window), jfirst = first_key_block(i0, h.window);
   std::fill(ms, ms + kB, std::numeric_limits<float>::lowest());
   std::fill(ls, ls + kB, 0.0f);
@@ -208,29 +251,15 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
+    const bool full = !diagonal && i0 + ni - 1 - j0 < W;  // no key of the pair is masked
     for (int64_t g = 0; g < kB; g += 8) {  // lanes g..g+7 of the 32 query rows
       // In the diagonal pair, keys past the 16-row half's last row: masked, scores not computed.
       const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
-      __m256 mb = _mm256_set1_ps(-kInf);
-      for (int64_t j = 0; j < jn; ++j) {
-        const __m256 keep = lanes_unmasked(g, j0 + j - i0, W);
-        const __m256 s = _mm256_loadu_ps(p + j * kB + g);
-        mb = _mm256_blendv_ps(mb, _mm256_max_ps(s, mb), keep);
+      if (full) {
+        online_softmax_lanes<false>(p + g, ms + g, ls + g, alpha + g, g, j0 - i0, jn, W);
+      } else {
+        online_softmax_lanes<true>(p + g, ms + g, ls + g, alpha + g, g, j0 - i0, jn, W);
       }
-      const __m256 m = _mm256_loadu_ps(ms + g);
-      const __m256 mn = _mm256_max_ps(mb, m);
-      const __m256 a = exp_poly8(_mm256_sub_ps(m, mn));
-      __m256 sum = _mm256_setzero_ps();
-      for (int64_t j = 0; j < jn; ++j) {
-        const __m256 keep = lanes_unmasked(g, j0 + j - i0, W);
-        const __m256 e =
-            _mm256_and_ps(keep, exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), mn)));
-        _mm256_storeu_ps(p + j * kB + g, e);
-        sum = _mm256_add_ps(sum, e);
-      }
-      _mm256_storeu_ps(ls + g, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(ls + g), a), sum));
-      _mm256_storeu_ps(ms + g, mn);
-      _mm256_storeu_ps(alpha + g, a);
     }
     accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == jfirst, alpha,
                diagonal ? Range::kKeysUpToGroup : Range::kAll);
