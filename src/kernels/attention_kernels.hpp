@@ -64,6 +64,12 @@ inline int64_t first_key_block(int64_t i0, int64_t window) {
 }
 // W for the vector tiers' lane masks (i - j < W): a window, or one no row distance reaches.
 inline int64_t window_or_all(int64_t window) { return window > 0 ? window : int64_t{1} << 30; }
+// Whether no key of the block pair (query rows [i0, i0 + ni), key block j0 < i0) is masked for
+// any of its rows: the pair lies below the diagonal and its farthest (row, key) distance is
+// inside the window (w = window_or_all). The vector tiers skip the lane masks of such pairs.
+inline bool pair_unmasked(int64_t i0, int64_t ni, int64_t j0, int64_t w) {
+  return j0 < i0 && i0 + ni - 1 - j0 < w;
+}
 
 // One (example, query head) and the kv head it reads; HD = head_dim columns of each row are used.
 // Row s of q (and of out, dout, dq) starts at s * ld, row s of k and v at s * ld_kv, row s of dk

@@ -15,7 +15,7 @@ namespace s3r::kernels {
 namespace {  // NOLINT(build/namespaces): internal linkage per tier, see above
 
 // dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 tile. Unrolled so that the rows stay in
-// registers (as plain loops GCC kept them in a stack array: about 3x slower, measured on the 32 x 64 block).
+// registers: as plain loops GCC kept them in a stack array, about 3x slower on a 32 x 64 block.
 inline void transpose8x8(float* dst, int64_t ldd, const float* src, int64_t lds) {
   __m256 r[8], t[8];
 #pragma GCC unroll 8

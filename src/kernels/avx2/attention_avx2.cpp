@@ -251,7 +251,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
-    const bool full = !diagonal && i0 + ni - 1 - j0 < W;  // no key of the pair is masked
+    const bool full = pair_unmasked(i0, ni, j0, W);
     for (int64_t g = 0; g < kB; g += 8) {  // lanes g..g+7 of the 32 query rows
       // In the diagonal pair, keys past the 16-row half's last row: masked, scores not computed.
       const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;

@@ -312,10 +312,10 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
-    if (diagonal || i0 + ni - 1 - j0 >= W) {
-      online_softmax_masked(p, ms, ls, alpha, i0 - j0, nj, diagonal, W);
-    } else {
+    if (pair_unmasked(i0, ni, j0, W)) {
       online_softmax_full(p, ms, ls, alpha);
+    } else {
+      online_softmax_masked(p, ms, ls, alpha, i0 - j0, nj, diagonal, W);
     }
     accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == jfirst, alpha,
                diagonal ? Range::kKeysUpToGroup : Range::kAll);
