@@ -11,9 +11,10 @@ cd "$(dirname "$0")/.."
 # The PyTorch peer (bench/peer: side-by-side speed, independent check of checkpoints) needs
 # python3-torch (importable by /usr/bin/python3) and OpenBLAS: Debian's torch calls the generic
 # libblas.so.3, and the reference BLAS behind it is 10-50x slower for f32 products.
+# s3r_torch (python/, s3r's layer inside PyTorch) builds against libtorch-dev and pybind11-dev.
 packages=(g++ cmake make libgtest-dev libbenchmark-dev libdnnl-dev libcli11-dev nlohmann-json3-dev
           libsentencepiece-dev zlib1g-dev gnuplot-nox python3 python3-torch libopenblas0-pthread
-          openmpi-bin libopenmpi-dev)
+          openmpi-bin libopenmpi-dev libtorch-dev pybind11-dev python3-dev)
 
 scripts/install_packages.sh setup "${packages[@]}"
 
