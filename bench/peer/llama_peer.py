@@ -110,6 +110,10 @@ def build_model_classes():
     import torch.nn.functional as F
     from torch import nn
 
+    def weight(m):
+        """A matrix: an (in, out) Parameter, or an nn.Linear module's (out, in) weight."""
+        return m.weight if isinstance(m, nn.Module) else m
+
     class RMSNorm(nn.Module):
         def __init__(self, width, eps, offset=False):
             super().__init__()
@@ -171,7 +175,7 @@ def build_model_classes():
             return out.reshape(B, S, C)
 
     class Block(nn.Module):
-        def __init__(self, cfg, kv_map, layer, moe_renorm=True):
+        def __init__(self, cfg, kv_map, layer, moe_renorm=True, modules=False):
             super().__init__()
             C, Fw = cfg["width"], cfg["ffn_width"]
             self.heads = cfg["heads"]
@@ -197,18 +201,26 @@ def build_model_classes():
                 self.attn_post_norm = RMSNorm(C, eps, gemma)
                 self.ffn_post_norm = RMSNorm(C, eps, gemma)
             self.ffn_norm = RMSNorm(C, eps, gemma)
-            # (in, out) matrices, y = x W, as s3r stores them; W_q (C, NH * HD), W_k, W_v (C, NKV * HD)
-            self.q = nn.Parameter(torch.empty(C, qw))
-            self.k = nn.Parameter(torch.empty(C, kv))
-            self.v = nn.Parameter(torch.empty(C, kv))
-            self.o = nn.Parameter(torch.empty(qw, C))
+            # (in, out) matrices, y = x W, as s3r stores them; W_q (C, NH * HD), W_k, W_v (C, NKV * HD).
+            # modules=True: nn.Linear(in, out, bias=False) modules instead (weights (out, in)), for
+            # s3r_torch.convert and its comparison with nn.Linear (s3r_torch_bench.py).
+            mat = (lambda i, o: nn.Linear(i, o, bias=False)) if modules else (lambda i, o: nn.Parameter(torch.empty(i, o)))
+            self.q = mat(C, qw)
+            self.k = mat(C, kv)
+            self.v = mat(C, kv)
+            self.o = mat(qw, C)
             self.moe = None
             if arch == "qwen3moe":  # a mixture of experts in place of the FFN; Fw: one expert's width
                 self.moe = MoeFFN(C, Fw, cfg["experts"], cfg["experts_used"], moe_renorm)
             else:
-                self.gate = nn.Parameter(torch.empty(C, Fw))
-                self.up = nn.Parameter(torch.empty(C, Fw))
-                self.down = nn.Parameter(torch.empty(Fw, C))
+                self.gate = mat(C, Fw)
+                self.up = mat(C, Fw)
+                self.down = mat(Fw, C)
+
+        @staticmethod
+        def mm(x, w):
+            """x W for an (in, out) matrix, or an nn.Linear module's x W^T."""
+            return w(x) if isinstance(w, nn.Module) else x @ w
 
         def rope(self, x, cos, sin):
             # x (B, H, S, HD): pairs (2i, 2i+1) rotate by the angle of pair i
@@ -219,9 +231,9 @@ def build_model_classes():
             B, S, C = x.shape
             H, KV, HD = self.heads, self.kv_heads, self.hd
             xn = self.attn_norm(x)
-            q = (xn @ self.q).view(B, S, H, HD).transpose(1, 2)
-            k = (xn @ self.k).view(B, S, KV, HD).transpose(1, 2)  # (B, NKV, S, HD)
-            v = (xn @ self.v).view(B, S, KV, HD).transpose(1, 2)
+            q = self.mm(xn, self.q).view(B, S, H, HD).transpose(1, 2)
+            k = self.mm(xn, self.k).view(B, S, KV, HD).transpose(1, 2)  # (B, NKV, S, HD)
+            v = self.mm(xn, self.v).view(B, S, KV, HD).transpose(1, 2)
             if self.qk_norm:
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)  # K per kv head
@@ -232,7 +244,7 @@ def build_model_classes():
                     k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
             scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(HD))
             p = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-            return (p @ v).transpose(1, 2).reshape(B, S, H * HD) @ self.o
+            return self.mm((p @ v).transpose(1, 2).reshape(B, S, H * HD), self.o)
 
         def forward(self, x, cos, sin, mask):
             a = self.attend(x, cos, sin, mask)
@@ -241,26 +253,27 @@ def build_model_classes():
             if self.moe is not None:
                 f = self.moe(xn)
             else:
-                g = xn @ self.gate
-                f = ((F.gelu(g, approximate="tanh") if self.gelu else F.silu(g)) * (xn @ self.up)) @ self.down
+                g = self.mm(xn, self.gate)
+                f = self.mm((F.gelu(g, approximate="tanh") if self.gelu else F.silu(g)) * self.mm(xn, self.up), self.down)
             return x + (self.ffn_post_norm(f) if self.post_norms else f)
 
     class LlamaPeer(nn.Module):
-        def __init__(self, cfg, kv_map="group", windows=True, moe_renorm=True):
+        def __init__(self, cfg, kv_map="group", windows=True, moe_renorm=True, modules=False):
             """windows=False (local layers attending to every earlier key) and moe_renorm=False
             (MoeFFN's) are deliberate bugs, for check_checkpoint.py --inject peer-window-ignored and
-            peer-moe-no-renorm only."""
+            peer-moe-no-renorm only. modules=True: the projections and the LM head are nn.Linear
+            modules (weights (out, in)), as most PyTorch models hold them."""
             super().__init__()
             self.cfg = cfg
             C, V, S, H = cfg["width"], cfg["vocab"], cfg["seq_len"], cfg["heads"]
             gemma = cfg.get("arch", "llama") == "gemma3"
             self.tok_emb = nn.Parameter(torch.empty(V, C))
-            self.blocks = nn.ModuleList(Block(cfg, kv_map, l, moe_renorm) for l in range(cfg["layers"]))
+            self.blocks = nn.ModuleList(Block(cfg, kv_map, l, moe_renorm, modules) for l in range(cfg["layers"]))
             self.final_norm = RMSNorm(C, cfg["norm_eps"], gemma)
             self.tied = gemma  # the LM head is tok_emb transposed
             self.embed_scale = float(torch.tensor(math.sqrt(C), dtype=torch.float32)) if gemma else None
             if not self.tied:
-                self.lm_head = nn.Parameter(torch.empty(C, V))
+                self.lm_head = nn.Linear(C, V, bias=False) if modules else nn.Parameter(torch.empty(C, V))
             hd = cfg.get("head_size", 0) or C // H
             cos, sin = rope_cos_sin(cfg["rope_theta"], hd, S)
             self.register_buffer("cos", cos, persistent=False)  # (S, HD/2)
@@ -284,7 +297,7 @@ def build_model_classes():
                         p.fill_(0.0 if self.tied else 1.0)  # gemma3's gains are 1 + w
                     else:
                         p.normal_(0.0, 0.02, generator=g)
-                        if name.endswith(".o") or name.endswith(".down"):
+                        if name.endswith((".o", ".down", ".o.weight", ".down.weight")):
                             p.mul_(residual)
 
         def forward(self, tokens, targets):
@@ -297,7 +310,7 @@ def build_model_classes():
                     x = blk(x, self.cos_local[:S], self.sin_local[:S], self.mask_local[:S, :S])
                 else:
                     x = blk(x, self.cos[:S], self.sin[:S], self.mask[:S, :S])
-            logits = self.final_norm(x) @ (self.tok_emb.t() if self.tied else self.lm_head)
+            logits = self.final_norm(x) @ self.tok_emb.t() if self.tied else Block.mm(self.final_norm(x), self.lm_head)
             return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
         def aux_loss(self):
@@ -308,19 +321,21 @@ def build_model_classes():
             return sum(terms) if terms else None
 
         def s3r_names(self):
-            """{s3r checkpoint tensor name: parameter} (docs/FORMATS.md; a tied head has no tensor)."""
+            """{s3r checkpoint tensor name: parameter} (docs/FORMATS.md; a tied head has no tensor).
+            The weight of an nn.Linear module (modules=True) is the transpose of s3r's tensor."""
             out = {"tok_emb": self.tok_emb, "final_norm": self.final_norm.weight}
             if not self.tied:
-                out["lm_head"] = self.lm_head
+                out["lm_head"] = weight(self.lm_head)
             for l, b in enumerate(self.blocks):
                 p = f"blocks.{l}."
                 out.update({p + "attn_norm": b.attn_norm.weight, p + "ffn_norm": b.ffn_norm.weight,
-                            p + "attn.q": b.q, p + "attn.k": b.k, p + "attn.v": b.v, p + "attn.o": b.o})
+                            p + "attn.q": weight(b.q), p + "attn.k": weight(b.k), p + "attn.v": weight(b.v),
+                            p + "attn.o": weight(b.o)})
                 if b.moe is not None:
                     out.update({p + "ffn.router": b.moe.router, p + "ffn.experts.gate": b.moe.gate,
                                 p + "ffn.experts.up": b.moe.up, p + "ffn.experts.down": b.moe.down})
                 else:
-                    out.update({p + "ffn.gate": b.gate, p + "ffn.up": b.up, p + "ffn.down": b.down})
+                    out.update({p + "ffn.gate": weight(b.gate), p + "ffn.up": weight(b.up), p + "ffn.down": weight(b.down)})
                 if b.qk_norm:
                     out.update({p + "attn.q_norm": b.q_norm.weight, p + "attn.k_norm": b.k_norm.weight})
                 if b.post_norms:
@@ -332,7 +347,12 @@ def build_model_classes():
             """Weights from an s3r checkpoint's flat f32 tensors {name: numpy array}."""
             with torch.no_grad():
                 for name, p in self.s3r_names().items():
-                    p.copy_(torch.from_numpy(flat[name].copy()).view(p.shape))
+                    t = torch.from_numpy(flat[name].copy())
+                    p.copy_(t.view(p.shape[::-1]).t() if id(p) in self.linear_weights() else t.view(p.shape))
+
+        def linear_weights(self):
+            """ids of the weights of nn.Linear modules (and of s3r_torch's Linear layers)."""
+            return {id(m.weight) for m in self.modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Linear"}
 
         def optimizer(self, lr=TRAIN_DEFAULTS["lr"], foreach=False):
             decay = [p for n, p in self.s3r_names().items() if "norm" not in n and n != "tok_emb"]

@@ -29,6 +29,7 @@ from . import _C
 __all__ = ["Linear", "convert", "recipes", "step", "current_step", "set_step", "advance_on", "layer_key"]
 
 _step = 0
+_WORKSPACE = _C.Workspace()  # the backward passes' scratch, shared by every layer
 _begun = 0  # how many times a step has begun (step(), set_step()): the layers' token counts restart
 
 
@@ -102,7 +103,7 @@ class _LinearFunction(torch.autograd.Function):
         layer = ctx.layer
         step_index, first_token = ctx.place
         dx, dw = _C.backward(ctx.saved, grad_out.contiguous(), ctx.needs_input_grad[0], layer.seed, step_index,
-                             layer.layer_index, first_token, layer._workspace)
+                             layer.layer_index, first_token, _WORKSPACE)
         ctx.saved = None  # the codes are freed as soon as they are used (retain_graph is not supported)
         return dx, dw, None, None, None, None
 
@@ -133,7 +134,6 @@ class Linear(nn.Module):
             self.bias = nn.Parameter(torch.empty(self.out_features))
         else:
             self.register_parameter("bias", None)
-        self._workspace = _C.Workspace()
         self._tokens = (-1, 0)  # (_begun when counted, tokens of this step's forward calls with gradients)
         self.reset_parameters()
 

@@ -9,7 +9,9 @@
 #include <omp.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -71,10 +73,29 @@ struct Saved {
   int64_t tokens_per_example = 0;
 };
 
-// One module's scratch, reused across its calls.
+// The backward pass's scratch, shared by every layer (as s3r's model shares one across its
+// projections: the buffers take the largest layer's size once); the mutex serializes backward
+// passes run from several Python threads.
 struct Workspace {
+  std::mutex busy;
   s3r::nn::LinearWorkspace ws;
 };
+
+// dst (cols, rows) = src (rows, cols), in 64 x 64 tiles split over the threads: nn.Linear's
+// weight (N, K) to s3r's W (K, N) and s3r's dW back. (torch's strided copy took 12 ms for a
+// 4096 x 1024 matrix here.)
+void transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 64;
+  const int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tr * tc; ++t) {
+    const int64_t r0 = (t / tc) * kTile, c0 = (t % tc) * kTile;
+    const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+    for (int64_t c = c0; c < c1; ++c) {
+      for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+    }
+  }
+}
 
 std::span<const float> cspan(const torch::Tensor& t) {
   return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
@@ -107,7 +128,8 @@ py::tuple forward(const torch::Tensor& x, const torch::Tensor& weight, const std
   {
     py::gil_scoped_release nogil;
     use_torch_threads();
-    const torch::Tensor w_kn = weight.t().contiguous();  // s3r's W (K, N)
+    torch::Tensor w_kn = torch::empty({K, N}, weight.options());  // s3r's W (K, N)
+    transpose(w_kn.data_ptr<float>(), weight.data_ptr<float>(), N, K);
     const LinearMode mode = recipe.projections();
     s3r::nn::prepare_input(saved->x, cspan(x), T, K, mode, "input");
     s3r::nn::prepare_weight(saved->w, cspan(w_kn), K, N, mode, "weight");
@@ -130,9 +152,10 @@ py::tuple backward(const Saved& saved, const torch::Tensor& g, bool want_dx, uin
   }
   torch::Tensor dx = want_dx ? torch::empty({T, K}, g.options()) : torch::Tensor();
   torch::Tensor dw_kn = torch::empty({K, N}, g.options());
-  torch::Tensor dweight;
+  torch::Tensor dweight = torch::empty({N, K}, g.options());
   {
     py::gil_scoped_release nogil;
+    const std::lock_guard<std::mutex> lock(workspace.busy);
     use_torch_threads();
     s3r::nn::LinearBackwardConfig config;
     config.correction = saved.recipe.correction();
@@ -141,7 +164,7 @@ py::tuple backward(const Saved& saved, const torch::Tensor& g, bool want_dx, uin
     config.placement.first_token = first_token;
     std::span<float> dx_span = want_dx ? span(dx) : std::span<float>();
     s3r::nn::linear_backward(dx_span, span(dw_kn), cspan(g), saved.x, saved.w, config, workspace.ws);
-    dweight = dw_kn.t().contiguous();
+    transpose(dweight.data_ptr<float>(), dw_kn.data_ptr<float>(), K, N);
   }
   return py::make_tuple(want_dx ? py::cast(dx) : py::none(), dweight);
 }
