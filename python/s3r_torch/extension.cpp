@@ -1,8 +1,9 @@
 // s3r_torch._C: s3r's QuantLinear (s3r/nn/quant_linear.hpp) over PyTorch tensors. The Python
 // package (__init__.py) holds the module, the autograd function and the key rule; this file
 // checks every tensor it is given (so that no call from Python can crash the interpreter),
-// converts between nn.Linear's weight layout (out, in) and s3r's W (in, out), and runs s3r's
-// layer with the GIL released and PyTorch's intra-op thread count.
+// converts between nn.Linear's weight layout (out, in) and s3r's W (in, out) (s3r's transpose
+// kernel: torch's strided copy took 12 ms for a 4096 x 1024 matrix, a third of the layer's
+// forward), and runs s3r's layer with the GIL released and PyTorch's intra-op thread count.
 //
 // Shapes: x (T, K) f32, weight (N, K) f32 as nn.Linear stores it (s3r's W = weight^T), y and
 // g (T, N), dx (T, K), dweight (N, K). T is a multiple of S, the tokens of one example.
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/machine_line.hpp"
+#include "s3r/model/layers.hpp"
 #include "s3r/nn/quant_linear.hpp"
 #include "s3r/nn/recipe.hpp"
 #include "s3r/quant/grad_quant.hpp"
@@ -81,22 +84,6 @@ struct Workspace {
   s3r::nn::LinearWorkspace ws;
 };
 
-// dst (cols, rows) = src (rows, cols), in 64 x 64 tiles split over the threads: nn.Linear's
-// weight (N, K) to s3r's W (K, N) and s3r's dW back. (torch's strided copy took 12 ms for a
-// 4096 x 1024 matrix here.)
-void transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
-  constexpr int64_t kTile = 64;
-  const int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tr * tc; ++t) {
-    const int64_t r0 = (t / tc) * kTile, c0 = (t % tc) * kTile;
-    const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-    for (int64_t c = c0; c < c1; ++c) {
-      for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
-    }
-  }
-}
-
 std::span<const float> cspan(const torch::Tensor& t) {
   return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
 }
@@ -129,7 +116,7 @@ py::tuple forward(const torch::Tensor& x, const torch::Tensor& weight, const std
     py::gil_scoped_release nogil;
     use_torch_threads();
     torch::Tensor w_kn = torch::empty({K, N}, weight.options());  // s3r's W (K, N)
-    transpose(w_kn.data_ptr<float>(), weight.data_ptr<float>(), N, K);
+    s3r::model::transpose_into(w_kn.data_ptr<float>(), weight.data_ptr<float>(), N, K);
     const LinearMode mode = recipe.projections();
     s3r::nn::prepare_input(saved->x, cspan(x), T, K, mode, "input");
     s3r::nn::prepare_weight(saved->w, cspan(w_kn), K, N, mode, "weight");
@@ -164,7 +151,7 @@ py::tuple backward(const Saved& saved, const torch::Tensor& g, bool want_dx, uin
     config.placement.first_token = first_token;
     std::span<float> dx_span = want_dx ? span(dx) : std::span<float>();
     s3r::nn::linear_backward(dx_span, span(dw_kn), cspan(g), saved.x, saved.w, config, workspace.ws);
-    transpose(dweight.data_ptr<float>(), dw_kn.data_ptr<float>(), K, N);
+    s3r::model::transpose_into(dweight.data_ptr<float>(), dw_kn.data_ptr<float>(), K, N);
   }
   return py::make_tuple(want_dx ? py::cast(dx) : py::none(), dweight);
 }
@@ -211,6 +198,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("backward", &backward, py::arg("saved"), py::arg("grad_output"), py::arg("want_dx"), py::arg("seed"),
         py::arg("step"), py::arg("layer_index"), py::arg("first_token"), py::arg("workspace"));
   m.def("recipes", &recipes, "[(name, about)] of s3r's named recipes");
+  m.def("machine", [] { use_torch_threads(); return s3r::machine_line(); },
+        "s3r's machine line: CPU, kernel tier, GEMM backends, threads (PyTorch's count)");
   m.def("canonical_recipe", &canonical_recipe, "a recipe's canonical name; ValueError when unknown");
   m.def("layer_key", &layer_key, py::arg("seed"), py::arg("step"), py::arg("layer_index"),
         "the threshold key (k0, k1) = fold_in(fold_in(key(seed), step), layer_index) (SPEC section 3)");

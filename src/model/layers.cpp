@@ -110,9 +110,18 @@ void scale_in_place(std::span<float> x, float s) {
 
 void transpose_into(float* dst, const float* src, int64_t rows, int64_t cols) {
   work::add_floats(2 * static_cast<uint64_t>(rows * cols));
-  parallel_blocks(cols, 16, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      for (int64_t r = 0; r < rows; ++r) dst[c * rows + r] = src[r * cols + c];
+  // 64 x 64 tiles (16 KB: the source tile stays in L1 while its columns are written out as whole
+  // cache lines): 4.2 ms for 4096 x 1024 on 2 threads, against 8.8 for bands of rows in 8 x 8
+  // AVX tiles and about 10 for whole columns (Emerald Rapids class VM).
+  constexpr int64_t kTile = 64;
+  const int64_t tiles_c = (cols + kTile - 1) / kTile;
+  parallel_blocks((rows + kTile - 1) / kTile * tiles_c, tiles_c, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+      }
     }
   });
 }
