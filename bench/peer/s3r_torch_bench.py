@@ -7,6 +7,8 @@ three configurations in the same process, with the same threads, in interleaved 
   s3r+dx      s3r_torch.convert(model, recipe) for the seven projections of every block, the LM
               head through s3r's bf16 layer (as s3r's recipe keeps it); the rest of the model
               (attention, norms, loss) plain PyTorch f32
+  s3r+dx-autocast  the same under bf16 autocast: the rest of the model in PyTorch's bf16 (not
+              in the default list)
 Peak memory: each configuration again alone in a child process (a few steps), its peak resident
 set (VmHWM).
 
@@ -25,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_peer  # noqa: E402
 import peer_env  # noqa: E402
 
-CONFIGS = ("torch-f32", "torch-bf16", "s3r+dx")
+CONFIGS = ("torch-f32", "torch-bf16", "s3r+dx", "s3r+dx-autocast")
+DEFAULT_CONFIGS = CONFIGS[:3]
 
 
 def make_step(config, preset, recipe, threads):
@@ -35,15 +38,14 @@ def make_step(config, preset, recipe, threads):
     cfg = llama_peer.preset_config(preset)
     model = llama_peer.build_model_classes()(cfg, modules=True)
     model.init_weights(0)
-    if config == "s3r+dx":
+    converted = config.startswith("s3r+dx")
+    if converted:
         import s3r_torch
 
         s3r_torch.convert(model, recipe=recipe)
         s3r_torch.convert(model, recipe="bf16", skip=[])  # the LM head, as s3r's recipe has it
     opt = model.optimizer()
-    if config == "s3r+dx":
-        import s3r_torch
-
+    if converted:
         s3r_torch.advance_on(opt)
     g = torch.Generator().manual_seed(7)
     B, S, V = cfg["batch"], cfg["seq_len"], cfg["vocab"]
@@ -53,7 +55,7 @@ def make_step(config, preset, recipe, threads):
 
     def step():
         t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config == "torch-bf16"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config in ("torch-bf16", "s3r+dx-autocast")):
             loss = model(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, llama_peer.TRAIN_DEFAULTS["clip"])
@@ -85,7 +87,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each config's steps once per round)")
     ap.add_argument("--repeats", type=int, default=2, help="timed steps per config and round")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps per config first")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"a comma list of {', '.join(CONFIGS)}")
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=f"a comma list of {', '.join(CONFIGS)}")
     ap.add_argument("--cap", choices=("avx2", "avx512", "avx512_bf16"),
                     help="both sides as a lesser CPU (side_by_side.py's caps: S3R_MAX_ISA, oneDNN, ATen, OpenBLAS)")
     ap.add_argument("--allow-emulated-bf16", action="store_true", help="time torch-bf16 without native bf16")
@@ -103,12 +105,12 @@ def main():
 
         cap_env, cap_modes, _ = side_by_side.CAPS[args.cap]
         os.environ.update(cap_env)
-        if "bf16" not in cap_modes and "torch-bf16" in configs:
-            configs.remove("torch-bf16")
-            print(f"s3r_torch_bench: --cap {args.cap} has no native bf16: torch-bf16 left out")
-    notes = peer_env.ensure(args.threads)
+    notes = peer_env.ensure(args.threads)  # may run this script again, with the environment set
     if args.memory_of:
         return memory_child(args)
+    if args.cap and "bf16" not in cap_modes and "torch-bf16" in configs:
+        configs.remove("torch-bf16")
+        print(f"s3r_torch_bench: --cap {args.cap} has no native bf16: torch-bf16 left out")
     if "torch-bf16" in configs and not peer_env.native_bf16() and not args.allow_emulated_bf16:
         configs.remove("torch-bf16")
         print("s3r_torch_bench: no native bf16 on this CPU: torch-bf16 left out (--allow-emulated-bf16 times it)")

@@ -26,7 +26,8 @@ from torch import nn
 
 from . import _C
 
-__all__ = ["Linear", "convert", "recipes", "step", "current_step", "set_step", "advance_on", "layer_key"]
+__all__ = ["Linear", "convert", "recipes", "step", "current_step", "set_step", "advance_on", "layer_key",
+           "machine"]
 
 _step = 0
 _WORKSPACE = _C.Workspace()  # the backward passes' scratch, shared by every layer
@@ -36,6 +37,12 @@ _begun = 0  # how many times a step has begun (step(), set_step()): the layers' 
 def recipes():
     """{name: what it is} of the recipes a layer takes (s3r's named recipes, paper order)."""
     return dict(_C.recipes())
+
+
+def machine():
+    """s3r's machine line: the CPU, the kernel tier and GEMM backends s3r chose on it (S3R_ISA and
+    S3R_MAX_ISA, read when the package loads, pick lesser ones), the threads."""
+    return _C.machine()
 
 
 def current_step():
@@ -111,8 +118,9 @@ class _LinearFunction(torch.autograd.Function):
 class Linear(nn.Module):
     """A drop-in nn.Linear (weight (out_features, in_features), optional bias, both float32) whose
     products are s3r's: int8 in the int8 recipes (the default "s3r+dx"), bf16 or f32 otherwise.
-    Inputs of any leading shape (..., in_features); the tokens of one example are the second-last
-    dimension (S of (B, S, K)), or all rows of a 2-D input. `layer_index` and `seed` pick the
+    Inputs of any leading shape (..., in_features), float32 (under torch.autocast also bfloat16,
+    widened to float32 first); the output is float32. The tokens of one example are the
+    second-last dimension (S of (B, S, K)), or all rows of a 2-D input. `layer_index` and `seed` pick the
     thresholds (see the package's doc); convert() sets them."""
 
     def __init__(self, in_features, out_features, bias=True, recipe="s3r+dx", seed=0, layer_index=0,
@@ -162,9 +170,11 @@ class Linear(nn.Module):
                              f"{self.in_features}) (in_features)")
         if x.device.type != "cpu":
             raise ValueError(f"s3r_torch.Linear: the input is on {x.device}; s3r runs on the CPU only")
+        if x.dtype in (torch.bfloat16, torch.float16) and torch.is_autocast_cpu_enabled():
+            x = x.float()  # under autocast, as autocast's float32 operations: s3r quantizes from f32
         if x.dtype != torch.float32:
-            raise TypeError(f"s3r_torch.Linear: the input has dtype {x.dtype}, expected torch.float32 (s3r "
-                            "layers take float32 activations, also under autocast)")
+            raise TypeError(f"s3r_torch.Linear: the input has dtype {x.dtype}, expected torch.float32 "
+                            "(bfloat16 only under torch.autocast)")
         lead = x.shape[:-1]
         x2d = x.reshape(-1, self.in_features)
         if not x2d.is_contiguous():

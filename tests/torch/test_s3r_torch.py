@@ -307,10 +307,33 @@ class BadInput(unittest.TestCase):
         self.assertRaises(ValueError, lambda: s3r_torch.set_step(-1))
         self.assertRaises(ValueError, lambda: s3r_torch.Linear(16, 8, seed=2 ** 32))
 
+    def test_bf16_only_under_autocast(self):
+        layer = s3r_torch.Linear(16, 8)
+        x = torch.randn(4, 16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = layer(x.to(torch.bfloat16))
+        self.assertEqual(y.dtype, F32)
+        self.assertTrue(bits_equal(y.detach(), layer(x.to(torch.bfloat16).float()).detach()))
+
     def test_a_non_contiguous_input_is_fine(self):
         layer = s3r_torch.Linear(16, 8)
         x = torch.randn(16, 4, 6).permute(2, 1, 0)  # (6, 4, 16), not contiguous
         self.assertTrue(bits_equal(layer(x).detach(), layer(x.contiguous()).detach()))
+
+
+class Machine(unittest.TestCase):
+    def test_the_line_names_the_tier_and_threads(self):
+        """The capped runs of this file (S3R_MAX_ISA, S3R_ISA) really run capped."""
+        before = torch.get_num_threads()
+        torch.set_num_threads(2)
+        line = s3r_torch.machine()
+        torch.set_num_threads(before)
+        self.assertIn("2 OpenMP threads", line)
+        if os.environ.get("S3R_MAX_ISA"):
+            self.assertIn(f"capped at {os.environ['S3R_MAX_ISA']} by S3R_MAX_ISA", line)
+        if os.environ.get("S3R_ISA"):
+            self.assertIn(f"kernels {os.environ['S3R_ISA']};", line)
+        print(f"\n  s3r_torch.machine(): {line}")
 
 
 class Convert(unittest.TestCase):
