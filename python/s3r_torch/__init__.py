@@ -120,8 +120,8 @@ class Linear(nn.Module):
     products are s3r's: int8 in the int8 recipes (the default "s3r+dx"), bf16 or f32 otherwise.
     Inputs of any leading shape (..., in_features), float32 (under torch.autocast also bfloat16,
     widened to float32 first); the output is float32. The tokens of one example are the
-    second-last dimension (S of (B, S, K)), or all rows of a 2-D input. `layer_index` and `seed` pick the
-    thresholds (see the package's doc); convert() sets them."""
+    second-last dimension (S of (B, S, K)), or all rows of a 2-D input. `layer_index` and `seed`
+    pick the thresholds (see the package's doc); convert() sets them."""
 
     def __init__(self, in_features, out_features, bias=True, recipe="s3r+dx", seed=0, layer_index=0,
                  device=None, dtype=None):
