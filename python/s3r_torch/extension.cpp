@@ -115,11 +115,15 @@ py::tuple forward(const torch::Tensor& x, const torch::Tensor& weight, const std
   {
     py::gil_scoped_release nogil;
     use_torch_threads();
-    torch::Tensor w_kn = torch::empty({K, N}, weight.options());  // s3r's W (K, N)
-    s3r::model::transpose_into(w_kn.data_ptr<float>(), weight.data_ptr<float>(), N, K);
     const LinearMode mode = recipe.projections();
     s3r::nn::prepare_input(saved->x, cspan(x), T, K, mode, "input");
-    s3r::nn::prepare_weight(saved->w, cspan(w_kn), K, N, mode, "weight");
+    if (s3r::nn::is_int8(mode)) {  // quantized from (N, K) as it is, the codes transposed
+      s3r::nn::prepare_weight_transposed(saved->w, cspan(weight), K, N, mode, "weight");
+    } else {
+      torch::Tensor w_kn = torch::empty({K, N}, weight.options());  // s3r's W (K, N)
+      s3r::model::transpose_into(w_kn.data_ptr<float>(), weight.data_ptr<float>(), N, K);
+      s3r::nn::prepare_weight(saved->w, cspan(w_kn), K, N, mode, "weight");
+    }
     s3r::nn::linear_forward(span(y), saved->x, saved->w);
   }
   if (!keep) return py::make_tuple(y, py::none());

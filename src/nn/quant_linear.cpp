@@ -52,6 +52,21 @@ gemm::Bf16Operand bf16_operand(const std::vector<bf16>& values, const std::vecto
   return {values.empty() ? nullptr : values.data(), widened.empty() ? nullptr : widened.data()};
 }
 
+// rowsum(Wq)[k] = sum_n Wq[k, n] of out.codes (K, N), exact.
+void set_code_row_sums(LinearWeight& out) {
+  const int64_t in = out.in, out_features = out.out;
+  out.code_row_sums.resize(static_cast<size_t>(in));
+  work::add_bytes(out.codes.size());  // the codes read again for their row sums
+  const int8_t* codes = out.codes.data();
+  parallel_blocks(in, kRowBlock, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      int32_t sum = 0;  // |sum| <= 127 * N: exact in int32 and in f32 for N < 2^17
+      for (int64_t n = 0; n < out_features; ++n) sum += codes[k * out_features + n];
+      out.code_row_sums[k] = static_cast<float>(sum);
+    }
+  });
+}
+
 void check_modes(const LinearInput& x, const LinearWeight& w, const char* fn) {
   if (x.mode != w.mode) {
     throw Error(std::string(fn) + ": input prepared for mode '" + std::string(to_string(x.mode)) +
@@ -101,18 +116,34 @@ void prepare_weight(LinearWeight& out, std::span<const float> w, int64_t in, int
       out.codes.resize(w.size());
       out.scales.resize(static_cast<size_t>(out_features));
       quantize_cols_rtne(out.codes, out.scales, w, in, out_features, name);
-      out.code_row_sums.resize(static_cast<size_t>(in));
-      work::add_bytes(w.size());  // the codes read again for their row sums
-      const int8_t* codes = out.codes.data();
-      parallel_blocks(in, kRowBlock, [&](int64_t k0, int64_t k1) {
-        for (int64_t k = k0; k < k1; ++k) {
-          int32_t sum = 0;  // |sum| <= 127 * N: exact in int32 and in f32 for N < 2^17
-          for (int64_t n = 0; n < out_features; ++n) sum += codes[k * out_features + n];
-          out.code_row_sums[k] = static_cast<float>(sum);
-        }
-      });
+      set_code_row_sums(out);
     }
   }
+}
+
+void prepare_weight_transposed(LinearWeight& out, std::span<const float> wt, int64_t in, int64_t out_features,
+                               LinearMode mode, std::string_view name) {
+  expect_size("prepare_weight_transposed", "W^T", wt.size(), in * out_features);
+  if (!is_int8(mode)) {
+    throw Error("prepare_weight_transposed: mode '" + std::string(to_string(mode)) +
+                "' is not an int8 mode (transpose the floats and call prepare_weight)");
+  }
+  out.mode = mode;
+  out.in = in;
+  out.out = out_features;
+  // Per row of wt = per column of W: the same absmax, scale and codes as quantize_cols_rtne
+  // (SPEC section 1; both divide each value by its channel's scale in f32).
+  std::vector<int8_t> codes_t(wt.size());  // (N, K)
+  out.scales.resize(static_cast<size_t>(out_features));
+  quantize_rows_rtne(codes_t, out.scales, wt, out_features, in, name);
+  out.codes.resize(codes_t.size());
+  work::add_bytes(2 * codes_t.size());
+  constexpr int64_t kBand = 64;  // rows of wt per task of the transpose
+  const auto transpose = kernels::active_kernels().transpose_s8;
+  parallel_blocks(out_features, kBand, [&](int64_t r0, int64_t r1) {
+    transpose(out.codes.data(), out_features, codes_t.data(), in, r0, r1, in);
+  });
+  set_code_row_sums(out);
 }
 
 void linear_forward(std::span<float> y, const LinearInput& x, const LinearWeight& w) {

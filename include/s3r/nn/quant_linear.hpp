@@ -129,6 +129,13 @@ void prepare_input(LinearInput& out, std::span<const float> x, int64_t tokens, i
                    LinearMode mode, std::string_view name);
 void prepare_weight(LinearWeight& out, std::span<const float> w, int64_t in, int64_t out_features,
                     LinearMode mode, std::string_view name);
+// prepare_weight for W given as its transpose: wt (N, K) row-major, the (out, in) layout of
+// PyTorch's nn.Linear. The same LinearWeight, bit for bit, as prepare_weight of wt^T: wt's rows
+// (one output channel each) are quantized and the int8 codes transposed, a quarter of the bytes
+// of transposing the floats. Int8 modes only (s3r::Error otherwise: transpose the floats and call
+// prepare_weight).
+void prepare_weight_transposed(LinearWeight& out, std::span<const float> wt, int64_t in, int64_t out_features,
+                               LinearMode mode, std::string_view name);
 
 // y: (T, N), overwritten.
 void linear_forward(std::span<float> y, const LinearInput& x, const LinearWeight& w);
