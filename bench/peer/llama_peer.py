@@ -345,10 +345,11 @@ def build_model_classes():
 
         def load_s3r(self, flat):
             """Weights from an s3r checkpoint's flat f32 tensors {name: numpy array}."""
+            transposed = self.linear_weights()
             with torch.no_grad():
                 for name, p in self.s3r_names().items():
                     t = torch.from_numpy(flat[name].copy())
-                    p.copy_(t.view(p.shape[::-1]).t() if id(p) in self.linear_weights() else t.view(p.shape))
+                    p.copy_(t.view(p.shape[::-1]).t() if id(p) in transposed else t.view(p.shape))
 
         def linear_weights(self):
             """ids of the weights of nn.Linear modules (and of s3r_torch's Linear layers)."""

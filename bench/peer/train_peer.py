@@ -48,8 +48,10 @@ def build(args):
         s3r_torch.convert(model, recipe=args.recipe, seed=args.seed)
         head = "f32" if args.recipe == "f32" else "bf16"  # s3r's LM head (SPEC A.9): bf16, f32 in f32
         s3r_torch.convert(model, recipe=head, skip=[], seed=args.seed)
-        s3r_torch.set_step(0)
     opt = model.optimizer(lr=args.lr)
+    if args.recipe != "torch-f32":
+        s3r_torch.set_step(0)
+        s3r_torch.advance_on(opt)  # each optimizer step begins the next threshold step
     return torch, cfg, model, opt
 
 
@@ -99,10 +101,6 @@ def main():
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, llama_peer.TRAIN_DEFAULTS["clip"])
             opt.step()
-            if args.recipe != "torch-f32":
-                import s3r_torch
-
-                s3r_torch.step()
             ms = (time.perf_counter() - t0) * 1e3
             f.write(json.dumps({"step": step, "loss": float(loss), "lr": lr, "ms": ms}) + "\n")
             if step % 10 == 0 or step == args.steps - 1:

@@ -89,6 +89,11 @@ std::span<const float> cspan(const torch::Tensor& t) {
 }
 std::span<float> span(torch::Tensor& t) { return {t.data_ptr<float>(), static_cast<size_t>(t.numel())}; }
 
+// SPEC section 3: fold_in(fold_in(key(seed), step), layer_index).
+s3r::Key layer_key_of(uint32_t seed, uint32_t step, uint32_t layer_index) {
+  return s3r::fold_in(s3r::fold_in(s3r::key_from_seed(seed), step), layer_index);
+}
+
 void use_torch_threads() { omp_set_num_threads(std::max(1, at::get_num_threads())); }
 
 // y = x weight^T in the recipe's forward; also returns what the backward pass needs when wanted.
@@ -151,7 +156,7 @@ py::tuple backward(const Saved& saved, const torch::Tensor& g, bool want_dx, uin
     s3r::nn::LinearBackwardConfig config;
     config.correction = saved.recipe.correction();
     config.tokens_per_example = saved.tokens_per_example;
-    config.layer_key = s3r::fold_in(s3r::fold_in(s3r::key_from_seed(seed), step), layer_index);
+    config.layer_key = layer_key_of(seed, step, layer_index);
     config.placement.first_token = first_token;
     std::span<float> dx_span = want_dx ? span(dx) : std::span<float>();
     s3r::nn::linear_backward(dx_span, span(dw_kn), cspan(g), saved.x, saved.w, config, workspace.ws);
@@ -171,7 +176,7 @@ py::list recipes() {
 std::string canonical_recipe(const std::string& name) { return layer_recipe(name).name(); }
 
 py::tuple layer_key(uint32_t seed, uint32_t step, uint32_t layer_index) {
-  const s3r::Key k = s3r::fold_in(s3r::fold_in(s3r::key_from_seed(seed), step), layer_index);
+  const s3r::Key k = layer_key_of(seed, step, layer_index);
   return py::make_tuple(k.k0, k.k1);
 }
 
