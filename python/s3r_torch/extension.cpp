@@ -147,7 +147,6 @@ py::tuple backward(const Saved& saved, const torch::Tensor& g, bool want_dx, uin
                           std::to_string(N) + ")");
   }
   torch::Tensor dx = want_dx ? torch::empty({T, K}, g.options()) : torch::Tensor();
-  torch::Tensor dw_kn = torch::empty({K, N}, g.options());
   torch::Tensor dweight = torch::empty({N, K}, g.options());
   {
     py::gil_scoped_release nogil;
@@ -158,9 +157,14 @@ py::tuple backward(const Saved& saved, const torch::Tensor& g, bool want_dx, uin
     config.tokens_per_example = saved.tokens_per_example;
     config.layer_key = layer_key_of(seed, step, layer_index);
     config.placement.first_token = first_token;
+    // dweight (N, K) straight from the product where it can be; else s3r's dW (K, N) transposed.
+    config.dw_transposed = s3r::nn::dw_transposable(saved.x.mode, config);
+    torch::Tensor dw_kn = config.dw_transposed ? dweight : torch::empty({K, N}, g.options());
     std::span<float> dx_span = want_dx ? span(dx) : std::span<float>();
     s3r::nn::linear_backward(dx_span, span(dw_kn), cspan(g), saved.x, saved.w, config, workspace.ws);
-    s3r::model::transpose_into(dweight.data_ptr<float>(), dw_kn.data_ptr<float>(), K, N);
+    if (!config.dw_transposed) {
+      s3r::model::transpose_into(dweight.data_ptr<float>(), dw_kn.data_ptr<float>(), K, N);
+    }
   }
   return py::make_tuple(want_dx ? py::cast(dx) : py::none(), dweight);
 }

@@ -192,6 +192,10 @@ void check_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
   expect_size("linear_backward", "G", g.size(), T * N);
   expect_size("linear_backward", "dW", dw.size(), K * N);
   if (!dx.empty()) expect_size("linear_backward", "dX", dx.size(), T * K);
+  if (config.dw_transposed && !dw_transposable(x.mode, config)) {
+    throw Error("linear_backward: dW can be written transposed only in an int8 mode on one process without "
+                "the two-way correction (mode '" + std::string(to_string(x.mode)) + "')");
+  }
   const int64_t leaves = config.placement.leaves;
   const int64_t B = Examples(T, config).count;
   if (leaves < 1 || (config.placement.ragged.empty() && S < 1) || B % leaves != 0) {
@@ -424,6 +428,11 @@ void int8_dw(std::span<float> dw, std::span<const int8_t> codes, float D, const 
   PhaseZone zone(ws.times, &PhaseTimes::gemm);
   const int64_t T = x.tokens, K = x.features, N = w.out;
   dist::Communicator* group = reduction_group(config.placement);
+  if (group == nullptr && config.dw_transposed) {  // dW^T = Q^T Xq, D / sw per row
+    gemm::matmul_s8_scaled(dw.data(), codes.data(), x.codes.data(), {N, K, T, true, false},
+                           dw_column_scales(D, w, ws), nullptr);
+    return;
+  }
   if (group == nullptr) {
     gemm::matmul_s8_scaled(dw.data(), x.codes.data(), codes.data(), {K, N, T, true, false}, nullptr,
                            dw_column_scales(D, w, ws));
@@ -472,6 +481,10 @@ void linear_backward_without_rows(std::span<float> dw, const LinearWeight& w, co
   }
 }
 
+bool dw_transposable(LinearMode mode, const LinearBackwardConfig& config) {
+  return is_int8(mode) && reduction_group(config.placement) == nullptr && config.correction != Correction::kTwoWay;
+}
+
 void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
                      const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config,
                      LinearWorkspace& ws) {
@@ -479,6 +492,7 @@ void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const f
   if (!is_int8(x.mode)) {
     return float_backward(dx, dw, g, x, w, config, ws);
   }
+  if (ws.probe != nullptr && config.dw_transposed) throw Error("linear_backward: a BackwardProbe writes dW as (K, N)");
   if (ws.probe != nullptr) return probe_linear_backward(dx, dw, g, x, w, config, ws);  // diagnostics
   int8_backward(dx, dw, g, x, w, config, ws);
 }

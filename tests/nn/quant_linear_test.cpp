@@ -714,41 +714,6 @@ TEST(QuantLinearStats, VarianceStory) {
 // Errors (SPEC 1): a non-finite X or W is an error naming the tensor; a non-finite G is reported
 // as NonFiniteGradient; operands prepared for different modes do not mix.
 
-// W given as its transpose (nn.Linear's layout): the same codes, scales and row sums as
-// prepare_weight of W, byte for byte, in the reference and the best tier, on 1 and 2 threads (the
-// capped reruns of this test cover the other tiers), with an all-zero channel
-// and shapes that cross the transpose's tiles; float modes and NaN refused.
-TEST(QuantLinearWeight, TransposedLayoutGivesTheSameWeight) {
-  for (const auto& [K, N] : {std::pair<int64_t, int64_t>{33, 70}, {64, 64}, {1, 5}, {130, 17}}) {
-    std::vector<float> w(static_cast<size_t>(K * N)), wt(w.size());
-    uint32_t state = 7;
-    for (float& v : w) v = static_cast<float>(static_cast<int32_t>(state = state * 1664525u + 1013904223u)) * 1e-9f;
-    for (int64_t k = 0; k < K; ++k) w[static_cast<size_t>(k * N + N / 2)] = 0.0f;  // channel N/2 all zero
-    for (int64_t k = 0; k < K; ++k) {
-      for (int64_t n = 0; n < N; ++n) wt[static_cast<size_t>(n * K + k)] = w[static_cast<size_t>(k * N + n)];
-    }
-    for (const auto& [isa, threads] : {std::pair{Isa::kReference, 1}, std::pair{best_isa(), 1}, std::pair{best_isa(), 2}}) {
-      ScopedIsa scoped(isa);
-      s3r::testing::ScopedThreads scoped_threads(threads);
-      LinearWeight want, got;
-      prepare_weight(want, w, K, N, LinearMode::kS3r, "W");
-      prepare_weight_transposed(got, wt, K, N, LinearMode::kS3r, "Wt");
-      const std::string ctx = std::string(isa_name(isa)) + " threads " + std::to_string(threads) + " K " +
-                              std::to_string(K) + " N " + std::to_string(N);
-      EXPECT_EQ(got.codes, want.codes) << ctx;
-      EXPECT_EQ(got.scales, want.scales) << ctx;
-      EXPECT_EQ(got.code_row_sums, want.code_row_sums) << ctx;
-      EXPECT_EQ(got.in, K);
-      EXPECT_EQ(got.out, N);
-    }
-  }
-  LinearWeight w;
-  std::vector<float> wt(12, 1.0f);
-  EXPECT_THROW(prepare_weight_transposed(w, wt, 3, 4, LinearMode::kBf16, "Wt"), Error);
-  wt[5] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_THROW(prepare_weight_transposed(w, wt, 3, 4, LinearMode::kSr, "Wt"), Error);
-}
-
 TEST(QuantLinearErrors, NonFiniteOperandsAndMismatchedModesThrow) {
   const Problem p = make_problem(12, 20, 17, 4, 41u, false);
   for (LinearMode mode : kInt8Modes) {

@@ -82,7 +82,15 @@ struct LinearBackwardConfig {
   bool accumulate_dx = false;      // dX += ... (layers sharing one input); else dX = ...
   int64_t layer_index = -1;        // the layer's index (telemetry of a BackwardProbe); -1: none
   BatchPlacement placement{};
+  // dW written as its transpose (N, K), the (out, in) layout of PyTorch's nn.Linear, straight
+  // from the product (dW^T = D/sw * (Q^T Xq): the same bits as transposing dW). Only where
+  // dw_transposable says so; linear_backward throws otherwise.
+  bool dw_transposed = false;
 };
+
+// Whether linear_backward can write dW transposed (config.dw_transposed): the int8 modes on one
+// process (no placement.group of over one rank) without the two-way correction, whose dW is one scaled product.
+bool dw_transposable(LinearMode mode, const LinearBackwardConfig& config);
 
 // Wall-clock milliseconds and work (s3r/core/work.hpp) per phase, accumulated while a PhaseTimes
 // is attached (benchmarks).
@@ -140,7 +148,8 @@ void prepare_weight_transposed(LinearWeight& out, std::span<const float> wt, int
 // y: (T, N), overwritten.
 void linear_forward(std::span<float> y, const LinearInput& x, const LinearWeight& w);
 
-// dx: (T, K) or empty (no dX wanted); dw: (K, N), overwritten. g: (T, N).
+// dx: (T, K) or empty (no dX wanted); dw: (K, N) ((N, K) with config.dw_transposed), overwritten.
+// g: (T, N).
 // Throws NonFiniteGradient on NaN/Inf in G (int8 modes), s3r::Error on mismatched shapes.
 void linear_backward(std::span<float> dx, std::span<float> dw, std::span<const float> g,
                      const LinearInput& x, const LinearWeight& w, const LinearBackwardConfig& config,
