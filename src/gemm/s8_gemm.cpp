@@ -140,8 +140,10 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
   const int64_t ldc = s.ldc;
 #ifdef S3R_HAVE_AVX2
   const auto tile = kernels::avx2::gemm_s8_tile;
+  const auto epilogue = kernels::avx2::gemm_s8_epilogue;
 #else
   const auto tile = kernels::ref::gemm_s8_tile;
+  const auto epilogue = kernels::ref::gemm_s8_epilogue;
 #endif
   const uint32_t* bp = b_packed.data();
   const kernels::S8Epilogue epi = epilogue_of(out, ldc);
@@ -179,8 +181,7 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
         }
       }
       const int64_t m0 = i0 * kS8Mr, n0 = j0 * kS8Nr;
-      kernels::ref::gemm_s8_epilogue(epi, acc.data(), ld_acc, m0, std::min(M, i1 * kS8Mr) - m0,
-                                     n0, std::min(N, j1 * kS8Nr) - n0);
+      epilogue(epi, acc.data(), ld_acc, m0, std::min(M, i1 * kS8Mr) - m0, n0, std::min(N, j1 * kS8Nr) - n0);
     }
   });
 }

@@ -96,6 +96,7 @@ void gemm_s8_rows(int32_t* c, int64_t ldc, const int8_t* A, int64_t lda, bool ta
 }  // namespace ref
 namespace avx2 {
 S3R_DECLARE_S8_TILE
+S3R_DECLARE_S8_EPILOGUE  // kernels/avx2/gemm_s8_avx2.cpp (the AVX2 GEMM's, gemm/s8_gemm.cpp)
 }  // namespace avx2
 namespace avx512 {
 S3R_DECLARE_S8_PANELS  // kernels/avx512/gemm_s8_avx512.cpp (row sums: gemm_s8_vnni.cpp)

@@ -1,4 +1,5 @@
-// s3r's int8-panel GEMM (kernels/gemm_s8.hpp): the AVX-512 packing, row sums and epilogue, and
+// s3r's int8-panel GEMM (kernels/gemm_s8.hpp): the AVX-512 packing, row sums and epilogue (and
+// the AVX2 epilogue), and
 // the AMX and VNNI 32 x 32 blocks, against their scalar twins in kernels/ref, bit for bit, over
 // edges of every size (rows of a panel, K around multiples of 4 and 64, the columns of a block).
 // Each runs where the CPU has its instructions (AVX-512; AMX-INT8 granted by the OS; AVX-512
@@ -9,6 +10,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <algorithm>
 #include <vector>
 
@@ -130,9 +132,19 @@ TEST(PanelKernels, VnniBlockAndRowSumsMatchTheReference) {
 #endif
 }
 
+// The AVX-512 and AVX2 epilogues (the AVX2 GEMM's, gemm/s8_gemm.cpp) against the reference, bit
+// for bit: every combination of scales and accumulation, and int32 output, with column counts
+// around both vector widths.
 TEST(PanelKernels, EpilogueMatchesTheReferenceBitForBit) {
-  S3R_SKIP_WITHOUT_AVX512();
+  using Epilogue = void (*)(const S8Epilogue&, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t);
+  std::vector<std::pair<const char*, Epilogue>> tiers;
+#ifdef S3R_HAVE_AVX2
+  if (cpu_features().has_avx2_tier()) tiers.emplace_back("avx2", avx2::gemm_s8_epilogue);
+#endif
 #ifdef S3R_HAVE_AVX512
+  if (cpu_features().has_avx512_tier()) tiers.emplace_back("avx512", avx512::gemm_s8_epilogue);
+#endif
+  if (tiers.empty()) GTEST_SKIP() << "no vector tier here (" << describe(cpu_features()) << ")";
   std::mt19937 gen(5);
   std::uniform_int_distribution<int32_t> sum(-2'000'000'000, 2'000'000'000);
   std::uniform_real_distribution<float> scale(1e-6f, 3.0f);
@@ -143,30 +155,31 @@ TEST(PanelKernels, EpilogueMatchesTheReferenceBitForBit) {
   for (auto& v : rs) v = scale(gen);
   for (auto& v : cs) v = scale(gen);
   for (auto& v : c0) v = scale(gen) - 1.5f;
-  for (int variant = 0; variant < 9; ++variant) {
-    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{32, 32}, {1, 1}, {5, 15}, {32, 17}, {9, 16}}) {
-      S8Epilogue e;
-      std::vector<float> want = c0, got = c0;
-      std::vector<int32_t> want32(static_cast<size_t>(M * N), 3), got32 = want32;
-      if (variant == 8) {
-        e.s32 = want32.data();
-      } else {
-        e.f32 = want.data();
-        e.row_scale = variant & 1 ? rs.data() : nullptr;
-        e.col_scale = variant & 2 ? cs.data() : nullptr;
-        e.accumulate = (variant & 4) != 0;
+  for (const auto& [tier, epilogue] : tiers) {
+    for (int variant = 0; variant < 9; ++variant) {
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{32, 32}, {1, 1}, {5, 15}, {32, 17}, {9, 16}, {3, 7}, {2, 9}}) {
+        S8Epilogue e;
+        std::vector<float> want = c0, got = c0;
+        std::vector<int32_t> want32(static_cast<size_t>(M * N), 3), got32 = want32;
+        if (variant == 8) {
+          e.s32 = want32.data();
+        } else {
+          e.f32 = want.data();
+          e.row_scale = variant & 1 ? rs.data() : nullptr;
+          e.col_scale = variant & 2 ? cs.data() : nullptr;
+          e.accumulate = (variant & 4) != 0;
+        }
+        e.ldc = N;
+        ref::gemm_s8_epilogue(e, acc.data(), ld_acc, 7, rows, 13, cols);
+        e.f32 = e.f32 ? got.data() : nullptr;
+        e.s32 = e.s32 ? got32.data() : nullptr;
+        epilogue(e, acc.data(), ld_acc, 7, rows, 13, cols);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << tier << ", variant " << variant << ", " << rows << " x " << cols;
+        ASSERT_EQ(want32, got32) << tier << ", " << rows << " x " << cols;
       }
-      e.ldc = N;
-      ref::gemm_s8_epilogue(e, acc.data(), ld_acc, 7, rows, 13, cols);
-      e.f32 = e.f32 ? got.data() : nullptr;
-      e.s32 = e.s32 ? got32.data() : nullptr;
-      avx512::gemm_s8_epilogue(e, acc.data(), ld_acc, 7, rows, 13, cols);
-      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-          << "variant " << variant << ", " << rows << " x " << cols;
-      ASSERT_EQ(want32, got32) << rows << " x " << cols;
     }
   }
-#endif
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // multiply ports; bench/gemm_bench.cpp measures both loops.)
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/gemm_s8.hpp"
 
 namespace s3r::kernels::avx2 {
@@ -54,6 +56,39 @@ void gemm_s8_tile(const uint32_t* a, const uint32_t* b, int64_t pairs, int32_t* 
     }
     _mm256_storeu_si256(out, v0);
     _mm256_storeu_si256(out + 1, v1);
+  }
+}
+
+// ref::gemm_s8_epilogue in 8 lanes, the same operations in the same order (no fma: the build's
+// -ffp-contract=off), so the same bits; the last cols % 8 columns as the reference does them.
+void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, int64_t m0,
+                      int64_t rows, int64_t n0, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t* a = acc + i * ld_acc;
+    const int64_t m = m0 + i;
+    if (e.s32 != nullptr) {
+      std::memcpy(e.s32 + m * e.ldc + n0, a, static_cast<size_t>(cols) * sizeof(int32_t));
+      continue;
+    }
+    float* c = e.f32 + m * e.ldc + n0;
+    const float* cs = e.col_scale != nullptr ? e.col_scale + n0 : nullptr;
+    const bool row = e.row_scale != nullptr;
+    const float r = row ? e.row_scale[m] : 1.0f;
+    const __m256 rs = _mm256_set1_ps(r);
+    int64_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+      __m256 v = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j)));
+      if (cs != nullptr) v = _mm256_mul_ps(v, _mm256_loadu_ps(cs + j));
+      if (row) v = _mm256_mul_ps(v, rs);
+      if (e.accumulate) v = _mm256_add_ps(_mm256_loadu_ps(c + j), v);
+      _mm256_storeu_ps(c + j, v);
+    }
+    for (; j < cols; ++j) {
+      float v = static_cast<float>(a[j]);
+      if (cs != nullptr) v = v * cs[j];
+      if (row) v = v * r;
+      c[j] = e.accumulate ? c[j] + v : v;
+    }
   }
 }
 
