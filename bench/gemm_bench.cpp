@@ -21,6 +21,13 @@
 //   peak/avx2_s8_tile_l2         s3r's int8 microkernel alone (kernels::avx2::gemm_s8_tile) on
 //                                one 96 x 256 block with K = 512, its panels in L1/L2 as inside
 //                                the GEMM's blocking: what the GEMM around it loses
+//   peak/amx_int8                register-only loop of tdpbssd (16384 multiply-adds each): the
+//                                AMX int8 limit of the core
+//   peak/amx_block_l1, peak/amx_block_l2
+//                                s3r's AMX block alone (kernels::amx::gemm_s8_amx_block, 32 x 32,
+//                                K = 256) on its A rows and one B panel pair (16 KB: L1), or
+//                                cycling through 64 B panel pairs (1 MB: L2): how fast its tile
+//                                loads feed tdpbssd from each level
 // A backend the process cannot run (S3R_MAX_ISA, no VNNI, a failed oneDNN self-check) reports
 // the reason and is skipped. Operands are random codes / normal values from a fixed seed, made
 // once per process; C is overwritten by every call.
@@ -204,6 +211,40 @@ void bm_s8_tile(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kPanels * kPanels * kS8Mr * kS8Nr * 2 * kPairs);
 }
 
+// The AMX limits: tdpbssd alone, and s3r's block with its operands in L1 or in L2 (`b_pairs` B
+// panel pairs of K = 256 cycled through, one A block). Skipped where AMX-INT8 is not granted.
+bool enter_amx(benchmark::State& state) {
+  if (!enter(state, Isa::kAvx512, 1)) return false;
+  if (!cpu_features().amx_int8) {
+    state.SkipWithError("this CPU (or S3R_MAX_ISA, or the OS) gives no AMX-INT8");
+    return false;
+  }
+  return true;
+}
+
+void bm_peak_amx(benchmark::State& state) {
+  if (enter_amx(state)) time_peak(state, kernels::peak::avx512::amx_int8);
+}
+
+void bm_amx_block(benchmark::State& state, int64_t b_pairs) {
+  if (!enter_amx(state)) return;
+  using kernels::kAmxBlock;
+  constexpr int64_t kp = 256;
+  const int8_t* a = operands().a8.data();  // random codes
+  const int8_t* b = operands().b8.data();
+  alignas(64) static int32_t c[kAmxBlock * kAmxBlock];
+  kernels::amx::amx_tiles_configure();
+  int64_t blocks = 0;
+  for (auto _ : state) {
+    for (int64_t j = 0; j < 64; ++j, ++blocks) {
+      kernels::amx::gemm_s8_amx_block(a, kp, b + (blocks % b_pairs) * kAmxBlock * kp, kp, c, kAmxBlock);
+    }
+    benchmark::ClobberMemory();
+  }
+  kernels::amx::amx_tiles_release();
+  state.SetItemsProcessed(blocks * kAmxBlock * kAmxBlock * kp);
+}
+
 const bool registered = [] {
   for (Layout layout : {Layout::kXw, Layout::kGwt, Layout::kXtg}) {
     // the large shapes, and those of `small`'s projections (C = 256, F = 768)
@@ -241,6 +282,9 @@ const bool registered = [] {
       ->UseRealTime();
   benchmark::RegisterBenchmark("peak/avx512_bf16_dot", bm_peak_avx512, kernels::peak::avx512::dpbf16_zmm, "BF16")
       ->UseRealTime();
+  benchmark::RegisterBenchmark("peak/amx_int8", bm_peak_amx)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/amx_block_l1", bm_amx_block, 1)->UseRealTime();
+  benchmark::RegisterBenchmark("peak/amx_block_l2", bm_amx_block, 64)->UseRealTime();
   return true;
 }();
 

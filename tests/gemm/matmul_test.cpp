@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <random>
@@ -109,7 +110,10 @@ std::vector<Case> blocked_cases() {
   std::vector<Case> c;
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{6, 16, 2}, {7, 17, 3}, {5, 15, 511},
                          {97, 257, 513}, {7, 17, 1031}, {12, 32, 1024}, {33, 515, 70},
-                         {64, 33, 192}, {77, 31, 192}}) {
+                         {64, 33, 192}, {77, 31, 192},
+                         // several chunks of B panels of the AMX/VNNI blocks (512 KB each: 7 and
+                         // 4 blocks of 32 columns at these K), with edges in every dimension
+                         {40, 300, 2100}, {40, 200, 4096}}) {
     for (auto [ta, tb] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, false},
                           std::pair{true, true}}) {
       c.push_back({M, N, K, ta, tb});
@@ -168,6 +172,29 @@ TEST(Matmul, Int8ToInt32IsExactInEveryBackend) {
                                        << i / c.N << ", " << i % c.N << "]";
           }
         }
+      }
+    }
+  }
+}
+
+// A row-major A whose K is a multiple of 64 is read in place by the AMX blocks when it starts on
+// a 64-byte boundary, and packed otherwise: both give the exact sums (A at offsets 0 and 16 of
+// a 64-byte aligned buffer; M = 70 leaves a last, partial block of rows, packed either way).
+TEST(Matmul, Int8ExactForAlignedAndUnalignedA) {
+  const Case c{70, 40, 128, false, false};
+  const auto a = random_s8(c.M * c.K, 3), b = random_s8(c.K * c.N, 4);
+  const auto want = exact_sums(a, b, c);
+  std::vector<int8_t> buffer(a.size() + 128);
+  int8_t* base = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+  for (Int8Backend backend : int8_backends()) {
+    ScopedInt8Backend scoped(backend);
+    for (int64_t offset : {0, 16}) {
+      std::copy(a.begin(), a.end(), base + offset);
+      std::vector<int32_t> out(c.M * c.N, -1);
+      matmul_s8(out.data(), base + offset, b.data(), shape_of(c));
+      for (int64_t i = 0; i < c.M * c.N; ++i) {
+        ASSERT_EQ(out[i], want[i]) << to_string(backend) << " A at offset " << offset << " at [" << i / c.N << ", "
+                                   << i % c.N << "]";
       }
     }
   }
