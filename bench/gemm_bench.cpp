@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "kernels/gemm_s8.hpp"
 #include "kernels/peak_loops.hpp"
 #include "s3r/core/bf16.hpp"
@@ -230,8 +231,11 @@ void bm_amx_block(benchmark::State& state, int64_t b_pairs) {
   if (!enter_amx(state)) return;
   using kernels::kAmxBlock;
   constexpr int64_t kp = 256;
-  const int8_t* a = operands().a8.data();  // random codes
-  const int8_t* b = operands().b8.data();
+  // random codes, on 64-byte boundaries as the GEMM's panels
+  const AlignedVector<int8_t> a_buf(operands().a8.begin(), operands().a8.begin() + kAmxBlock * kp);
+  const AlignedVector<int8_t> b_buf(operands().b8.begin(), operands().b8.begin() + b_pairs * kAmxBlock * kp);
+  const int8_t* a = a_buf.data();
+  const int8_t* b = b_buf.data();
   alignas(64) static int32_t c[kAmxBlock * kAmxBlock];
   kernels::amx::amx_tiles_configure();
   int64_t blocks = 0;

@@ -19,7 +19,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/aligned_vector.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "core/parallel_blocks.hpp"
 #include "kernels/gemm_s8.hpp"
 #include "s3r/core/error.hpp"

@@ -26,7 +26,7 @@ std::vector<double> exact_folded(const Problem& p, const Operands& o) {
 }
 
 ErrorStatsD error_stats(const Problem& p, const std::vector<double>& gp,
-                        const std::vector<int8_t>& q, double D) {
+                        std::span<const int8_t> q, double D) {
   const int64_t T = p.T, N = p.N, S = p.S, B = p.B();
   ErrorStatsD st;
   st.e.resize(static_cast<size_t>(T * N));
@@ -74,7 +74,7 @@ StatEps stat_eps(const Problem& p, const std::vector<double>& gp, double D) {
   return eps;
 }
 
-Magnitudes magnitudes(const Problem& p, const std::vector<int8_t>& q, const ErrorStatsD& st,
+Magnitudes magnitudes(const Problem& p, std::span<const int8_t> q, const ErrorStatsD& st,
                       const StatEps& eps, double D) {
   const int64_t T = p.T, S = p.S;
   Magnitudes mg;

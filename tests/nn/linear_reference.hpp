@@ -11,6 +11,7 @@
 // (Higham, Accuracy and Stability of Numerical Algorithms, section 3.1). The reference's own
 // double arithmetic adds ref_slack. G' = sx G sw (SPEC 1), E = D Q - G' (SPEC 4).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "nn/linear_problem.hpp"
@@ -35,7 +36,7 @@ struct ErrorStatsD {
 // The statistics of the codes q (T, N) with step D against gp = exact_folded: c over each
 // token's N channels, a over each example's S tokens, m over the example's S N elements.
 ErrorStatsD error_stats(const Problem& p, const std::vector<double>& gp,
-                        const std::vector<int8_t>& q, double D);
+                        std::span<const int8_t> q, double D);
 
 // Estr[t, n] = a[b, n] + c[t] - m[b] with b = t / S (SPEC 4).
 double estr(const ErrorStatsD& st, int64_t t, int64_t n, int64_t S, int64_t N);
@@ -66,7 +67,7 @@ struct Magnitudes {
 };
 
 // The magnitudes of the codes q (T, N) actually drawn, with st = error_stats of the same codes.
-Magnitudes magnitudes(const Problem& p, const std::vector<int8_t>& q, const ErrorStatsD& st,
+Magnitudes magnitudes(const Problem& p, std::span<const int8_t> q, const ErrorStatsD& st,
                       const StatEps& eps, double D);
 
 // A bound valid for every draw: |Q| <= |x| + 1, |E| <= D(1 + 4u) so |a| <= D(1 + 4u) and

@@ -102,9 +102,8 @@ void check_tensor(Checker& chk, const char* name, const Expected& e, std::span<c
   }
 }
 
-template <typename T>
-void check_bits(Checker& chk, const char* name, const std::vector<T>& expected,
-                const std::vector<T>& got, int64_t cols) {
+template <typename T, typename Got>
+void check_bits(Checker& chk, const char* name, const std::vector<T>& expected, const Got& got, int64_t cols) {
   if (got.size() != expected.size()) {
     chk.expect(false, [&] {
       return str(name, " has ", got.size(), " elements, expected ", expected.size());
@@ -352,7 +351,7 @@ double residual_sum_tolerance(double abs_sum, int64_t S, int64_t N) {
 // R (T, N) of one code tensor: E - Estr when `corrected`, else E. Checks the zero row and
 // column sums per example of a corrected R.
 std::vector<double> residual(Checker& chk, const Problem& p, const std::vector<double>& gp,
-                             const std::vector<int8_t>& q, double D, bool corrected,
+                             std::span<const int8_t> q, double D, bool corrected,
                              const char* name) {
   const int64_t T = p.T, N = p.N, S = p.S;
   const ErrorStatsD st = error_stats(p, gp, q, D);

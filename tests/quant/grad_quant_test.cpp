@@ -307,7 +307,7 @@ TEST(GradQuant, ARanksShareQuantizesAsThePartOfTheWhole) {
           for (int q = 0; q < want.count; ++q) {
             ASSERT_EQ(got[0].step, want.step) << ctx;
             ASSERT_EQ(got[1].step, want.step) << ctx;
-            std::vector<int8_t> joined = got[0].codes[q];
+            AlignedVector<int8_t> joined = got[0].codes[q];
             joined.insert(joined.end(), got[1].codes[q].begin(), got[1].codes[q].end());
             ASSERT_EQ(joined, want.codes[q]) << ctx << " q=" << q;
           }

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/bf16.hpp"
 #include "s3r/core/work.hpp"
 #include "s3r/dist/communicator.hpp"
@@ -36,7 +37,7 @@ struct LinearInput {
   LinearMode mode = LinearMode::kS3r;
   int64_t tokens = 0;            // T
   int64_t features = 0;          // K
-  std::vector<int8_t> codes;     // (T, K) int8 modes: Xq
+  AlignedVector<int8_t> codes;   // (T, K) int8 modes: Xq (64-byte aligned: read in place by AMX)
   std::vector<float> scales;     // (T)    int8 modes: sx
   std::vector<bf16> bf16_values; // (T, K) bf16 mode with native bf16 products (else empty)
   std::vector<float> f32_values; // (T, K) f32 mode; bf16 mode with f32-emulated bf16 products:
@@ -50,7 +51,7 @@ struct LinearWeight {
   LinearMode mode = LinearMode::kS3r;
   int64_t in = 0;                 // K
   int64_t out = 0;                // N
-  std::vector<int8_t> codes;      // (K, N) int8 modes: Wq
+  AlignedVector<int8_t> codes;    // (K, N) int8 modes: Wq
   std::vector<float> scales;      // (N)    int8 modes: sw
   std::vector<float> code_row_sums;  // (K) int8 modes: rowsum(Wq)[k] = sum_n Wq[k, n] (exact)
   std::vector<bf16> bf16_values;  // (K, N) bf16 mode with native bf16 products (else empty)

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/bf16.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/dist/communicator.hpp"
@@ -92,14 +93,14 @@ struct QuantizedGrad {
   int64_t example_count = 0;       // B (= T / S unless ragged)
   float step = 0.0f;               // D; 0 when G' is all zero (then every code and mean is 0)
   int count = 1;                   // quantization_count(mode)
-  std::vector<int8_t> codes[2];    // (T, N) int8 row-major; [1] only under sr
+  AlignedVector<int8_t> codes[2];  // (T, N) int8 row-major (64-byte aligned); [1] only under sr
   ErrorStats stats[2];             // filled when want_stats; [1] only under sr
   std::vector<float> workspace;    // internal: per-block column error sums, reused across calls
 
   int64_t examples() const { return example_count; }
   // The codes (and their statistics) that feed dX = D/sx * Q Wq^T and dW = D/sw * Xq^T Q.
-  const std::vector<int8_t>& codes_for_dx() const { return codes[0]; }
-  const std::vector<int8_t>& codes_for_dw() const { return codes[count - 1]; }
+  const AlignedVector<int8_t>& codes_for_dx() const { return codes[0]; }
+  const AlignedVector<int8_t>& codes_for_dw() const { return codes[count - 1]; }
   const ErrorStats& stats_for_dx() const { return stats[0]; }
   const ErrorStats& stats_for_dw() const { return stats[count - 1]; }
 };
