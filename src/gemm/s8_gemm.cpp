@@ -17,11 +17,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
-#include "s3r/core/aligned_vector.hpp"
 #include "core/parallel_blocks.hpp"
 #include "kernels/gemm_s8.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 
 namespace s3r::gemm::s8 {

@@ -1,7 +1,7 @@
 #pragma once
-// std::vector storage on 64-byte boundaries (s3r::AlignedVector): AMX's tile loads (and wide vector loads) of a
-// 64-byte row that straddles two cache lines cost two line reads; an AMX block on panels 16
-// bytes off a line ran at 0.4x its speed on aligned ones (Emerald Rapids class VM).
+// s3r::AlignedVector: std::vector storage on 64-byte boundaries. AMX's tile loads (and wide vector
+// loads) of a 64-byte row that straddles two cache lines cost two line reads: an AMX block on
+// panels 16 bytes off a line ran at 0.4x its speed on aligned ones (Emerald Rapids class VM).
 #include <cstddef>
 #include <new>
 #include <vector>
