@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "core/parallel_blocks.hpp"
+#include "gemm/matmul_dx.hpp"
 #include "gemm/onednn_matmul.hpp"
 #include "gemm/s8_gemm.hpp"
+#include "kernels/dispatch.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
 #include "s3r/gemm/backend.hpp"
@@ -144,6 +146,20 @@ void emulated_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const M
   float_product(Type::kF32, C, a, b, s, accumulate);
 }
 
+// The dX epilogue after oneDNN's int32 product, which goes to a scratch (grown once, reused).
+void onednn_dx(const int8_t* A, const int8_t* B, const MatmulShape& s, const s8::Output& out) {
+  thread_local std::vector<int32_t> sums;
+  if (sums.size() < static_cast<size_t>(s.M * s.N)) sums.resize(static_cast<size_t>(s.M * s.N));
+  MatmulShape product = s;
+  product.ldc = s.N;
+  onednn::run_int8_bucketed({Type::kS8, Type::kS8, Type::kS32, product}, sums.data(), A, B);
+  const auto epilogue = kernels::active_kernels().dx_epilogue;
+  const int32_t* acc = sums.data();
+  parallel_blocks(s.M, 16, [&](int64_t m0, int64_t m1) {
+    epilogue(out.f32, s.ldc, acc + m0 * s.N, s.N, m0, m1, 0, s.N, *out.dx);
+  });
+}
+
 void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const s8::Output& out) {
   switch (int8_backend()) {
     case Int8Backend::kAmx: return s8::gemm_amx(A, B, s, out);
@@ -156,6 +172,7 @@ void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const 
     onednn::run_int8_bucketed({Type::kS8, Type::kS8, Type::kS32, s}, out.s32, A, B);
     return;
   }
+  if (out.dx != nullptr) return onednn_dx(A, B, s, out);
   if (out.row_scale == nullptr) {  // fully fused: column scale and accumulation are post-ops
     onednn::run_int8_bucketed({Type::kS8, Type::kS8, Type::kF32, s, out.col_scale, out.accumulate}, out.f32, A, B);
     return;
@@ -267,6 +284,20 @@ void matmul_s8_scaled(float* C, const int8_t* A, const int8_t* B, const MatmulSh
   out.accumulate = accumulate;
   const MatmulShape s = resolved(shape);
   count_work(s, work::add_mac_s8, 1, 4, accumulate);
+  int8_product(A, B, s, out);
+}
+
+void matmul_s8_dx(float* dx, const int8_t* A, const int8_t* B, const MatmulShape& shape,
+                  const kernels::DxTerms& d) {
+  const MatmulShape s = resolved(shape);
+  if (d.K != s.N || s.ldc != s.N) {
+    throw Error("matmul_s8_dx: the terms' K (" + std::to_string(d.K) + ") and the output's row stride (" +
+                std::to_string(s.ldc) + ") must be the product's N (" + std::to_string(s.N) + ")");
+  }
+  s8::Output out;
+  out.f32 = dx;
+  out.dx = &d;
+  count_work(s, work::add_mac_s8, 1, 4, d.accumulate);
   int8_product(A, B, s, out);
 }
 

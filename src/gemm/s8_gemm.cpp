@@ -93,7 +93,7 @@ void pack_all(std::vector<uint32_t>& buf, const Operand& x, int64_t rows, int64_
 
 // The epilogue's arguments for `out` (kernels/gemm_s8.hpp).
 kernels::S8Epilogue epilogue_of(const Output& out, int64_t ldc) {
-  return {out.s32, out.f32, ldc, out.row_scale, out.col_scale, out.accumulate};
+  return {out.s32, out.f32, ldc, out.row_scale, out.col_scale, out.accumulate, out.dx};
 }
 
 void check_depth(int64_t K) {

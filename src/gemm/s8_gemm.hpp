@@ -8,6 +8,10 @@
 
 #include "s3r/gemm/matmul.hpp"
 
+namespace s3r::kernels {
+struct DxTerms;
+}
+
 namespace s3r::gemm::s8 {
 
 struct Output {
@@ -16,6 +20,7 @@ struct Output {
   const float* row_scale = nullptr;  // (M) or null
   const float* col_scale = nullptr;  // (N) or null
   bool accumulate = false;           // f32 only
+  const kernels::DxTerms* dx = nullptr;  // f32 only: the dX epilogue instead of the scales
 };
 
 // Packed panels and the AVX2 microkernel (kernels/gemm_s8.hpp), OpenMP over output blocks.

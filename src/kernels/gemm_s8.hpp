@@ -26,6 +26,9 @@ inline constexpr int64_t kS8Nr = 16;  // columns of B per micro-panel
 // operations (a null scale being 1 and its multiplication skipped),
 //   C[m, n] = (float(sum) * col_scale[n]) * row_scale[m]        (+ C[m, n] first when accumulating:
 //   C[m, n] = C[m, n] + ((float(sum) * col_scale[n]) * row_scale[m]))
+// With dx set (f32 output, no scales), C is the dX of kernels.hpp's DxTerms instead: the tier's
+// dx_epilogue on the block.
+struct DxTerms;
 struct S8Epilogue {
   int32_t* s32 = nullptr;            // exactly one of s32 / f32
   float* f32 = nullptr;
@@ -33,6 +36,7 @@ struct S8Epilogue {
   const float* row_scale = nullptr;  // (M) or null
   const float* col_scale = nullptr;  // (N) or null
   bool accumulate = false;           // f32 only
+  const DxTerms* dx = nullptr;       // f32 only, without scales (then `accumulate` is dx's)
 };
 #define S3R_DECLARE_S8_EPILOGUE                                                                 \
   void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, int64_t m0,    \

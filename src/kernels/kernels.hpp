@@ -22,6 +22,22 @@
 
 namespace s3r::kernels {
 
+// The dX epilogue of an int8 linear layer (SPEC section 4): with inv = 1 / sx[t],
+//   v = float(acc[t, k]) * (D * inv) - (wa[b * K + k] + delta[t] * rowsum[k]) * inv
+// in this order of f32 operations (the correction term only when wa is set; b = t / S), then
+// dx = v, or dx = dx + v when accumulating. gemm_s8_epilogue applies it to its blocks where the
+// product's S8Epilogue carries one (the dX product with its dequantization fused).
+struct DxTerms {
+  float D = 0.0f;                  // the step of G's codes
+  const float* sx = nullptr;       // (T) X's row scales
+  const float* wa = nullptr;       // (B, K) Wq a_b of example b, or null
+  const float* delta = nullptr;    // (T) c[t] - m[b]
+  const float* rowsum = nullptr;   // (K) rowsum(Wq)
+  int64_t S = 1;                   // rows per example
+  int64_t K = 0;                   // wa's row length
+  bool accumulate = false;
+};
+
 // One backward-quantizer problem (see s3r/quant/grad_quant.hpp for the numerics).
 struct GradProblem {
   const float* g_f32 = nullptr;  // (T, N): exactly one of g_f32 / g_bf16 is set
@@ -97,12 +113,10 @@ struct GradBlockOut {
      w (K, N) int8, a (B, N) f32, out (B, K) f32. */                                            \
   void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t K,          \
                    int64_t N, int64_t k0, int64_t k1);                                          \
-  /* dX epilogue of an int8 linear layer, rows [t0, t1): with inv = 1/sx[t],                     \
-       v = float(acc[t, k]) * (D * inv) - (wa[b, k] + delta[t] * rowsum[k]) * inv              \
-     (the correction term only when wa != null; b = t / S), then dx = v or dx += v. */          \
-  void dx_epilogue(float* dx, const int32_t* acc, int64_t t0, int64_t t1, int64_t K, float D,   \
-                   const float* sx, const float* wa, const float* delta, const float* rowsum,   \
-                   int64_t S, bool accumulate);                                                 \
+  /* dX epilogue of an int8 linear layer (DxTerms), rows [t0, t1) and columns [k0, k1) of dx  \
+     (row stride ldx); acc[(t - t0) * ld_acc + (k - k0)] is the int32 sum of (t, k). */         \
+  void dx_epilogue(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0,      \
+                   int64_t t1, int64_t k0, int64_t k1, const DxTerms& d);                       \
   /* SwiGLU, elements [i0, i1): hidden = (h1 * sigmoid(h1)) * h3. */                            \
   void swiglu_forward_ew(float* hidden, const float* h1, const float* h3, int64_t i0,           \
                          int64_t i1);                                                           \

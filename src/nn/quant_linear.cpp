@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/parallel_blocks.hpp"
+#include "gemm/matmul_dx.hpp"
 #include "kernels/dispatch.hpp"
 #include "nn/linear_backward_steps.hpp"
 #include "nn/phase_clock.hpp"
@@ -133,15 +134,17 @@ void prepare_weight_transposed(LinearWeight& out, std::span<const float> wt, int
   out.out = out_features;
   // Per row of wt = per column of W: the same absmax, scale and codes as quantize_cols_rtne
   // (SPEC section 1; both divide each value by its channel's scale in f32).
-  std::vector<int8_t> codes_t(wt.size());  // (N, K)
+  thread_local std::vector<int8_t> codes_t;  // (N, K); grown once, reused (no zero-fill per call)
+  codes_t.resize(wt.size());
   out.scales.resize(static_cast<size_t>(out_features));
   quantize_rows_rtne(codes_t, out.scales, wt, out_features, in, name);
   out.codes.resize(codes_t.size());
   work::add_bytes(2 * codes_t.size());
   constexpr int64_t kBand = 64;  // rows of wt per task of the transpose
   const auto transpose = kernels::active_kernels().transpose_s8;
+  const int8_t* from = codes_t.data();  // the calling thread's (a thread_local is not captured)
   parallel_blocks(out_features, kBand, [&](int64_t r0, int64_t r1) {
-    transpose(out.codes.data(), out_features, codes_t.data(), in, r0, r1, in);
+    transpose(out.codes.data(), out_features, from, in, r0, r1, in);
   });
   set_code_row_sums(out);
 }
@@ -364,36 +367,34 @@ void zero_backward(std::span<float> dx, std::span<float> dw, bool accumulate_dx)
   std::fill(dw.begin(), dw.end(), 0.0f);
 }
 
+// dX = dequantized G_q W_q^T, with S3R-EC's term when correcting (SPEC section 4): fused into the
+// product's epilogue (gemm/matmul_dx.hpp); with ragged examples, the int32 sums first, then the
+// epilogue piece by piece (each block's rows cut at example boundaries, each piece with its
+// example's row of wa: the terms' b = t / T is then 0).
 void int8_dx(std::span<float> dx, const QuantizedGrad& q, const LinearInput& x,
              const LinearWeight& w, const LinearBackwardConfig& config, bool correct,
              LinearWorkspace& ws) {
-  const int64_t T = x.tokens, K = x.features, N = w.out, S = config.tokens_per_example;
-  {
-    PhaseZone zone(ws.times, &PhaseTimes::gemm);
-    ws.acc.resize(static_cast<size_t>(T * K));  // zero-fills when it grows: its time is the product's
-    gemm::matmul_s8(ws.acc.data(), q.codes_for_dx().data(), w.codes.data(), {T, K, N, false, true});
-  }
+  const int64_t T = x.tokens, K = x.features, N = w.out;
   const Examples ex(T, config);
   const float* wa = correct ? dx_correction_terms(q.stats_for_dx(), w, ex, ws) : nullptr;
+  kernels::DxTerms d{q.step, x.scales.data(), wa, ws.delta.data(), w.code_row_sums.data(), config.tokens_per_example,
+                     K, config.accumulate_dx};
   PhaseZone zone(ws.times, &PhaseTimes::gemm);
-  const auto& k = kernels::active_kernels();
+  const gemm::MatmulShape shape{T, K, N, false, true};
+  if (ex.offsets.empty()) return gemm::matmul_s8_dx(dx.data(), q.codes_for_dx().data(), w.codes.data(), shape, d);
+  ws.acc.resize(static_cast<size_t>(T * K));  // zero-fills when it grows: its time is the product's
+  gemm::matmul_s8(ws.acc.data(), q.codes_for_dx().data(), w.codes.data(), shape);
   work::add_floats(static_cast<uint64_t>(T * K) * (config.accumulate_dx ? 3 : 2));  // acc read; dx (read and) written
-  if (ex.offsets.empty()) {
-    parallel_blocks(T, kRowBlock, [&](int64_t t0, int64_t t1) {
-      k.dx_epilogue(dx.data(), ws.acc.data(), t0, t1, K, q.step, x.scales.data(), wa, ws.delta.data(),
-                    w.code_row_sums.data(), S, config.accumulate_dx);
-    });
-    return;
-  }
-  // Ragged examples: each block's rows cut at example boundaries, each piece with its example's
-  // row of wa (the epilogue's b = t / T is then 0).
+  const auto epilogue = kernels::active_kernels().dx_epilogue;
+  d.S = T;
   parallel_blocks(T, kRowBlock, [&](int64_t t0, int64_t t1) {
     int64_t b = std::upper_bound(ex.offsets.begin(), ex.offsets.end(), t0) - ex.offsets.begin() - 1;
     for (int64_t r = t0; r < t1; ++b) {
       const int64_t r1 = std::min(t1, ex.end(b));
       if (r1 > r) {
-        k.dx_epilogue(dx.data(), ws.acc.data(), r, r1, K, q.step, x.scales.data(), wa ? wa + b * K : nullptr,
-                      ws.delta.data(), w.code_row_sums.data(), T, config.accumulate_dx);
+        kernels::DxTerms piece = d;
+        piece.wa = wa ? wa + b * K : nullptr;
+        epilogue(dx.data(), K, ws.acc.data() + r * K, K, r, r1, 0, K, piece);
       }
       r = r1;
     }

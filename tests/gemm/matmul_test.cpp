@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gemm/int8_backends.hpp"
 #include "gemm/onednn_matmul.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/backend.hpp"
@@ -58,6 +59,7 @@ T at_b(const std::vector<T>& b, const Case& c, int64_t k, int64_t n) {
   return c.tb ? b[n * c.K + k] : b[k * c.N + n];
 }
 
+using testing::int8_backends;
 using testing::random_s8;
 
 std::vector<float> random_f32(size_t n, uint32_t seed) {
@@ -69,23 +71,6 @@ std::vector<float> random_f32(size_t n, uint32_t seed) {
 }
 
 MatmulShape shape_of(const Case& c) { return MatmulShape{c.M, c.N, c.K, c.ta, c.tb}; }
-
-// Every int8 backend this process can run, reference first; each one it cannot run is recorded
-// as skipped on the running test, with the reason (never a silent pass of fewer backends).
-std::vector<Int8Backend> int8_backends() {
-  std::vector<Int8Backend> out;
-  for (Int8Backend b : {Int8Backend::kReference, Int8Backend::kAvx2, Int8Backend::kOnednn, Int8Backend::kAmx,
-                        Int8Backend::kVnni}) {
-    std::string why;
-    if (int8_backend_available(b, &why)) {
-      out.push_back(b);
-    } else {
-      ::testing::Test::RecordProperty("skipped_int8_backend_" + std::string(to_string(b)), why);
-      std::printf("[ SKIPPED BACKEND ] int8 %s: %s\n", std::string(to_string(b)).c_str(), why.c_str());
-    }
-  }
-  return out;
-}
 
 std::vector<Bf16Backend> bf16_backends() {
   std::vector<Bf16Backend> out;

@@ -35,6 +35,9 @@ struct DxEpilogueOperands {
     for (auto& v : o.init) v = normal(gen);
     return o;
   }
+  DxTerms terms(int64_t S, int64_t K, bool correct, bool accumulate) const {
+    return {3e-5f, sx.data(), correct ? wa.data() : nullptr, delta.data(), rowsum.data(), S, K, accumulate};
+  }
 };
 
 TEST(LinearKernels, DxEpilogueIsBitExact) {
@@ -47,18 +50,16 @@ TEST(LinearKernels, DxEpilogueIsBitExact) {
     for (int64_t K : kSizes) {
       const int64_t S = T % 3 == 0 && T > 1 ? T / 3 : T;
       const int64_t B = T / S;
-      const auto [acc, sx, wa, delta, rowsum, init] = DxEpilogueOperands::random(T, K, B, gen, normal, acc_dist);
+      const DxEpilogueOperands o = DxEpilogueOperands::random(T, K, B, gen, normal, acc_dist);
       for (bool correct : {false, true}) {
         for (bool accumulate : {false, true}) {
-          std::vector<float> a = init;
-          const float* w = correct ? wa.data() : nullptr;
-          ref::dx_epilogue(a.data(), acc.data(), 0, T, K, 3e-5f, sx.data(), w, delta.data(),
-                           rowsum.data(), S, accumulate);
+          std::vector<float> a = o.init;
+          const DxTerms d = o.terms(S, K, correct, accumulate);
+          ref::dx_epilogue(a.data(), K, o.acc.data(), K, 0, T, 0, K, d);
           for (Isa isa : tiers) {
-            std::vector<float> b = init;
+            std::vector<float> b = o.init;
             b.push_back(-7.0f);  // a guard element past the end, which must stay untouched
-            kernels_for(isa).dx_epilogue(b.data(), acc.data(), 0, T, K, 3e-5f, sx.data(), w,
-                                         delta.data(), rowsum.data(), S, accumulate);
+            kernels_for(isa).dx_epilogue(b.data(), K, o.acc.data(), K, 0, T, 0, K, d);
             for (int64_t i = 0; i < T * K; ++i) {
               ASSERT_EQ(a[i], b[i]) << isa_name(isa) << " T=" << T << " K=" << K
                                     << " correct=" << correct << " accumulate=" << accumulate
@@ -109,11 +110,11 @@ TEST(LinearKernels, GemvMatchesReference) {
   }
 }
 
-// The layer calls both kernels on blocks of rows: dx_epilogue on [t0, t1) of the tokens,
-// gemv_s8_f32 on [k0, k1) of the features. A block that starts mid-range (rows off any vector
-// or example boundary, so the elements start off the lane grid) gives the whole-range call's
-// values at its rows (the example of row t is t / S, whatever the block) and leaves every other
-// row as it was. Every tier, the reference included.
+// The layer calls both kernels on blocks: dx_epilogue on rows [t0, t1) and columns [k0, k1) (the
+// fused dX product's output blocks), gemv_s8_f32 on [k0, k1) of the features. A block that starts
+// mid-range (rows and columns off any vector or example boundary, so the elements start off the
+// lane grid) gives the whole-range call's values in it (the example of row t is t / S, whatever the
+// block) and leaves every other element as it was. Every tier, the reference included.
 TEST(LinearKernels, BlocksStartingMidRangeGiveTheWholeRangesRows) {
   std::mt19937 gen(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -121,24 +122,27 @@ TEST(LinearKernels, BlocksStartingMidRangeGiveTheWholeRangesRows) {
   std::uniform_int_distribution<int> code(-127, 127);
   constexpr float kGuard = -7.0f;
   const int64_t T = 21, S = 7, B = T / S;
+  using Range = std::pair<int64_t, int64_t>;
   for (int64_t K : {1, 9, 17, 33}) {
-    const auto [acc, sx, wa, delta, rowsum, init] = DxEpilogueOperands::random(T, K, B, gen, normal, acc_dist);
+    const DxEpilogueOperands o = DxEpilogueOperands::random(T, K, B, gen, normal, acc_dist);
     for (bool accumulate : {false, true}) {
-      std::vector<float> whole = init;
-      ref::dx_epilogue(whole.data(), acc.data(), 0, T, K, 3e-5f, sx.data(), wa.data(), delta.data(),
-                       rowsum.data(), S, accumulate);
+      const DxTerms d = o.terms(S, K, true, accumulate);
+      std::vector<float> whole = o.init;
+      ref::dx_epilogue(whole.data(), K, o.acc.data(), K, 0, T, 0, K, d);
       for (Isa isa : testing::runnable_isas()) {
-        for (auto [t0, t1] : {std::pair<int64_t, int64_t>{1, T}, {3, 4}, {5, 16}, {8, 13}}) {
-          std::vector<float> got = init;
-          got.push_back(kGuard);
-          kernels_for(isa).dx_epilogue(got.data(), acc.data(), t0, t1, K, 3e-5f, sx.data(), wa.data(),
-                                       delta.data(), rowsum.data(), S, accumulate);
-          for (int64_t i = 0; i <= T * K; ++i) {
-            const bool inside = i >= t0 * K && i < t1 * K;
-            const float want = inside ? whole[i] : (i < T * K ? init[i] : kGuard);
-            ASSERT_EQ(got[i], want) << isa_name(isa) << " dx_epilogue K=" << K << " accumulate="
-                                    << accumulate << " rows [" << t0 << ", " << t1 << ") at ["
-                                    << i / K << ", " << i % K << "]" << (inside ? "" : " (outside the rows)");
+        for (auto [t0, t1] : {Range{1, T}, {3, 4}, {5, 16}, {8, 13}}) {
+          for (auto [k0, k1] : {Range{0, K}, {K / 3, K}, {K / 2, K / 2 + 1}}) {
+            std::vector<float> got = o.init;
+            got.push_back(kGuard);
+            kernels_for(isa).dx_epilogue(got.data(), K, o.acc.data() + t0 * K + k0, K, t0, t1, k0, k1, d);
+            for (int64_t i = 0; i <= T * K; ++i) {
+              const bool inside = i >= t0 * K && i < t1 * K && i % K >= k0 && i % K < k1;
+              const float want = inside ? whole[i] : (i < T * K ? o.init[i] : kGuard);
+              ASSERT_EQ(got[i], want) << isa_name(isa) << " dx_epilogue K=" << K << " accumulate="
+                                      << accumulate << " rows [" << t0 << ", " << t1 << ") columns [" << k0
+                                      << ", " << k1 << ") at [" << i / K << ", " << i % K << "]"
+                                      << (inside ? "" : " (outside the block)");
+            }
           }
         }
       }

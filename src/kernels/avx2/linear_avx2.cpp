@@ -51,26 +51,27 @@ void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t
   }
 }
 
-void dx_epilogue(float* dx, const int32_t* acc, int64_t t0, int64_t t1, int64_t K, float D,
-                 const float* sx, const float* wa, const float* delta, const float* rowsum,
-                 int64_t S, bool accumulate) {
+void dx_epilogue(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
+                 int64_t k0, int64_t k1, const DxTerms& d) {
   for (int64_t t = t0; t < t1; ++t) {
-    const float inv_s = 1.0f / sx[t];
+    const float inv_s = 1.0f / d.sx[t];
     const __m256 inv = _mm256_set1_ps(inv_s);
-    const __m256 scale = _mm256_set1_ps(D * inv_s);
-    const float* wa_b = wa ? wa + (t / S) * K : nullptr;
-    const __m256 dt = _mm256_set1_ps(wa ? delta[t] : 0.0f);
-    for (int64_t k = 0; k < K; k += 8) {
-      const int64_t m = K - k;
+    const __m256 scale = _mm256_set1_ps(d.D * inv_s);
+    const float* wa_b = d.wa ? d.wa + (t / d.S) * d.K : nullptr;
+    const __m256 dt = _mm256_set1_ps(d.wa ? d.delta[t] : 0.0f);
+    const int32_t* a = acc + (t - t0) * ld_acc;  // a[k - k0]: (t, k)
+    float* row = dx + t * ldx;
+    for (int64_t k = k0; k < k1; k += 8) {
+      const int64_t m = k1 - k;
       // v = float(acc) * scale - (wa + delta * rowsum) * inv, each product and sum rounded.
-      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(load8_i32(acc + t * K + k, m)), scale);
+      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(load8_i32(a + (k - k0), m)), scale);
       if (wa_b) {
         const __m256 corr =
-            _mm256_add_ps(load8(wa_b + k, m), _mm256_mul_ps(dt, load8(rowsum + k, m)));
+            _mm256_add_ps(load8(wa_b + k, m), _mm256_mul_ps(dt, load8(d.rowsum + k, m)));
         v = _mm256_sub_ps(v, _mm256_mul_ps(corr, inv));
       }
-      if (accumulate) v = _mm256_add_ps(load8(dx + t * K + k, m), v);
-      store8(dx + t * K + k, m, v);
+      if (d.accumulate) v = _mm256_add_ps(load8(row + k, m), v);
+      store8(row + k, m, v);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/gemm_s8.hpp"
+#include "kernels/kernels.hpp"
 
 namespace s3r::kernels::avx512 {
 
@@ -212,6 +213,7 @@ void pack_vnni_b(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_
 
 void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, int64_t m0,
                       int64_t rows, int64_t n0, int64_t cols) {
+  if (e.dx != nullptr) return dx_epilogue(e.f32, e.ldc, acc, ld_acc, m0, m0 + rows, n0, n0 + cols, *e.dx);
   for (int64_t i = 0; i < rows; ++i) {
     const int32_t* a = acc + i * ld_acc;
     const int64_t m = m0 + i;

@@ -31,24 +31,25 @@ void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t
   }
 }
 
-void dx_epilogue(float* dx, const int32_t* acc, int64_t t0, int64_t t1, int64_t K, float D,
-                 const float* sx, const float* wa, const float* delta, const float* rowsum,
-                 int64_t S, bool accumulate) {
+void dx_epilogue(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
+                 int64_t k0, int64_t k1, const DxTerms& d) {
   for (int64_t t = t0; t < t1; ++t) {
-    const float inv_s = 1.0f / sx[t];
+    const float inv_s = 1.0f / d.sx[t];
     const __m512 inv = _mm512_set1_ps(inv_s);
-    const __m512 scale = _mm512_set1_ps(D * inv_s);
-    const float* wa_b = wa ? wa + (t / S) * K : nullptr;
-    const __m512 dt = _mm512_set1_ps(wa ? delta[t] : 0.0f);
-    for_each_vector16(0, K, [&](int64_t k, auto m) {
-      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, acc + t * K + k)), scale);
+    const __m512 scale = _mm512_set1_ps(d.D * inv_s);
+    const float* wa_b = d.wa ? d.wa + (t / d.S) * d.K : nullptr;
+    const __m512 dt = _mm512_set1_ps(d.wa ? d.delta[t] : 0.0f);
+    const int32_t* a = acc + (t - t0) * ld_acc;  // a[k - k0]: (t, k)
+    float* row = dx + t * ldx;
+    for_each_vector16(k0, k1, [&](int64_t k, auto m) {
+      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, a + (k - k0))), scale);
       if (wa_b) {
         const __m512 corr = _mm512_add_ps(_mm512_maskz_loadu_ps(m, wa_b + k),
-                                          _mm512_mul_ps(dt, _mm512_maskz_loadu_ps(m, rowsum + k)));
+                                          _mm512_mul_ps(dt, _mm512_maskz_loadu_ps(m, d.rowsum + k)));
         v = _mm512_sub_ps(v, _mm512_mul_ps(corr, inv));
       }
-      if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + t * K + k), v);
-      _mm512_mask_storeu_ps(dx + t * K + k, m, v);
+      if (d.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, row + k), v);
+      _mm512_mask_storeu_ps(row + k, m, v);
     });
   }
 }

@@ -1,5 +1,6 @@
 // Scalar reference of the int8 GEMM: the packed-panel tile and plain loops (the oracle).
 #include "kernels/gemm_s8.hpp"
+#include "kernels/kernels.hpp"
 
 #include <cstring>
 
@@ -40,6 +41,7 @@ void gemm_s8_amx_block(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp
 // One loop per case, without branches inside, so that the compiler vectorizes each.
 void gemm_s8_epilogue(const S8Epilogue& out, const int32_t* acc, int64_t ld_acc, int64_t m0,
                       int64_t rows, int64_t n0, int64_t cols) {
+  if (out.dx != nullptr) return dx_epilogue(out.f32, out.ldc, acc, ld_acc, m0, m0 + rows, n0, n0 + cols, *out.dx);
   const int64_t ldc = out.ldc;
   for (int64_t i = 0; i < rows; ++i) {
     const int32_t* a = acc + i * ld_acc;

@@ -14,17 +14,18 @@ void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t
   }
 }
 
-void dx_epilogue(float* dx, const int32_t* acc, int64_t t0, int64_t t1, int64_t K, float D,
-                 const float* sx, const float* wa, const float* delta, const float* rowsum,
-                 int64_t S, bool accumulate) {
+void dx_epilogue(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
+                 int64_t k0, int64_t k1, const DxTerms& d) {
   for (int64_t t = t0; t < t1; ++t) {
-    const float inv = 1.0f / sx[t];
-    const float scale = D * inv;
-    const float* wa_b = wa ? wa + (t / S) * K : nullptr;
-    for (int64_t k = 0; k < K; ++k) {
-      float v = static_cast<float>(acc[t * K + k]) * scale;
-      if (wa_b) v = v - (wa_b[k] + delta[t] * rowsum[k]) * inv;
-      dx[t * K + k] = accumulate ? dx[t * K + k] + v : v;
+    const float inv = 1.0f / d.sx[t];
+    const float scale = d.D * inv;
+    const float* wa_b = d.wa ? d.wa + (t / d.S) * d.K : nullptr;
+    const int32_t* a = acc + (t - t0) * ld_acc;  // a[k - k0]: (t, k)
+    float* row = dx + t * ldx;
+    for (int64_t k = k0; k < k1; ++k) {
+      float v = static_cast<float>(a[k - k0]) * scale;
+      if (wa_b) v = v - (wa_b[k] + d.delta[t] * d.rowsum[k]) * inv;
+      row[k] = d.accumulate ? row[k] + v : v;
     }
   }
 }
