@@ -27,7 +27,7 @@ from torch import nn
 from . import _C
 
 __all__ = ["Linear", "convert", "recipes", "step", "current_step", "set_step", "advance_on", "layer_key",
-           "machine"]
+           "machine", "release_buffers"]
 
 _step = 0
 _WORKSPACE = _C.Workspace()  # the backward passes' scratch, shared by every layer
@@ -43,6 +43,15 @@ def machine():
     """s3r's machine line: the CPU, the kernel tier and GEMM backends s3r chose on it (S3R_ISA and
     S3R_MAX_ISA, read when the package loads, pick lesser ones), the threads."""
     return _C.machine()
+
+
+def release_buffers():
+    """Frees the buffers that wait for reuse. The layers' outputs of 1 MiB or more (y, and the
+    gradients of the input and the weight) come from a pool that keeps freed ones (up to 2 GiB)
+    for the next call of the same size, and the int8 codes a forward call saves for its backward
+    are reused likewise: a fresh 32 MB tensor costs 8192 page faults on first touch. This returns
+    that memory to the system, as torch.cuda.empty_cache() does on GPUs."""
+    _C.release_buffers()
 
 
 def current_step():
@@ -111,7 +120,7 @@ class _LinearFunction(torch.autograd.Function):
         step_index, first_token = ctx.place
         dx, dw = _C.backward(ctx.saved, grad_out.contiguous(), ctx.needs_input_grad[0], layer.seed, step_index,
                              layer.layer_index, first_token, _WORKSPACE)
-        ctx.saved = None  # the codes are freed as soon as they are used (retain_graph is not supported)
+        ctx.saved = None  # its buffers went back for reuse (retain_graph is not supported)
         return dx, dw, None, None, None, None
 
 

@@ -11,9 +11,11 @@
 #include <torch/extension.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "s3r/core/error.hpp"
@@ -68,12 +70,127 @@ Recipe layer_recipe(const std::string& name) {
   return r;
 }
 
+// The layers' outputs (y, dx, dweight) of 1 MiB or more, in buffers from a pool of freed ones.
+// torch::empty of 32 MB is a fresh mmap whose 8192 pages the kernel zeroes on first touch: a fifth
+// of a 2048 x 1024 -> 4096 layer's forward on the Emerald Rapids VM. A freed buffer waits for the
+// next request of its size (64-byte aligned, the rows the GEMMs' epilogues write), up to kMaxHeld
+// bytes in all; release() frees the waiting ones (s3r_torch.release_buffers()). Leaked on purpose:
+// tensors may outlive the module at the interpreter's exit.
+class OutputPool {
+ public:
+  static constexpr size_t kMinBytes = size_t{1} << 20;
+  static constexpr size_t kMaxHeld = size_t{2} << 30;
+
+  static OutputPool& instance() {
+    static OutputPool* pool = new OutputPool;
+    return *pool;
+  }
+
+  torch::Tensor empty(at::IntArrayRef sizes) {
+    int64_t numel = 1;
+    for (const int64_t s : sizes) numel *= s;
+    const size_t bytes = (static_cast<size_t>(numel) * sizeof(float) + 63) / 64 * 64;
+    const auto options = torch::TensorOptions().dtype(torch::kFloat32);
+    if (bytes < kMinBytes) return torch::empty(sizes, options);
+    void* data = take(bytes);
+    if (data == nullptr) data = std::aligned_alloc(64, bytes);
+    if (data == nullptr) throw std::bad_alloc();
+    return torch::from_blob(data, sizes, [bytes](void* p) { instance().give_back(p, bytes); }, options);
+  }
+
+  void release() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [bytes, list] : free_) {
+      for (void* p : list) std::free(p);
+    }
+    free_.clear();
+    held_ = 0;
+  }
+
+  size_t held() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return held_;
+  }
+
+ private:
+  void* take(size_t bytes) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(bytes);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    held_ -= bytes;
+    return p;
+  }
+
+  void give_back(void* p, size_t bytes) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (held_ + bytes <= kMaxHeld) {
+        free_[bytes].push_back(p);
+        held_ += bytes;
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t held_ = 0;
+};
+
+torch::Tensor empty_output(at::IntArrayRef sizes) { return OutputPool::instance().empty(sizes); }
+
 // What the backward pass needs of one forward call: the quantized (or converted) X and W.
 struct Saved {
   Recipe recipe;
   s3r::nn::LinearInput x;
   s3r::nn::LinearWeight w;
   int64_t tokens_per_example = 0;
+};
+
+// Saved objects whose backward pass is done, kept with their buffers for the next forward calls:
+// a fresh one's codes (megabytes) were zero-filled and page-faulted on every call. At most
+// kMaxKept wait; a forward call takes the one used last (the layers of a model run in the same
+// order every step, so its buffers mostly have the right sizes already).
+class SavedPool {
+ public:
+  static constexpr size_t kMaxKept = 64;
+
+  static SavedPool& instance() {
+    static SavedPool* pool = new SavedPool;
+    return *pool;
+  }
+
+  // The last kept one of this recipe (a bf16 layer's would hold stale bf16 values), or a new one.
+  std::unique_ptr<Saved> take(const Recipe& recipe) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) {
+      if ((*it)->recipe.name() != recipe.name()) continue;
+      std::unique_ptr<Saved> s = std::move(*it);
+      kept_.erase(std::next(it).base());
+      return s;
+    }
+    return std::make_unique<Saved>();
+  }
+
+  // Keeps the buffers of `saved`, whose backward pass is done (it is left empty).
+  void give_back(Saved& saved) {
+    auto s = std::make_unique<Saved>(std::move(saved));
+    saved = Saved{};  // no codes, no tokens: backward() refuses it
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (kept_.size() < kMaxKept) kept_.push_back(std::move(s));
+  }
+
+  void release() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    kept_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Saved>> kept_;
 };
 
 // The backward pass's scratch, shared by every layer (as s3r's model shares one across its
@@ -113,10 +230,10 @@ py::tuple forward(const torch::Tensor& x, const torch::Tensor& weight, const std
     throw py::value_error("s3r_torch: " + std::to_string(T) + " tokens are not whole examples of " +
                           std::to_string(tokens_per_example));
   }
-  auto saved = std::make_unique<Saved>();
+  std::unique_ptr<Saved> saved = SavedPool::instance().take(recipe);
   saved->recipe = recipe;
   saved->tokens_per_example = tokens_per_example;
-  torch::Tensor y = torch::empty({T, N}, x.options());
+  torch::Tensor y = empty_output({T, N});
   {
     py::gil_scoped_release nogil;
     use_torch_threads();
@@ -137,17 +254,20 @@ py::tuple forward(const torch::Tensor& x, const torch::Tensor& weight, const std
 
 // (dx or None, dweight) of one forward call, with the threshold key of SPEC section 3:
 // fold_in(fold_in(key(seed), step), layer_index); token 0 of g has the global index first_token.
-py::tuple backward(const Saved& saved, const torch::Tensor& g, bool want_dx, uint32_t seed, uint32_t step,
+py::tuple backward(Saved& saved, const torch::Tensor& g, bool want_dx, uint32_t seed, uint32_t step,
                    uint32_t layer_index, uint64_t first_token, Workspace& workspace) {
   check_tensor(g, "grad_output", 2);
+  if (saved.x.tokens == 0) {
+    throw py::value_error("s3r_torch: this forward call's codes were used by a backward pass already");
+  }
   const int64_t T = saved.x.tokens, K = saved.x.features, N = saved.w.out;
   if (g.size(0) != T || g.size(1) != N) {
     throw py::value_error("s3r_torch: grad_output is (" + std::to_string(g.size(0)) + ", " +
                           std::to_string(g.size(1)) + "), the forward's output was (" + std::to_string(T) + ", " +
                           std::to_string(N) + ")");
   }
-  torch::Tensor dx = want_dx ? torch::empty({T, K}, g.options()) : torch::Tensor();
-  torch::Tensor dweight = torch::empty({N, K}, g.options());
+  torch::Tensor dx = want_dx ? empty_output({T, K}) : torch::Tensor();
+  torch::Tensor dweight = empty_output({N, K});
   {
     py::gil_scoped_release nogil;
     const std::lock_guard<std::mutex> lock(workspace.busy);
@@ -159,13 +279,14 @@ py::tuple backward(const Saved& saved, const torch::Tensor& g, bool want_dx, uin
     config.placement.first_token = first_token;
     // dweight (N, K) straight from the product where it can be; else s3r's dW (K, N) transposed.
     config.dw_transposed = s3r::nn::dw_transposable(saved.x.mode, config);
-    torch::Tensor dw_kn = config.dw_transposed ? dweight : torch::empty({K, N}, g.options());
+    torch::Tensor dw_kn = config.dw_transposed ? dweight : empty_output({K, N});
     std::span<float> dx_span = want_dx ? span(dx) : std::span<float>();
     s3r::nn::linear_backward(dx_span, span(dw_kn), cspan(g), saved.x, saved.w, config, workspace.ws);
     if (!config.dw_transposed) {
       s3r::model::transpose_into(dweight.data_ptr<float>(), dw_kn.data_ptr<float>(), K, N);
     }
   }
+  SavedPool::instance().give_back(saved);  // the codes are not read again
   return py::make_tuple(want_dx ? py::cast(dx) : py::none(), dweight);
 }
 
@@ -210,6 +331,12 @@ PYBIND11_MODULE(_C, m) {
         py::arg("keep"));
   m.def("backward", &backward, py::arg("saved"), py::arg("grad_output"), py::arg("want_dx"), py::arg("seed"),
         py::arg("step"), py::arg("layer_index"), py::arg("first_token"), py::arg("workspace"));
+  m.def("release_buffers", [] {
+    OutputPool::instance().release();
+    SavedPool::instance().release();
+  }, "frees the output buffers and saved codes that wait for reuse");
+  m.def("pooled_bytes", [] { return OutputPool::instance().held(); },
+        "bytes of output buffers waiting for reuse");
   m.def("recipes", &recipes, "[(name, about)] of s3r's named recipes");
   m.def("machine", [] { use_torch_threads(); return s3r::machine_line(); },
         "s3r's machine line: CPU, kernel tier, GEMM backends, threads (PyTorch's count)");

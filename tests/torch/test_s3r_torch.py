@@ -273,6 +273,60 @@ class Statistics(unittest.TestCase):
         self.assertLess(wtwo[0], wdx[0], f"dW mse: two-way {wtwo}, dx {wdx}")
 
 
+class Buffers(unittest.TestCase):
+    """Outputs of 1 MiB or more come from a pool of freed ones, and the codes a forward call saves
+    are reused after its backward pass: reuse must not change a bit, nor touch a live tensor."""
+
+    def test_reused_buffers_give_the_same_bits(self):
+        g = torch.Generator().manual_seed(9)
+        B, S, K, N = 4, 128, 512, 640  # y, dx and dweight of 1.25, 1 and 1.25 MiB
+        big = s3r_torch.Linear(K, N, bias=False, recipe="s3r+dx", seed=3, layer_index=1)
+        other = s3r_torch.Linear(N, K // 2, bias=False, recipe="s3r+dx", seed=3, layer_index=2)
+        x = torch.randn(B, S, K, generator=g)
+        dy = torch.randn(B, S, N, generator=g) * 1e-3
+        s3r_torch.set_step(4)
+        want = golden("s3r+dx", x.view(-1, K), big.weight.detach(), dy.view(-1, N), S, 3, 4, 1, 0)
+        s3r_torch.release_buffers()
+        self.assertEqual(s3r_torch._C.pooled_bytes(), 0)
+        for run in range(3):  # fresh buffers, then pooled ones (other sizes in between)
+            s3r_torch.set_step(4)
+            y, dx, dw = layer_run(big, x, dy)
+            for name, got, ref in zip(("y", "dX", "dW"), (y.view(-1, N), dx.view(-1, K), dw), want):
+                self.assertTrue(bits_equal(got, ref), f"run {run}: {name}")
+            layer_run(other, torch.randn(B, S, N, generator=g), torch.randn(B, S, K // 2, generator=g))
+            self.assertGreater(s3r_torch._C.pooled_bytes(), 0)
+        s3r_torch.set_step(0)
+
+    def test_a_live_output_keeps_its_values_and_a_freed_one_is_reused(self):
+        layer = s3r_torch.Linear(512, 1024, bias=False)
+        x1, x2 = torch.randn(512, 512), torch.randn(512, 512)
+        with torch.no_grad():
+            y1 = layer(x1)
+            kept = y1.clone()
+            y2 = layer(x2)
+            self.assertNotEqual(y1.data_ptr(), y2.data_ptr())
+            self.assertTrue(bits_equal(y1, kept))
+            ptr = y1.data_ptr()
+            del y1
+            y3 = layer(x1)
+        self.assertEqual(y3.data_ptr(), ptr)  # y1's buffer, back from the pool
+        self.assertTrue(bits_equal(y3, kept))
+        del y2, y3
+        s3r_torch.release_buffers()
+        self.assertEqual(s3r_torch._C.pooled_bytes(), 0)
+
+    def test_a_saved_forward_is_used_once(self):
+        layer = s3r_torch.Linear(16, 8)
+        x = torch.randn(4, 16)
+        _, saved = s3r_torch._C.forward(x, layer.weight.detach(), "s3r+dx", 4, True)
+        g = torch.randn(4, 8)
+        ws = s3r_torch._C.Workspace()
+        s3r_torch._C.backward(saved, g, True, 0, 0, 0, 0, ws)
+        with self.assertRaises(ValueError) as cm:
+            s3r_torch._C.backward(saved, g, True, 0, 0, 0, 0, ws)
+        self.assertIn("used by a backward pass already", str(cm.exception))
+
+
 class BadInput(unittest.TestCase):
     def assertRaisesMsg(self, exc, text, fn):
         with self.assertRaises(exc) as cm:
