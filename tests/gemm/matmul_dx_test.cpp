@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "gemm/int8_backends.hpp"
+#include "gemm/backends.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "test_util.hpp"

@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "gemm/int8_backends.hpp"
+#include "gemm/backends.hpp"
 #include "gemm/onednn_matmul.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/backend.hpp"
@@ -59,6 +59,7 @@ T at_b(const std::vector<T>& b, const Case& c, int64_t k, int64_t n) {
   return c.tb ? b[n * c.K + k] : b[k * c.N + n];
 }
 
+using testing::bf16_backends;
 using testing::int8_backends;
 using testing::random_s8;
 
@@ -71,20 +72,6 @@ std::vector<float> random_f32(size_t n, uint32_t seed) {
 }
 
 MatmulShape shape_of(const Case& c) { return MatmulShape{c.M, c.N, c.K, c.ta, c.tb}; }
-
-std::vector<Bf16Backend> bf16_backends() {
-  std::vector<Bf16Backend> out;
-  for (Bf16Backend b : {Bf16Backend::kF32, Bf16Backend::kOnednn}) {
-    std::string why;
-    if (bf16_backend_available(b, &why)) {
-      out.push_back(b);
-    } else {
-      ::testing::Test::RecordProperty("skipped_bf16_backend_" + std::string(to_string(b)), why);
-      std::printf("[ SKIPPED BACKEND ] bf16 %s: %s\n", std::string(to_string(b)).c_str(), why.c_str());
-    }
-  }
-  return out;
-}
 
 // Shapes around s3r's own GEMMs' tiles and blocks (AVX2: 6 x 16 micro-tiles, 96 x 256 blocks, K
 // slices of 512; AMX: 32 x 32 blocks, k in steps of 64, A read in place when its rows are
