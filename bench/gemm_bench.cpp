@@ -4,7 +4,7 @@
 //   gemm/TYPE/LAYOUT/M:4096/N:n/K:k/threads:P/BACKEND   one product through s3r::gemm, (n, k) of
 //            1024 and 4096, and (256, 256), (768, 256), (256, 768): the projections of `small`
 //     TYPE     s8 (the production call of the layout: Y = X W with row and column scales,
-//              dX = G W^T to int32, dW = X^T G with the column scale) | bf16 (f32 output) | f32
+//              dX = G W^T with S3R-EC's dX epilogue fused, dW = X^T G with the column scale) | bf16 (f32 output) | f32
 //     LAYOUT   xw (Y = X W) | gwt (dX = G W^T: B transposed) | xtg (dW = X^T G: A transposed)
 //     BACKEND  s8: onednn | avx2 | reference (reference only at N = K = 1024, 1 thread);
 //              bf16: onednn | f32 (emulated); f32: onednn
@@ -40,8 +40,9 @@
 #include <vector>
 
 #include "bench_common.hpp"
-#include "s3r/core/aligned_vector.hpp"
+#include "gemm/matmul_dx.hpp"
 #include "kernels/gemm_s8.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "kernels/peak_loops.hpp"
 #include "s3r/core/bf16.hpp"
 #include "s3r/core/cpu_features.hpp"
@@ -113,7 +114,6 @@ void bm_s8(benchmark::State& state, Layout layout, int64_t N, int64_t K, Int8Bac
   const gemm::ScopedInt8Backend scoped(backend);
   const Operands& o = operands();
   std::vector<float> c(static_cast<size_t>(kM * N));
-  std::vector<int32_t> c32(static_cast<size_t>(kM * N));
   const gemm::MatmulShape s = shape_of(layout, N, K);
   for (auto _ : state) {
     switch (layout) {
@@ -121,7 +121,12 @@ void bm_s8(benchmark::State& state, Layout layout, int64_t N, int64_t K, Int8Bac
         gemm::matmul_s8_scaled(c.data(), o.a8.data(), o.b8.data(), s, o.row_scale.data(),
                                o.col_scale.data());
         break;
-      case Layout::kGwt: gemm::matmul_s8(c32.data(), o.a8.data(), o.b8.data(), s); break;
+      case Layout::kGwt: {  // S3R-EC's dX epilogue fused, one example of kM tokens (s3r + dx)
+        const kernels::DxTerms d{1e-3f, o.row_scale.data(), o.col_scale.data(), o.row_scale.data(),
+                                 o.col_scale.data(), kM, N, false};
+        gemm::matmul_s8_dx(c.data(), o.a8.data(), o.b8.data(), s, d);
+        break;
+      }
       case Layout::kXtg:
         gemm::matmul_s8_scaled(c.data(), o.a8.data(), o.b8.data(), s, nullptr, o.col_scale.data());
         break;
