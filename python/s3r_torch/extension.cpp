@@ -167,7 +167,7 @@ class SavedPool {
   std::unique_ptr<Saved> take(const Recipe& recipe) {
     const std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) {
-      if ((*it)->recipe.name() != recipe.name()) continue;
+      if (!((*it)->recipe == recipe)) continue;
       std::unique_ptr<Saved> s = std::move(*it);
       kept_.erase(std::next(it).base());
       return s;
