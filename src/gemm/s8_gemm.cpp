@@ -113,7 +113,48 @@ Operands operands(const int8_t* A, const int8_t* B, const MatmulShape& s) {
                   s.b_transposed ? Operand{B, s.ldb, 1} : Operand{B, 1, s.ldb}};
 }
 
+// The micro-panels of the largest thread's share when the blocks (mc x nc micro-panels, the
+// last ones of a row or column smaller) go in row-major order, one contiguous run per thread.
+int64_t largest_share(int64_t m_panels, int64_t n_panels, int64_t mc, int64_t nc, int64_t threads) {
+  const int64_t m_blocks = (m_panels + mc - 1) / mc, n_blocks = (n_panels + nc - 1) / nc;
+  const int64_t total = m_blocks * n_blocks, run = (total + threads - 1) / threads;
+  int64_t largest = 0, share = 0;
+  for (int64_t blk = 0; blk < total; ++blk) {
+    if (blk % run == 0) share = 0;
+    const int64_t ib = blk / n_blocks, jb = blk % n_blocks;
+    share += std::min(mc, m_panels - ib * mc) * std::min(nc, n_panels - jb * nc);
+    largest = std::max(largest, share);
+  }
+  return largest;
+}
+
 }  // namespace
+
+std::pair<int64_t, int64_t> plan_avx2_blocks(int64_t m_panels, int64_t n_panels, int64_t threads) {
+  // At most kMcPanels x kNcPanels micro-panels; smaller when that leaves fewer than four blocks
+  // per thread (dW products have few rows and columns and a long K).
+  int64_t mc = std::min(kMcPanels, m_panels), nc = std::min(kNcPanels, n_panels);
+  auto blocks = [&] { return ((m_panels + mc - 1) / mc) * ((n_panels + nc - 1) / nc); };
+  while (blocks() < 4 * threads && (nc > 2 || mc > 2)) {
+    if (nc >= mc) {
+      nc = (nc + 1) / 2;
+    } else {
+      mc = (mc + 1) / 2;
+    }
+  }
+  // Then the blocks down to half that size that split most evenly over the threads: 9 blocks of
+  // `small`'s dW products (43 x 48 micro-panels) left one thread 1280 micro-panels, the other
+  // 784 (a fifth of the time idle); 12 blocks of 11 x 16 give 1056 and 1008.
+  int64_t best = largest_share(m_panels, n_panels, mc, nc, threads);
+  const int64_t mc0 = mc, nc0 = nc;
+  for (int64_t m = mc0; m >= (mc0 + 1) / 2; --m) {
+    for (int64_t n = nc0; n >= (nc0 + 1) / 2; --n) {
+      const int64_t share = largest_share(m_panels, n_panels, m, n, threads);
+      if (share < best) best = share, mc = m, nc = n;
+    }
+  }
+  return {mc, nc};
+}
 
 void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
 #ifndef S3R_HAVE_AVX2
@@ -126,19 +167,8 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
   pack_all<kS8Nr>(b_packed, ops.b, N, K, pairs);
 
   const int64_t m_panels = (M + kS8Mr - 1) / kS8Mr, n_panels = (N + kS8Nr - 1) / kS8Nr;
-  // Blocks: at most kMcPanels x kNcPanels micro-panels; smaller when that leaves fewer than four
-  // blocks per thread (dW products have few rows and columns and a long K).
-  int64_t mc = std::min(kMcPanels, m_panels), nc = std::min(kNcPanels, n_panels);
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const int64_t want = 4 * threads;
-  auto blocks = [&] { return ((m_panels + mc - 1) / mc) * ((n_panels + nc - 1) / nc); };
-  while (blocks() < want && (nc > 2 || mc > 2)) {
-    if (nc >= mc) {
-      nc = (nc + 1) / 2;
-    } else {
-      mc = (mc + 1) / 2;
-    }
-  }
+  const auto [mc, nc] = plan_avx2_blocks(m_panels, n_panels, threads);
   const int64_t m_blocks = (m_panels + mc - 1) / mc, n_blocks = (n_panels + nc - 1) / nc;
   const int64_t ld_acc = nc * kS8Nr;
   const int64_t ldc = s.ldc;

@@ -5,6 +5,7 @@
 //   C[m, n] (+)= (float(sum) * col_scale[n]) * row_scale[m]   (f32 output; a null scale is 1)
 // in this order of f32 operations, the same in every backend.
 #include <cstdint>
+#include <utility>
 
 #include "s3r/gemm/matmul.hpp"
 
@@ -26,6 +27,12 @@ struct Output {
 // Packed panels and the AVX2 microkernel (kernels/gemm_s8.hpp), OpenMP over output blocks.
 // Bit-identical for any thread count. `shape` has its leading dimensions resolved.
 void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
+
+// The AVX2 GEMM's blocks (mc, nc), in 6-row and 16-column micro-panels, for an output of
+// m_panels x n_panels of them on `threads` threads (each thread takes one contiguous run of the
+// blocks in row-major order): at most 16 x 16, at least four blocks per thread where the output
+// allows, and among sizes down to half of that the ones whose largest run is the smallest.
+std::pair<int64_t, int64_t> plan_avx2_blocks(int64_t m_panels, int64_t n_panels, int64_t threads);
 
 // int8 panels and AMX tiles (kernels/gemm_s8.hpp's AMX block), OpenMP over 32 x 32 output
 // blocks; only on a CPU whose AMX-INT8 state the OS granted. Bit-identical for any thread count.
