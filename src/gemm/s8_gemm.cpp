@@ -319,25 +319,42 @@ void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const O
     const int64_t width = std::min(chunk, n_blocks - first), r = blk - c * m_blocks * chunk;
     return std::pair{r / width * kAmxBlock, (first + r % width) * kAmxBlock};
   };
+  // AMX: a block's sums stay in the tiles while the previous block's epilogue runs (the tile unit
+  // computes meanwhile; the epilogue's output rows are mostly misses to memory), then go to the
+  // other buffer: about 2% less time over the nine products of `wide`'s layers (2048 tokens).
   parallel_blocks(total, (total + threads - 1) / threads, [&](int64_t blk0, int64_t blk1) {
-    alignas(64) int32_t acc[kAmxBlock * kAmxBlock];
+    alignas(64) int32_t acc[2][kAmxBlock * kAmxBlock];
     int32_t a_sums[kAmxBlock];
     int64_t summed_row = -1;
+    std::pair<int64_t, int64_t> pending{0, 0};  // (m0, n0) of the AMX block in acc[1 - cur]
+    int cur = 0;
+    const auto finish = [&](const int32_t* sums, std::pair<int64_t, int64_t> at) {
+      const auto [m0, n0] = at;
+      k512::gemm_s8_epilogue(epi, sums, kAmxBlock, m0, std::min(kAmxBlock, M - m0), n0,
+                             std::min(kAmxBlock, N - n0));
+    };
     if (!vnni) kernels::amx::amx_tiles_configure();
     for (int64_t blk = blk0; blk < blk1; ++blk) {
-      const auto [m0, n0] = block_at(blk);
-      const kernels::S8Rows a = p.a_rows(m0);
-      if (!vnni) {
-        kernels::amx::gemm_s8_amx_block(a.a, a.row, p.bp + n0 * kp, kp, acc, kAmxBlock);
-      } else {
-        if (m0 != summed_row) k512::row_sums_s8(a_sums, a, kp);
-        summed_row = m0;
-        k512::gemm_s8_vnni_block(a, a_sums, p.bp + n0 * kp, kp, acc, kAmxBlock);
+      const auto at = block_at(blk);
+      const kernels::S8Rows a = p.a_rows(at.first);
+      const int8_t* b = p.bp + at.second * kp;
+      if (vnni) {
+        if (at.first != summed_row) k512::row_sums_s8(a_sums, a, kp);
+        summed_row = at.first;
+        k512::gemm_s8_vnni_block(a, a_sums, b, kp, acc[0], kAmxBlock);
+        finish(acc[0], at);
+        continue;
       }
-      k512::gemm_s8_epilogue(epi, acc, kAmxBlock, m0, std::min(kAmxBlock, M - m0), n0,
-                             std::min(kAmxBlock, N - n0));
+      kernels::amx::gemm_s8_amx_sum(a.a, a.row, b, kp);
+      if (blk > blk0) finish(acc[1 - cur], pending);
+      kernels::amx::gemm_s8_amx_store(acc[cur], kAmxBlock);
+      pending = at;
+      cur = 1 - cur;
     }
-    if (!vnni) kernels::amx::amx_tiles_release();
+    if (!vnni) {
+      if (blk1 > blk0) finish(acc[1 - cur], pending);
+      kernels::amx::amx_tiles_release();
+    }
   });
 }
 #endif

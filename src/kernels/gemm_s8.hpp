@@ -114,6 +114,11 @@ void gemm_s8_vnni_block(const S8Rows& a, const int32_t* a_sums, const int8_t* b,
 namespace amx {
 void gemm_s8_amx_block(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c,
                        int64_t ldc);
+// The block in two halves: gemm_s8_amx_sum leaves the block's sums in tiles 0..3 (tiles 4..7
+// are scratch), gemm_s8_amx_store writes them to c as gemm_s8_amx_block does. Code between the
+// two that uses no tiles runs while the tile unit computes.
+void gemm_s8_amx_sum(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp);
+void gemm_s8_amx_store(int32_t* c, int64_t ldc);
 void amx_tiles_configure();  // palette 1: eight tiles of 16 rows x 64 bytes
 void amx_tiles_release();
 }  // namespace amx

@@ -88,6 +88,33 @@ TEST(PanelKernels, AmxBlockMatchesTheReference) {
 #endif
 }
 
+// The block in halves, as the GEMM runs it: the sums stay in the tiles while another block's
+// epilogue (vector code, no tiles) runs, and the stored block is the reference's.
+TEST(PanelKernels, AmxSumsSurviveOtherWorkUntilStored) {
+  S3R_SKIP_WITHOUT_AMX();
+#ifdef S3R_HAVE_AVX512
+  const int64_t kp = 256;
+  const auto a = codes(static_cast<size_t>(2 * kAmxBlock * kp), 300);  // two blocks' rows
+  const auto b = codes(static_cast<size_t>(kAmxBlock * kp), 301);
+  std::vector<int32_t> want0(kAmxBlock * kAmxBlock), want1 = want0, got0(want0.size(), -7),
+      got1(want0.size(), -7);
+  ref::gemm_s8_amx_block(a.data(), kp, b.data(), kp, want0.data(), kAmxBlock);
+  ref::gemm_s8_amx_block(a.data() + kAmxBlock * kp, kp, b.data(), kp, want1.data(), kAmxBlock);
+  std::vector<float> out(kAmxBlock * kAmxBlock, 1.0f), scale(kAmxBlock, 0.5f);
+  const S8Epilogue epi{nullptr, out.data(), kAmxBlock, scale.data(), scale.data(), false, nullptr};
+  amx::amx_tiles_configure();
+  amx::gemm_s8_amx_sum(a.data(), kp, b.data(), kp);
+  amx::gemm_s8_amx_store(got0.data(), kAmxBlock);
+  amx::gemm_s8_amx_sum(a.data() + kAmxBlock * kp, kp, b.data(), kp);
+  avx512::gemm_s8_epilogue(epi, got0.data(), kAmxBlock, 0, kAmxBlock, 0, kAmxBlock);
+  amx::gemm_s8_amx_store(got1.data(), kAmxBlock);
+  amx::amx_tiles_release();
+  EXPECT_EQ(want0, got0);
+  EXPECT_EQ(want1, got1);
+  EXPECT_EQ(out[1], static_cast<float>(want0[1]) * 0.5f * 0.5f);
+#endif
+}
+
 // VNNI's block reads B as codes + 128 and corrects each row by its code sum (row_sums_s8); codes
 // of -127 and +127 everywhere are its largest sums.
 TEST(PanelKernels, VnniBlockAndRowSumsMatchTheReference) {
