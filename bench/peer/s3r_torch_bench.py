@@ -5,10 +5,12 @@ three configurations in the same process, with the same threads, in interleaved 
   torch-f32   nn.Linear, f32
   torch-bf16  nn.Linear under torch.autocast("cpu", bfloat16) (needs native bf16, as llama_peer)
   s3r+dx      s3r_torch.convert(model, recipe) for the seven projections of every block, the LM
-              head through s3r's bf16 layer (as s3r's recipe keeps it); the rest of the model
-              (attention, norms, loss) plain PyTorch f32
-  s3r+dx-autocast  the same under bf16 autocast: the rest of the model in PyTorch's bf16 (not
-              in the default list)
+              head through s3r's bf16 layer (bf16, as s3r's recipe keeps it, where nn.Linear
+              would run it in f32); the rest of the model (attention, norms, loss) plain
+              PyTorch f32
+  s3r+dx-autocast  convert(model, recipe) as a user writes it, under bf16 autocast: the LM
+              head stays nn.Linear (convert skips it), so it and the rest of the model run in
+              PyTorch's bf16 (not in the default list)
 Peak memory: each configuration again alone in a child process (a few steps), its peak resident
 set (VmHWM).
 
@@ -43,7 +45,8 @@ def make_step(config, preset, recipe, threads):
         import s3r_torch
 
         s3r_torch.convert(model, recipe=recipe)
-        s3r_torch.convert(model, recipe="bf16", skip=[])  # the LM head, as s3r's recipe has it
+        if config == "s3r+dx":  # the LM head in bf16 without autocast: s3r's bf16 layer
+            s3r_torch.convert(model, recipe="bf16", skip=[])
     opt = model.optimizer()
     if converted:
         s3r_torch.advance_on(opt)
