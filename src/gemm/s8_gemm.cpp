@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -128,9 +129,7 @@ int64_t largest_share(int64_t m_panels, int64_t n_panels, int64_t mc, int64_t nc
   return largest;
 }
 
-}  // namespace
-
-std::pair<int64_t, int64_t> plan_avx2_blocks(int64_t m_panels, int64_t n_panels, int64_t threads) {
+std::pair<int64_t, int64_t> search_avx2_blocks(int64_t m_panels, int64_t n_panels, int64_t threads) {
   // At most kMcPanels x kNcPanels micro-panels; smaller when that leaves fewer than four blocks
   // per thread (dW products have few rows and columns and a long K).
   int64_t mc = std::min(kMcPanels, m_panels), nc = std::min(kNcPanels, n_panels);
@@ -153,6 +152,24 @@ std::pair<int64_t, int64_t> plan_avx2_blocks(int64_t m_panels, int64_t n_panels,
       if (share < best) best = share, mc = m, nc = n;
     }
   }
+  return {mc, nc};
+}
+
+}  // namespace
+
+std::pair<int64_t, int64_t> plan_avx2_blocks(int64_t m_panels, int64_t n_panels, int64_t threads) {
+  // The search below costs up to 1% of a product at `small`'s shapes: plans are kept per thread
+  // for the last few shapes (a model has a handful).
+  struct Plan {
+    int64_t m_panels, n_panels, threads, mc, nc;
+  };
+  thread_local std::array<Plan, 8> recent{};
+  thread_local size_t next = 0;
+  for (const Plan& p : recent) {
+    if (p.m_panels == m_panels && p.n_panels == n_panels && p.threads == threads) return {p.mc, p.nc};
+  }
+  const auto [mc, nc] = search_avx2_blocks(m_panels, n_panels, threads);
+  recent[next++ % recent.size()] = Plan{m_panels, n_panels, threads, mc, nc};
   return {mc, nc};
 }
 
