@@ -45,41 +45,16 @@ struct Operand {
   int64_t stride_r, stride_k;
 };
 
-inline uint32_t pair_word(int8_t lo, int8_t hi) {
-  return static_cast<uint32_t>(static_cast<uint16_t>(int16_t{lo})) |
-         (static_cast<uint32_t>(static_cast<uint16_t>(int16_t{hi})) << 16);
-}
-
-// Micro-panel `panel` (rows panel*W .. +W, zero beyond `rows`) of `x`: out[p * W + i] for all
-// pairs p < pairs (zero beyond K).
-template <int64_t W>
-void pack_panel(uint32_t* out, const Operand& x, int64_t panel, int64_t rows, int64_t K,
+// The AVX2 GEMM's micro-panel packing (kernels/gemm_s8.hpp): the AVX2 tier's where the build has it.
+void pack_pairs(uint32_t* out, const Operand& x, int64_t panel, int64_t width, int64_t rows, int64_t K,
                 int64_t pairs) {
-  const int64_t r0 = panel * W;
-  const int64_t valid = std::min<int64_t>(W, rows - r0);
-  const int64_t full_pairs = K / 2;
-  if (valid < W) std::memset(out, 0, static_cast<size_t>(pairs * W) * sizeof(uint32_t));
-  if (x.stride_k == 1) {
-    // Pairs contiguous in memory (a row of a row-major operand): read along k, write at stride W.
-    for (int64_t i = 0; i < valid; ++i) {
-      const int8_t* row = x.data + (r0 + i) * x.stride_r;
-      for (int64_t p = 0; p < full_pairs; ++p) out[p * W + i] = pair_word(row[2 * p], row[2 * p + 1]);
-      if (K % 2) out[full_pairs * W + i] = pair_word(row[K - 1], 0);
-    }
-  } else {
-    // Rows contiguous (pairs across two stored rows): interleave two runs of `valid` codes.
-    for (int64_t p = 0; p < full_pairs; ++p) {
-      const int8_t* lo = x.data + r0 * x.stride_r + 2 * p * x.stride_k;
-      const int8_t* hi = lo + x.stride_k;
-      uint32_t* o = out + p * W;
-      for (int64_t i = 0; i < valid; ++i) o[i] = pair_word(lo[i * x.stride_r], hi[i * x.stride_r]);
-    }
-    if (K % 2) {
-      const int8_t* lo = x.data + r0 * x.stride_r + (K - 1) * x.stride_k;
-      uint32_t* o = out + full_pairs * W;
-      for (int64_t i = 0; i < valid; ++i) o[i] = pair_word(lo[i * x.stride_r], 0);
-    }
-  }
+#ifdef S3R_HAVE_AVX2
+  const auto pack = kernels::avx2::pack_s8_pairs;
+#else
+  const auto pack = kernels::ref::pack_s8_pairs;
+#endif
+  const int64_t r0 = panel * width, valid = std::clamp<int64_t>(rows - r0, 0, width);
+  pack(out, x.data + (valid > 0 ? r0 * x.stride_r : 0), x.stride_r, x.stride_k, valid, width, K, pairs);
 }
 
 template <int64_t W>
@@ -88,7 +63,7 @@ void pack_all(std::vector<uint32_t>& buf, const Operand& x, int64_t rows, int64_
   buf.resize(static_cast<size_t>(panels * pairs * W));
   uint32_t* out = buf.data();
   parallel_blocks(panels, 1, [&](int64_t panel, int64_t) {
-    pack_panel<W>(out + panel * pairs * W, x, panel, rows, K, pairs);
+    pack_pairs(out + panel * pairs * W, x, panel, W, rows, K, pairs);
   });
 }
 
@@ -141,10 +116,15 @@ std::pair<int64_t, int64_t> search_avx2_blocks(int64_t m_panels, int64_t n_panel
       mc = (mc + 1) / 2;
     }
   }
-  // Then the blocks down to half that size that split most evenly over the threads: 9 blocks of
-  // `small`'s dW products (43 x 48 micro-panels) left one thread 1280 micro-panels, the other
-  // 784 (a fifth of the time idle); 12 blocks of 11 x 16 give 1056 and 1008.
+  // Where that leaves a thread more than 3% over an even split, the blocks down to half that
+  // size whose largest run is the smallest (the largest such blocks): 9 blocks of `small`'s dW
+  // products (43 x 48 micro-panels) left one thread 1280 micro-panels, the other 784 (a fifth of
+  // the time idle); 12 blocks of 11 x 16 give 1056 and 1008. Smaller blocks where the split was
+  // already even cost time: 9 x 16 instead of 16 x 16 made a 2048 x 2048 x 8192 product 7-12%
+  // slower.
+  const int64_t even = (m_panels * n_panels + threads - 1) / threads;
   int64_t best = largest_share(m_panels, n_panels, mc, nc, threads);
+  if (best * 100 <= even * 103) return {mc, nc};
   const int64_t mc0 = mc, nc0 = nc;
   for (int64_t m = mc0; m >= (mc0 + 1) / 2; --m) {
     for (int64_t n = nc0; n >= (nc0 + 1) / 2; --n) {
@@ -215,7 +195,7 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
       if (ib != packed_row) {
         a_block.resize(static_cast<size_t>(mc * pairs * kS8Mr));
         for (int64_t i = i0; i < i1; ++i) {
-          pack_panel<kS8Mr>(a_block.data() + (i - i0) * pairs * kS8Mr, ops.a, i, M, K, pairs);
+          pack_pairs(a_block.data() + (i - i0) * pairs * kS8Mr, ops.a, i, kS8Mr, M, K, pairs);
         }
         packed_row = ib;
       }

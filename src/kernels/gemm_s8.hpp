@@ -19,7 +19,16 @@ inline constexpr int64_t kS8Nr = 16;  // columns of B per micro-panel
 // for i < kS8Mr, j < kS8Nr; `accumulate` adds to c instead of overwriting it.
 #define S3R_DECLARE_S8_TILE                                                                  \
   void gemm_s8_tile(const uint32_t* a, const uint32_t* b, int64_t pairs, int32_t* c,          \
-                    int64_t ldc, bool accumulate);
+                    int64_t ldc, bool accumulate);                                              \
+  S3R_DECLARE_S8_PAIRS
+
+// One micro-panel of `width` (kS8Mr or kS8Nr) rows of op(X)[r, k] = x[r * stride_r + k * stride_k]
+// (x at the panel's first row; one of the strides is 1), rows r < valid (<= width), k < K, as the
+// microkernel reads it: out[p * width + i] = (X[i, 2p], X[i, 2p + 1]) for p < pairs, the high
+// half 0 where 2p + 1 == K; words of rows i >= valid and of pairs p >= (K + 1) / 2 are 0.
+#define S3R_DECLARE_S8_PAIRS                                                                 \
+  void pack_s8_pairs(uint32_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k,      \
+                     int64_t valid, int64_t width, int64_t K, int64_t pairs);
 
 // The dequantizing epilogue of a block of int32 sums acc (rows x cols, stride ld_acc) whose
 // element (i, j) is C's (m0 + i, n0 + j): with s32 set, C = sum; else, in this order of f32
@@ -123,6 +132,7 @@ void amx_tiles_configure();  // palette 1: eight tiles of 16 rows x 64 bytes
 void amx_tiles_release();
 }  // namespace amx
 #undef S3R_DECLARE_S8_TILE
+#undef S3R_DECLARE_S8_PAIRS
 #undef S3R_DECLARE_S8_PANELS
 #undef S3R_DECLARE_S8_EPILOGUE
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <tuple>
+#include <utility>
 
 #include "gemm/s8_gemm.hpp"
 
@@ -43,6 +44,14 @@ TEST(Avx2Blocks, SplitThePresetsProductsEvenlyOverTheThreads) {
     }
   }
   EXPECT_EQ(largest_run(43, 48, 16, 16, 2), 1280);  // the old plan, as the comment says
+}
+
+TEST(Avx2Blocks, KeepWholeBlocksWhereTheSplitIsAlreadyEven) {
+  // W3's products (T 2048, H 2048, D 8192): 16 x 16 blocks split within 3% on 2 threads; 9 x 16,
+  // which splits a little more evenly, was 7-12% slower.
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{342, 512}, {342, 128}, {1366, 128}, {683, 48}}) {
+    EXPECT_EQ(plan_avx2_blocks(m, n, 2), std::make_pair(int64_t{16}, int64_t{16})) << m << " x " << n;
+  }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// s3r's int8-panel GEMM (kernels/gemm_s8.hpp): the AVX-512 packing, row sums and epilogue (and
-// the AVX2 epilogue), and
+// s3r's int8 GEMMs (kernels/gemm_s8.hpp): the AVX2 pair packing, the AVX-512 packing, row sums
+// and epilogue (and the AVX2 epilogue), and
 // the AMX and VNNI 32 x 32 blocks, against their scalar twins in kernels/ref, bit for bit, over
 // edges of every size (rows of a panel, K around multiples of 4 and 64, the columns of a block).
 // Each runs where the CPU has its instructions (AVX-512; AMX-INT8 granted by the OS; AVX-512
@@ -35,6 +35,34 @@ namespace {
 std::vector<int8_t> codes(size_t n, uint32_t seed) { return testing::random_s8(n, seed); }
 
 int64_t padded(int64_t K) { return (K + kAmxDepth - 1) / kAmxDepth * kAmxDepth; }
+
+// The AVX2 GEMM's pair panels (pack_s8_pairs): 6-row A and 16-row B micro-panels from operands
+// stored by rows (stride_k 1: eight pairs of eight rows at a time, transposed) or k-major
+// (stride_r 1: two runs of codes per pair), partial panels, odd K and padding pairs.
+TEST(PanelKernels, Avx2PairPackingMatchesTheReferenceWordForWord) {
+#ifdef S3R_HAVE_AVX2
+  if (!cpu_features().has_avx2_tier()) GTEST_SKIP() << "no AVX2 here (" << describe(cpu_features()) << ")";
+  uint32_t seed = 400;
+  for (int64_t width : {kS8Mr, kS8Nr}) {
+    for (int64_t K : {1, 2, 3, 15, 16, 17, 31, 33, 64, 100}) {
+      const int64_t pairs = (K + 1) / 2 + 3;  // three padding pairs
+      for (int64_t valid : {int64_t{0}, int64_t{1}, width - 1, width}) {
+        for (bool k_major : {false, true}) {
+          const int64_t stride_r = k_major ? 1 : K + 5, stride_k = k_major ? width + 7 : 1;
+          const auto x = codes(static_cast<size_t>(width * (K + 5) + K * (width + 7)), seed++);
+          std::vector<uint32_t> want(static_cast<size_t>(pairs * width), 0xDEADBEEFu), got = want;
+          ref::pack_s8_pairs(want.data(), x.data(), stride_r, stride_k, valid, width, K, pairs);
+          avx2::pack_s8_pairs(got.data(), x.data(), stride_r, stride_k, valid, width, K, pairs);
+          ASSERT_EQ(want, got) << "width " << width << ", K " << K << ", rows " << valid
+                               << (k_major ? ", k-major" : ", rows contiguous");
+        }
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "this build has no AVX2 kernels";
+#endif
+}
 
 TEST(PanelKernels, PackingMatchesTheReferenceByteForByte) {
   S3R_SKIP_WITHOUT_AVX512();

@@ -60,6 +60,127 @@ void gemm_s8_tile(const uint32_t* a, const uint32_t* b, int64_t pairs, int32_t* 
   }
 }
 
+namespace {
+
+// The first n (<= 16) codes at p widened to int16, the other lanes 0; reads only those n bytes.
+__m256i widen_first(const int8_t* p, int64_t n) {
+  if (n == 16) return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  alignas(16) int8_t buf[16] = {};
+  std::memcpy(buf, p, static_cast<size_t>(n));
+  return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
+}
+
+// Words j < width (6 or 16) of (lo[j], hi[j]) to out.
+void store_pair_words(uint32_t* out, __m256i lo, __m256i hi, int64_t width) {
+  const __m256i a = _mm256_unpacklo_epi16(lo, hi);  // words 0-3 | 8-11
+  const __m256i b = _mm256_unpackhi_epi16(lo, hi);  // words 4-7 | 12-15
+  const __m256i first = _mm256_permute2x128_si256(a, b, 0x20);
+  if (width == kS8Nr) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), first);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), _mm256_permute2x128_si256(a, b, 0x31));
+  } else {
+    _mm256_maskstore_epi32(reinterpret_cast<int*>(out), _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0), first);
+  }
+}
+
+// r[i] = words (i, 0..7) -> r[q] = words (0..7, q).
+void transpose8_epi32(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int q = 0; q < 4; ++q) {
+    r[q] = _mm256_permute2x128_si256(u[q], u[q + 4], 0x20);
+    r[q + 4] = _mm256_permute2x128_si256(u[q], u[q + 4], 0x31);
+  }
+}
+
+// The first n (<= 8) codes at p widened to int16, the other lanes 0; reads 8 bytes when `whole`.
+__m128i widen8(const int8_t* p, int64_t n, bool whole) {
+  if (whole) return _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  int64_t v = 0;
+  std::memcpy(&v, p, static_cast<size_t>(n));
+  return _mm_cvtepi8_epi16(_mm_cvtsi64_si128(v));
+}
+
+// Rows contiguous (stride_r == 1): each pair is two runs of `valid` codes, stride_k apart. A
+// 6-row panel reads its runs as 8 bytes where that stays inside the operand (a later run starts
+// at least 8 bytes on); only the operand's last run and partial panels go through a copy.
+void pack_pairs_of_runs(uint32_t* out, const int8_t* x, int64_t stride_k, int64_t valid, int64_t width,
+                        int64_t K) {
+  if (width == kS8Nr) {
+    const __m256i zero = _mm256_setzero_si256();
+    for (int64_t k = 0; k < K; k += 2) {
+      const __m256i lo = widen_first(x + k * stride_k, valid);
+      const __m256i hi = k + 1 < K ? widen_first(x + (k + 1) * stride_k, valid) : zero;
+      store_pair_words(out + (k / 2) * width, lo, hi, width);
+    }
+    return;
+  }
+  const bool full = valid == kS8Mr && stride_k >= 8;
+  for (int64_t k = 0; k < K; k += 2) {
+    const __m128i lo = widen8(x + k * stride_k, valid, full && k + 1 < K);
+    const __m128i hi = k + 1 < K ? widen8(x + (k + 1) * stride_k, valid, full && k + 2 < K) : _mm_setzero_si128();
+    uint32_t* o = out + (k / 2) * kS8Mr;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi16(lo, hi));     // words 0-3
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 4), _mm_unpackhi_epi16(lo, hi));  // words 4-5
+  }
+}
+
+// A row's codes contiguous (stride_k == 1): eight pairs of eight rows at a time, widened and
+// transposed; returns the pairs done (the rest are the caller's).
+int64_t pack_pairs_of_rows(uint32_t* out, const int8_t* x, int64_t stride_r, int64_t valid, int64_t width,
+                           int64_t K) {
+  const __m256i mask6 = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+  int64_t p0 = 0;
+  for (; 2 * (p0 + 8) <= K; p0 += 8) {
+    for (int64_t g = 0; g < width; g += 8) {
+      __m256i r[8];
+      for (int64_t j = 0; j < 8; ++j) {
+        r[j] = g + j < valid ? _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                   reinterpret_cast<const __m128i*>(x + (g + j) * stride_r + 2 * p0)))
+                             : _mm256_setzero_si256();
+      }
+      transpose8_epi32(r);
+      for (int64_t q = 0; q < 8; ++q) {
+        uint32_t* o = out + (p0 + q) * width + g;
+        if (width == kS8Nr) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), r[q]);
+        } else {
+          _mm256_maskstore_epi32(reinterpret_cast<int*>(o), mask6, r[q]);
+        }
+      }
+    }
+  }
+  return p0;
+}
+
+}  // namespace
+
+void pack_s8_pairs(uint32_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k, int64_t valid,
+                   int64_t width, int64_t K, int64_t pairs) {
+  const int64_t used = (K + 1) / 2;
+  std::memset(out + used * width, 0, static_cast<size_t>((pairs - used) * width) * sizeof(uint32_t));
+  if (stride_r == 1) return pack_pairs_of_runs(out, x, stride_k, valid, width, K);
+  // stride_k == 1; the pairs after the last whole eight as the reference does them
+  const int64_t done = pack_pairs_of_rows(out, x, stride_r, valid, width, K);
+  std::memset(out + done * width, 0, static_cast<size_t>((used - done) * width) * sizeof(uint32_t));
+  for (int64_t i = 0; i < valid; ++i) {
+    const int8_t* row = x + i * stride_r;
+    for (int64_t k = 2 * done; k < K; k += 2) {
+      const uint32_t hi = k + 1 < K ? static_cast<uint16_t>(int16_t{row[k + 1]}) : 0u;
+      out[(k / 2) * width + i] = static_cast<uint16_t>(int16_t{row[k]}) | (hi << 16);
+    }
+  }
+}
+
 // ref::gemm_s8_epilogue in 8 lanes, the same operations in the same order (no fma: the build's
 // -ffp-contract=off), so the same bits; the last cols % 8 columns as the reference does them.
 void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, int64_t m0,

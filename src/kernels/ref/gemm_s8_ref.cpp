@@ -12,7 +12,24 @@ int32_t dot2(uint32_t a, uint32_t b) {
   const auto hi = [](uint32_t w) { return static_cast<int32_t>(static_cast<int16_t>(w >> 16)); };
   return lo(a) * lo(b) + hi(a) * hi(b);
 }
+
+uint32_t pair_word(int8_t lo, int8_t hi) {
+  return static_cast<uint32_t>(static_cast<uint16_t>(int16_t{lo})) |
+         (static_cast<uint32_t>(static_cast<uint16_t>(int16_t{hi})) << 16);
+}
 }  // namespace
+
+void pack_s8_pairs(uint32_t* out, const int8_t* x, int64_t stride_r, int64_t stride_k, int64_t valid,
+                   int64_t width, int64_t K, int64_t pairs) {
+  std::memset(out, 0, static_cast<size_t>(pairs * width) * sizeof(uint32_t));
+  for (int64_t i = 0; i < valid; ++i) {
+    for (int64_t k = 0; k < K; k += 2) {
+      const int8_t lo = x[i * stride_r + k * stride_k];
+      const int8_t hi = k + 1 < K ? x[i * stride_r + (k + 1) * stride_k] : int8_t{0};
+      out[(k / 2) * width + i] = pair_word(lo, hi);
+    }
+  }
+}
 
 void gemm_s8_tile(const uint32_t* a, const uint32_t* b, int64_t pairs, int32_t* c, int64_t ldc,
                   bool accumulate) {
