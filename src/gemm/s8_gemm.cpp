@@ -165,7 +165,8 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
 
   const int64_t m_panels = (M + kS8Mr - 1) / kS8Mr, n_panels = (N + kS8Nr - 1) / kS8Nr;
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const auto [mc, nc] = plan_avx2_blocks(m_panels, n_panels, threads);
+  const std::pair<int64_t, int64_t> plan = plan_avx2_blocks(m_panels, n_panels, threads);
+  const int64_t mc = plan.first, nc = plan.second;  // (not a structured binding: lambdas use them)
   const int64_t m_blocks = (m_panels + mc - 1) / mc, n_blocks = (n_panels + nc - 1) / nc;
   const int64_t ld_acc = nc * kS8Nr;
   const int64_t ldc = s.ldc;
