@@ -159,7 +159,12 @@ struct GradBlockOut {
        w' = (w - (lr * (m' / bias1)) / (sqrt(v' / bias2) + eps)) - decay * w.                   \
      Returns whether every w', m', v' is finite; writes them over w, m, v only when `write`.    \
      Every operation is correctly rounded, so the tiers agree bit for bit. */                   \
-  bool adamw_update(const AdamWElements& e, int64_t i0, int64_t i1, bool write);
+  bool adamw_update(const AdamWElements& e, int64_t i0, int64_t i1, bool write);             \
+  /* Elements [i0, i1) of x rounded to bf16 as s3r/core/bf16.hpp's to_bf16 (nearest, ties to    \
+     even; a NaN becomes a quiet NaN with its sign): out[i] = to_bf16(x[i]) where out is set,    \
+     widened[i] = to_float(to_bf16(x[i])) where widened is set. Integer operations on the bits:  \
+     the tiers agree bit for bit. */                                                            \
+  void round_bf16(bf16* out, float* widened, const float* x, int64_t i0, int64_t i1);
 
 struct KernelTable;
 
@@ -197,6 +202,7 @@ struct KernelTable {
   decltype(&ref::rmsnorm_backward_rows) rmsnorm_backward_rows;
   decltype(&ref::transpose_s8) transpose_s8;
   decltype(&ref::adamw_update) adamw_update;
+  decltype(&ref::round_bf16) round_bf16;
 };
 
 // The table of every tier, in the same order everywhere (a tier's table_TIER.cpp is this macro
@@ -206,7 +212,7 @@ struct KernelTable {
     threefry_bits, philox_bits, quantize_rows_rtne, absmax_cols, quantize_cols_rtne,       \
         grad_absmax, grad_quantize, gemv_s8_f32, dx_epilogue, swiglu_forward_ew,           \
         swiglu_backward_ew, geglu_forward_ew, geglu_backward_ew, softmax_xent_rows,        \
-        rmsnorm_rows, rmsnorm_backward_rows, transpose_s8, adamw_update                    \
+        rmsnorm_rows, rmsnorm_backward_rows, transpose_s8, adamw_update, round_bf16        \
   }
 
 }  // namespace s3r::kernels

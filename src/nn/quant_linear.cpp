@@ -36,17 +36,10 @@ void to_bf16(std::vector<bf16>& out, std::vector<float>& widened, std::span<cons
   out.resize(widen ? 0 : in.size());
   widened.resize(widen ? in.size() : 0);
   const int64_t n = static_cast<int64_t>(in.size());
-  if (widen) {
-    float* w = widened.data();
-    parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) w[i] = s3r::to_float(s3r::to_bf16(in[i]));
-    });
-    return;
-  }
-  bf16* o = out.data();
-  parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) o[i] = s3r::to_bf16(in[i]);
-  });
+  bf16* o = widen ? nullptr : out.data();
+  float* w = widen ? widened.data() : nullptr;
+  const auto round = kernels::active_kernels().round_bf16;
+  parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) { round(o, w, in.data(), i0, i1); });
 }
 
 gemm::Bf16Operand bf16_operand(const std::vector<bf16>& values, const std::vector<float>& widened) {

@@ -1,4 +1,4 @@
-// Elementwise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm): the polynomial exp
+// Elementwise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm, bf16 rounding): the polynomial exp
 // against std::exp, and reference vs every vectorized tier bit for bit, over whole ranges and over
 // pieces of them that start mid-range.
 #include <gtest/gtest.h>
@@ -271,6 +271,55 @@ TEST(Elementwise, RmsnormKernelsAreBitExact) {
           ASSERT_EQ(dx2[i], inside ? dx[i] : dx_outside) << ctx << " dx" << at;
         }
       }
+    }
+  }
+}
+
+// bf16 rounding: known answers (ties to even, the carry into the exponent and into Inf,
+// subnormals, NaNs made quiet with their sign), then every tier against the reference on random
+// bit patterns (NaNs, infinities and subnormals among them), whole and in pieces starting
+// mid-range, to bf16 and to the widened f32, with the guards outside the piece untouched.
+TEST(Elementwise, Bf16RoundingOfEveryTierMatchesTheReference) {
+  const std::pair<uint32_t, uint16_t> known[] = {
+      {0x3F800000u, 0x3F80u},  // 1
+      {0x3F808000u, 0x3F80u},  // a tie, even below: down
+      {0x3F818000u, 0x3F82u},  // a tie, odd below: up
+      {0x3F80FFFFu, 0x3F81u},  // above the tie: up
+      {0x7F7FFFFFu, 0x7F80u},  // the largest float rounds to Inf
+      {0x80000000u, 0x8000u},  // -0
+      {0x00008000u, 0x0000u},  // a subnormal tie, even below
+      {0x00018000u, 0x0002u},  // a subnormal tie, odd below
+      {0x7F800000u, 0x7F80u},  // Inf
+      {0x7F800001u, 0x7FC0u},  // a signaling NaN becomes quiet
+      {0xFF800001u, 0xFFC0u},  // with its sign
+      {0x7FFFFFFFu, 0x7FFFu},  // a quiet NaN keeps its top bits
+  };
+  std::mt19937 gen(11);
+  std::vector<float> x(1000);
+  for (auto& v : x) v = std::bit_cast<float>(static_cast<uint32_t>(gen()));
+  for (size_t i = 0; i < std::size(known); ++i) x[3 + 17 * i] = std::bit_cast<float>(known[i].first);
+  std::vector<bf16> want(x.size());
+  std::vector<float> want_wide(x.size());
+  ref::round_bf16(want.data(), want_wide.data(), x.data(), 0, static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < std::size(known); ++i) {
+    ASSERT_EQ(want[3 + 17 * i].bits, known[i].second) << std::hex << known[i].first;
+    ASSERT_EQ(std::bit_cast<uint32_t>(want_wide[3 + 17 * i]), uint32_t{known[i].second} << 16);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (Isa isa : testing::runnable_isas()) {
+    for (auto [i0, i1] : {std::pair<int64_t, int64_t>{0, n}, {5, 6}, {7, 40}, {33, n - 9}}) {
+      std::vector<bf16> got(x.size(), bf16{0x1234});
+      std::vector<float> got_wide(x.size(), kGuard);
+      kernels_for(isa).round_bf16(got.data(), got_wide.data(), x.data(), i0, i1);
+      std::vector<float> only_wide(x.size(), kGuard);
+      kernels_for(isa).round_bf16(nullptr, only_wide.data(), x.data(), i0, i1);
+      for (int64_t i = 0; i < n; ++i) {
+        const bool inside = i >= i0 && i < i1;
+        ASSERT_EQ(got[i].bits, inside ? want[i].bits : 0x1234) << isa_name(isa) << " at " << i;
+      }
+      const std::string wide = piece_mismatch(got_wide, want_wide, i0, i1);
+      EXPECT_EQ(wide, "") << isa_name(isa) << ", widened, piece [" << i0 << ", " << i1 << ")";
+      EXPECT_EQ(piece_mismatch(only_wide, want_wide, i0, i1), "") << isa_name(isa) << ", widened only";
     }
   }
 }

@@ -1,4 +1,5 @@
-// AVX2 element-wise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm); operation for operation the same as kernels/ref
+// AVX2 element-wise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm, bf16 rounding);
+// operation for operation the same as kernels/ref
 // (bit-exact, no FMA), including the polynomial exp.
 #include <cmath>
 
@@ -217,6 +218,38 @@ void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const flo
       for (int64_t j = 0; c + j < width; ++j) d[c + j] = db[j];
     }
   }
+}
+
+namespace {
+
+// to_bf16 of 8 floats' bits, each in the low half of its 32-bit lane: a NaN (|u| > Inf's bits)
+// keeps its top half with the quiet bit set; otherwise u + 0x7FFF + (bit 16 of u), top half.
+inline __m256i bf16_bits8(__m256i u) {
+  const __m256i top = _mm256_srli_epi32(u, 16);
+  const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                                            _mm256_set1_epi32(0x7F800000));
+  const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(top, _mm256_set1_epi32(1)));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+  return _mm256_blendv_epi8(rounded, _mm256_or_si256(top, _mm256_set1_epi32(0x40)), is_nan);
+}
+
+}  // namespace
+
+void round_bf16(bf16* out, float* widened, const float* x, int64_t i0, int64_t i1) {
+  int64_t i = i0;
+  for (; i + 16 <= i1; i += 16) {
+    const __m256i a = bf16_bits8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    const __m256i b = bf16_bits8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)));
+    if (out != nullptr) {  // 32 -> 16 bits (no value exceeds 0xFFFF), lanes back in order
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
+    }
+    if (widened != nullptr) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(widened + i), _mm256_slli_epi32(a, 16));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(widened + i + 8), _mm256_slli_epi32(b, 16));
+    }
+  }
+  ref::round_bf16(out, widened, x, i, i1);
 }
 
 }  // namespace s3r::kernels::avx2

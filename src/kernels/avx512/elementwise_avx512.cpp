@@ -1,4 +1,5 @@
-// AVX-512 element-wise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm); operation for operation the same as kernels/ref
+// AVX-512 element-wise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm, bf16
+// rounding); operation for operation the same as kernels/ref
 // (bit-exact), including the polynomial exp.
 #include <cmath>
 
@@ -184,6 +185,23 @@ void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const flo
       _mm256_mask_storeu_ps(d, m, _mm256_add_ps(_mm256_maskz_loadu_ps(m, d), _mm512_cvtpd_ps(v)));
     });
   }
+}
+
+void round_bf16(bf16* out, float* widened, const float* x, int64_t i0, int64_t i1) {
+  // The bits as the reference computes them (vcvtneps2bf16 would flush denormals).
+  int64_t i = i0;
+  for (; i + 16 <= i1; i += 16) {
+    const __m512i u = _mm512_loadu_si512(x + i);
+    const __m512i top = _mm512_srli_epi32(u, 16);
+    const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                     _mm512_set1_epi32(0x7F800000));
+    const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(top, _mm512_set1_epi32(1)));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+    const __m512i bits = _mm512_mask_blend_epi32(is_nan, rounded, _mm512_or_si512(top, _mm512_set1_epi32(0x40)));
+    if (out != nullptr) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(bits));
+    if (widened != nullptr) _mm512_storeu_si512(widened + i, _mm512_slli_epi32(bits, 16));
+  }
+  ref::round_bf16(out, widened, x, i, i1);
 }
 
 }  // namespace s3r::kernels::avx512

@@ -1,4 +1,5 @@
-// Scalar reference of the element-wise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm).
+// Scalar reference of the element-wise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm,
+// bf16 rounding).
 #include <cmath>
 
 #include "kernels/kernels.hpp"
@@ -89,6 +90,14 @@ void rmsnorm_backward_rows(float* dx, const float* dy, const float* x, const flo
       const double v = (rr * static_cast<double>(weight[c])) * static_cast<double>(g[c]) - k * static_cast<double>(xr[c]);
       dx[r * width + c] += static_cast<float>(v);
     }
+  }
+}
+
+void round_bf16(bf16* out, float* widened, const float* x, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const bf16 b = to_bf16(x[i]);
+    if (out != nullptr) out[i] = b;
+    if (widened != nullptr) widened[i] = to_float(b);
   }
 }
 
