@@ -1,6 +1,6 @@
-// Elementwise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm, bf16 rounding): the polynomial exp
-// against std::exp, and reference vs every vectorized tier bit for bit, over whole ranges and over
-// pieces of them that start mid-range.
+// Elementwise and row kernels (SwiGLU, GeGLU, softmax cross-entropy, RMSNorm, bf16 rounding): the
+// polynomial exp against std::exp, and reference vs every vectorized tier bit for bit, over whole
+// ranges and over pieces of them that start mid-range.
 #include <gtest/gtest.h>
 
 #include <bit>

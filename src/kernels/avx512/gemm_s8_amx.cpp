@@ -3,11 +3,11 @@
 // A tile meets both B tiles, so a step is four loads and four tdpbssd. The tile loads bound it:
 // on one thread of the Emerald Rapids class VM the block alone ran at about 70% of tdpbssd's rate
 // with its operands in L1 (K 256), 55% with 512 KB of B panels in L2 and 30% with 2 MB of them
-// (the tile registers are not renamed: a step's loads wait for the last step's products). The sums stay in the tiles between gemm_s8_amx_sum and
-// gemm_s8_amx_store, so that a caller can run other work (the previous block's epilogue) while
-// the tile unit computes. Integer sums are exact,
-// so the result is the reference's (kernels/ref/gemm_s8_ref.cpp) bit for bit. The packing and the
-// epilogue are the AVX-512 tier's (gemm_s8_avx512.cpp).
+// (the tile registers are not renamed: a step's loads wait for the last step's products). The
+// sums stay in the tiles between gemm_s8_amx_sum and gemm_s8_amx_store, so that a caller can run
+// other work (the previous block's epilogue) while the tile unit computes. Integer sums are
+// exact, so the result is the reference's (kernels/ref/gemm_s8_ref.cpp) bit for bit. The packing
+// and the epilogue are the AVX-512 tier's (gemm_s8_avx512.cpp).
 #include <immintrin.h>
 
 #include "kernels/gemm_s8.hpp"
