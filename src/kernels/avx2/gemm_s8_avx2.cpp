@@ -70,17 +70,12 @@ __m256i widen_first(const int8_t* p, int64_t n) {
   return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
 }
 
-// Words j < width (6 or 16) of (lo[j], hi[j]) to out.
-void store_pair_words(uint32_t* out, __m256i lo, __m256i hi, int64_t width) {
+// Words j < 16 of (lo[j], hi[j]) to out.
+void store_pair_words16(uint32_t* out, __m256i lo, __m256i hi) {
   const __m256i a = _mm256_unpacklo_epi16(lo, hi);  // words 0-3 | 8-11
   const __m256i b = _mm256_unpackhi_epi16(lo, hi);  // words 4-7 | 12-15
-  const __m256i first = _mm256_permute2x128_si256(a, b, 0x20);
-  if (width == kS8Nr) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), first);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), _mm256_permute2x128_si256(a, b, 0x31));
-  } else {
-    _mm256_maskstore_epi32(reinterpret_cast<int*>(out), _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0), first);
-  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(a, b, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
 // r[i] = words (i, 0..7) -> r[q] = words (0..7, q).
@@ -120,7 +115,7 @@ void pack_pairs_of_runs(uint32_t* out, const int8_t* x, int64_t stride_k, int64_
     for (int64_t k = 0; k < K; k += 2) {
       const __m256i lo = widen_first(x + k * stride_k, valid);
       const __m256i hi = k + 1 < K ? widen_first(x + (k + 1) * stride_k, valid) : zero;
-      store_pair_words(out + (k / 2) * width, lo, hi, width);
+      store_pair_words16(out + (k / 2) * kS8Nr, lo, hi);
     }
     return;
   }
@@ -169,16 +164,9 @@ void pack_s8_pairs(uint32_t* out, const int8_t* x, int64_t stride_r, int64_t str
   const int64_t used = (K + 1) / 2;
   std::memset(out + used * width, 0, static_cast<size_t>((pairs - used) * width) * sizeof(uint32_t));
   if (stride_r == 1) return pack_pairs_of_runs(out, x, stride_k, valid, width, K);
-  // stride_k == 1; the pairs after the last whole eight as the reference does them
+  // stride_k == 1; the pairs after the last whole eight by the reference
   const int64_t done = pack_pairs_of_rows(out, x, stride_r, valid, width, K);
-  std::memset(out + done * width, 0, static_cast<size_t>((used - done) * width) * sizeof(uint32_t));
-  for (int64_t i = 0; i < valid; ++i) {
-    const int8_t* row = x + i * stride_r;
-    for (int64_t k = 2 * done; k < K; k += 2) {
-      const uint32_t hi = k + 1 < K ? static_cast<uint16_t>(int16_t{row[k + 1]}) : 0u;
-      out[(k / 2) * width + i] = static_cast<uint16_t>(int16_t{row[k]}) | (hi << 16);
-    }
-  }
+  ref::pack_s8_pairs(out + done * width, x + 2 * done, stride_r, 1, valid, width, K - 2 * done, used - done);
 }
 
 // ref::gemm_s8_epilogue in 8 lanes, the same operations in the same order (no fma: the build's
