@@ -50,20 +50,43 @@ void chunk_sums(double* sums, const float* g, int64_t n, int64_t c0, int64_t c1)
   }
 }
 
+// The pieces of a pass over every parameter, in one parallel loop. A region per parameter left
+// a thread idle on each small tensor (a norm gain is one chunk), 57 times a pass at `small`: one
+// loop made the optimizer phase 13-14 ms instead of 16 there (Emerald Rapids VM, 2 threads).
+struct Piece {
+  size_t param;
+  int64_t begin, end;  // chunks (the norm) or elements (the update) of that parameter
+};
+
+// [0, count(p)) of every parameter cut into pieces of `size`, parameters in order.
+template <class Count>
+std::vector<Piece> pieces_of(std::span<const ParamRef> params, int64_t size, Count count) {
+  std::vector<Piece> pieces;
+  for (size_t p = 0; p < params.size(); ++p) {
+    const int64_t n = count(params[p]);
+    for (int64_t i = 0; i < n; i += size) pieces.push_back({p, i, std::min(n, i + size)});
+  }
+  return pieces;
+}
+
 }  // namespace
 
 std::vector<double> grad_sums_of_squares(std::span<const ParamRef> params) {
-  std::vector<double> sums;
-  for (const ParamRef& p : params) {
-    const int64_t n = static_cast<int64_t>(p.grad.size());
-    const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
-    const size_t first = sums.size();
-    work::add_floats(static_cast<uint64_t>(n));
-    sums.resize(first + static_cast<size_t>(chunks), 0.0);
-    parallel_blocks(chunks, kNormLanes, [&](int64_t c0, int64_t c1) {
-      chunk_sums(sums.data() + first + c0, p.grad.data(), n, c0, c1);
-    });
+  const auto chunks = [](const ParamRef& p) {
+    return (static_cast<int64_t>(p.grad.size()) + kNormChunk - 1) / kNormChunk;
+  };
+  std::vector<size_t> first(params.size() + 1, 0);  // the parameter's first term in `sums`
+  for (size_t p = 0; p < params.size(); ++p) {
+    first[p + 1] = first[p] + static_cast<size_t>(chunks(params[p]));
+    work::add_floats(static_cast<uint64_t>(params[p].grad.size()));
   }
+  std::vector<double> sums(first.back(), 0.0);
+  const std::vector<Piece> pieces = pieces_of(params, kNormLanes, chunks);
+  parallel_blocks_dynamic(static_cast<int64_t>(pieces.size()), 1, [&](int64_t t, int64_t) {
+    const Piece& c = pieces[static_cast<size_t>(t)];
+    const std::span<const float> g = params[c.param].grad;
+    chunk_sums(sums.data() + first[c.param] + c.begin, g.data(), static_cast<int64_t>(g.size()), c.begin, c.end);
+  });
   return sums;
 }
 
@@ -92,9 +115,10 @@ constexpr int64_t kUpdateBlock = int64_t{1} << 14;
 bool update_pass(std::span<const ParamRef> params, const AdamWConfig& c, const AdamWScalars& s,
                  bool write) {
   const auto update = kernels::active_kernels().adamw_update;
-  bool finite = true;
+  std::vector<kernels::AdamWElements> elements;
+  elements.reserve(params.size());
   for (const ParamRef& p : params) {
-    kernels::AdamWElements e;
+    kernels::AdamWElements& e = elements.emplace_back();
     e.w = p.value.data();
     e.m = p.m.data();
     e.v = p.v.data();
@@ -109,13 +133,15 @@ bool update_pass(std::span<const ParamRef> params, const AdamWConfig& c, const A
     e.bias2 = s.bias2;
     e.eps = c.eps;
     e.decay = p.decay ? s.lr * c.weight_decay : 0.0f;
-    const int64_t n = static_cast<int64_t>(p.value.size());
-    work::add_floats(static_cast<uint64_t>(n) * (write ? 7 : 4));  // w, m, v, g read; w, m, v written
-    finite = parallel_blocks_all(n, kUpdateBlock, [&](int64_t i0, int64_t i1) {
-      return update(e, i0, i1, write);
-    }) && finite;
+    // w, m, v, g read; w, m, v written
+    work::add_floats(static_cast<uint64_t>(p.value.size()) * (write ? 7 : 4));
   }
-  return finite;
+  const std::vector<Piece> pieces =
+      pieces_of(params, kUpdateBlock, [](const ParamRef& p) { return static_cast<int64_t>(p.value.size()); });
+  return parallel_blocks_all(static_cast<int64_t>(pieces.size()), 1, [&](int64_t t, int64_t) {
+    const Piece& piece = pieces[static_cast<size_t>(t)];
+    return update(elements[piece.param], piece.begin, piece.end, write);
+  });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/dispatch.hpp"
@@ -140,6 +141,64 @@ TEST(AdamW, GradSumsOfSquaresAreEachChunkSummedInOrder) {
     }
     EXPECT_EQ(sums[chunks], 0.25) << "the second tensor's one chunk";
   }
+}
+
+// Both passes run as one parallel loop over pieces of every tensor: each element must still be
+// updated with its own tensor's state and decay. Tensors of one element, of ten update pieces
+// (16384 elements each; the norm's chunks are as long, eight to a piece) with a short last one,
+// and of exactly one piece, decay alternating, against the reference kernel applied to each
+// tensor alone; then the norm's chunks, each tensor's in order.
+TEST(AdamW, OneStepOverManyTensorsUpdatesEachWithItsOwnState) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::vector<int64_t> sizes = {1, 9 * 16384 + 3, 7, 16384, 2};
+  std::vector<Tensor> tensors;
+  for (int64_t n : sizes) {
+    Tensor t{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+    for (int64_t i = 0; i < n; ++i) {
+      t.w[i] = normal(gen), t.g[i] = normal(gen), t.m[i] = 0.1f * normal(gen);
+      t.v[i] = 0.01f * std::abs(normal(gen));
+    }
+    tensors.push_back(t);
+  }
+  const std::vector<Tensor> before = tensors;
+  std::vector<ParamRef> params;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    Tensor& t = tensors[k];
+    params.push_back({"t" + std::to_string(k), t.w, t.g, t.m, t.v, k % 2 == 0});
+  }
+  AdamWConfig c;
+  c.clip_norm = 0.0f;  // no clipping: the scalars do not depend on the norm
+  c.weight_decay = 0.1f;
+  ASSERT_TRUE(adamw_step(params, c, 1e-3f, 3, nullptr));
+  const AdamWScalars s = adamw_scalars(c, 1e-3f, 3, 1.0);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    Tensor want = before[k];
+    kernels::AdamWElements e;
+    e.w = want.w.data(), e.m = want.m.data(), e.v = want.v.data(), e.g = want.g.data();
+    e.clip = s.clip, e.beta1 = c.beta1, e.one_minus_beta1 = 1.0f - c.beta1, e.beta2 = c.beta2;
+    e.one_minus_beta2 = 1.0f - c.beta2, e.lr = s.lr, e.bias1 = s.bias1, e.bias2 = s.bias2, e.eps = c.eps;
+    e.decay = k % 2 == 0 ? s.lr * c.weight_decay : 0.0f;
+    ASSERT_TRUE(kernels::ref::adamw_update(e, 0, sizes[k], true));
+    EXPECT_EQ(tensors[k].w, want.w) << "tensor " << k;
+    EXPECT_EQ(tensors[k].m, want.m) << "tensor " << k;
+    EXPECT_EQ(tensors[k].v, want.v) << "tensor " << k;
+  }
+  // The norm's chunks: the terms of each tensor in order, one per chunk of kNormChunk.
+  const std::vector<double> sums = grad_sums_of_squares(params);
+  size_t term = 0;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const std::vector<float>& g = tensors[k].g;
+    for (size_t c0 = 0; c0 < g.size(); c0 += kNormChunk) {
+      double want = 0.0;
+      for (size_t i = c0; i < std::min(g.size(), c0 + kNormChunk); ++i) {
+        want += static_cast<double>(g[i]) * g[i];
+      }
+      ASSERT_LT(term, sums.size());
+      EXPECT_EQ(sums[term++], want) << "tensor " << k << ", chunk at " << c0;
+    }
+  }
+  EXPECT_EQ(term, sums.size());
 }
 
 // The update kernel of every vector tier against the reference, bit for bit: lengths around the
