@@ -50,6 +50,7 @@ struct Options {
   int repeats = 5, warmup = 2, threads = 0;
   bool memory = true;
   bool breakdown = false;
+  bool fixed_tiles = false;  // float products as s3r train runs them
   std::string json_path;
   std::string memory_of;  // internal: measure this configuration's peak memory and exit
 };
@@ -132,6 +133,7 @@ int64_t measure_memory(const Options& o, const StepConfig& c) {
   cmd << "'" << exe << "' bench step " << o.model.command_line() << " --warmup " << o.warmup << " --memory-of '"
       << c.name << "'";
   if (o.threads) cmd << " --threads " << o.threads;
+  if (o.fixed_tiles) cmd << " --fixed-tiles";
   FILE* p = popen(cmd.str().c_str(), "r");
   if (p == nullptr) return -1;
   long long bytes = -1;
@@ -268,9 +270,10 @@ nlohmann::json print_results(const std::vector<StepConfig>& configs, const std::
 }
 
 void run(const Options& o) {
-  // The f32 and bf16 baselines as oneDNN runs them: its own threading (training runs them in
-  // thread-count invariant tiles instead; s3r/gemm/matmul.hpp).
-  gemm::set_thread_invariant(false);
+  // The f32 and bf16 products (the bf16 and f32 modes, every int8 recipe's bf16 LM head) as
+  // oneDNN runs them, with its own threading: the baselines at their fastest. --fixed-tiles runs
+  // them as s3r train does, in thread-count invariant tiles (s3r/gemm/matmul.hpp).
+  gemm::set_thread_invariant(o.fixed_tiles);
   // Each value was range-checked as it was parsed; here the combinations, the output file and
   // the memory, all before any work.
   if (o.threads > 0) omp_set_num_threads(o.threads);
@@ -295,6 +298,9 @@ void run(const Options& o) {
               static_cast<long long>(cfg.tokens()));
   std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
               omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
+  std::printf("f32 and bf16 products: %s\n", gemm::thread_invariant()
+                                                   ? "fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"
+                                                   : "oneDNN's own threading (s3r train: fixed tiles, --fixed-tiles)");
   // The limits are measured before any model exists, on idle cores.
   if (o.breakdown) std::printf("%s\n", gemm::limits_line(gemm::roofline_limits()).c_str());
   std::fflush(stdout);
@@ -339,7 +345,8 @@ void run(const Options& o) {
   if (!o.json_path.empty()) {
     nlohmann::json out = {{"preset", o.model.preset}, {"model", cfg.describe()}, {"tokens_per_step", cfg.tokens()},
                                 {"threads", omp_get_max_threads()}, {"warmup", o.warmup},
-                                {"repeats", o.repeats}, {"machine", machine_line()}, {"rows", rows}};
+                                {"repeats", o.repeats}, {"machine", machine_line()},
+                                {"fixed_tiles", gemm::thread_invariant()}, {"rows", rows}};
     if (o.breakdown) out["breakdown"] = breakdown;
     io::write_file_atomic(o.json_path, [&](std::ostream& f) { f << out.dump(1) << "\n"; });
     std::printf("json: %s\n", o.json_path.c_str());
@@ -363,6 +370,9 @@ void register_bench_step(CLI::App& bench) {
                      "0: all of the " + std::to_string(omp_get_num_procs()) + " processors");
   cmd->add_flag("!--no-memory", o->memory, "skip the per-configuration peak-memory children");
   cmd->add_flag("--breakdown", o->breakdown, "also print the time per phase of the step");
+  cmd->add_flag("--fixed-tiles", o->fixed_tiles,
+                "run the f32 and bf16 products as s3r train does (fixed tiles that give the same bits "
+                "for any thread count) instead of with oneDNN's own threading");
   cmd->add_option("--json", o->json_path, "also write the results as JSON");
   cmd->add_option("--memory-of", o->memory_of)->group("");  // internal (measure_memory)
   cmd->callback([o] { run(*o); });
