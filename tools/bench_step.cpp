@@ -269,6 +269,22 @@ nlohmann::json print_results(const std::vector<StepConfig>& configs, const std::
   return rows;
 }
 
+// What is timed, on which machine and how; with --breakdown the roofline's limits, measured here,
+// before any model exists, on idle cores.
+void print_header(const Options& o, const model::ModelConfig& cfg) {
+  std::printf("s3r bench step: one training step (forward, backward, AdamW) of preset %s\n", o.model.preset.c_str());
+  const char* head = o.model.head_choice() == nn::HeadChoice::kInt8 ? " head=int8" : "";  // of int8 recipes
+  std::printf("model: %s%s (%lld tokens per step)\n", cfg.describe().c_str(), head,
+              static_cast<long long>(cfg.tokens()));
+  std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
+              omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
+  std::printf("f32 and bf16 products: %s\n", gemm::thread_invariant()
+                                                   ? "fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"
+                                                   : "oneDNN's own threading (s3r train: fixed tiles, --fixed-tiles)");
+  if (o.breakdown) std::printf("%s\n", gemm::limits_line(gemm::roofline_limits()).c_str());
+  std::fflush(stdout);
+}
+
 void run(const Options& o) {
   // The f32 and bf16 products (the bf16 and f32 modes, every int8 recipe's bf16 LM head) as
   // oneDNN runs them, with its own threading: the baselines at their fastest. --fixed-tiles runs
@@ -292,18 +308,7 @@ void run(const Options& o) {
   check_memory(need, "bench step: one model per configuration (" + std::to_string(configs.size()) + " of " +
                          cfg.describe() + ")",
                "pass fewer --configs or a smaller model", 1.0);
-  std::printf("s3r bench step: one training step (forward, backward, AdamW) of preset %s\n", o.model.preset.c_str());
-  const char* head = o.model.head_choice() == nn::HeadChoice::kInt8 ? " head=int8" : "";  // of int8 recipes
-  std::printf("model: %s%s (%lld tokens per step)\n", cfg.describe().c_str(), head,
-              static_cast<long long>(cfg.tokens()));
-  std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
-              omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
-  std::printf("f32 and bf16 products: %s\n", gemm::thread_invariant()
-                                                   ? "fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"
-                                                   : "oneDNN's own threading (s3r train: fixed tiles, --fixed-tiles)");
-  // The limits are measured before any model exists, on idle cores.
-  if (o.breakdown) std::printf("%s\n", gemm::limits_line(gemm::roofline_limits()).c_str());
-  std::fflush(stdout);
+  print_header(o, cfg);
 
   std::vector<int64_t> memory(configs.size(), -1);
   if (o.memory) {
