@@ -9,6 +9,11 @@
 // L2). A thread packs the A rows of its blocks itself, once per block row. A task's int32 sums
 // live in a per-thread scratch tile that the epilogue turns into the output, so edges (M % 6,
 // N % 16) and leading dimensions cost nothing in the kernel.
+// Products with few rows and a long K (a weight's gradient: M and N are the layer's widths, K the
+// step's tokens) pack by slice instead: a task packs the A and B panels of its block one K slice
+// at a time, into buffers that stay in its caches, and its blocks are larger (up to 192 x 384).
+// Packed whole, B (twice the bytes of its codes) would go through memory and be read back once
+// per block row, and the blocks would be small to give every thread four.
 // Integer sums are exact, so the result does not depend on the blocking or the thread count.
 #include "gemm/s8_gemm.hpp"
 
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include "core/parallel_blocks.hpp"
+#include "core/scratch.hpp"
 #include "kernels/gemm_s8.hpp"
 #include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
@@ -36,6 +42,10 @@ using kernels::kS8Nr;
 constexpr int64_t kKcPairs = 256;     // K slice: 512 codes
 constexpr int64_t kMcPanels = 16;     // rows of a block: 16 x 6 = 96
 constexpr int64_t kNcPanels = 16;     // columns of a block: 16 x 16 = 256
+constexpr int64_t kSliceMinK = 2048;      // products packed by slice: K >= 2048 (four slices) ...
+constexpr int64_t kSliceMaxRows = 768;    // ... and M <= 768 (see gemm_avx2)
+constexpr int64_t kSliceMcPanels = 32;    // their blocks: A slices of 192 rows (192 KiB) ...
+constexpr int64_t kSliceNcPanels = 24;    // ... by 384 columns (int32 sums: up to 288 KiB)
 constexpr int64_t kMaxExactK = 133000;  // K * 127^2 < 2^31
 constexpr int64_t kL2PanelBytes = 512 << 10;  // packed B panels kept in L2 by the AMX/VNNI blocks
 
@@ -60,8 +70,7 @@ void pack_pairs(uint32_t* out, const Operand& x, int64_t panel, int64_t width, i
 template <int64_t W>
 void pack_all(std::vector<uint32_t>& buf, const Operand& x, int64_t rows, int64_t K, int64_t pairs) {
   const int64_t panels = (rows + W - 1) / W;
-  buf.resize(static_cast<size_t>(panels * pairs * W));
-  uint32_t* out = buf.data();
+  uint32_t* out = scratch(buf, panels * pairs * W);
   parallel_blocks(panels, 1, [&](int64_t panel, int64_t) {
     pack_pairs(out + panel * pairs * W, x, panel, W, rows, K, pairs);
   });
@@ -135,87 +144,200 @@ std::pair<int64_t, int64_t> search_avx2_blocks(int64_t m_panels, int64_t n_panel
   return {mc, nc};
 }
 
-}  // namespace
+// The slice path's blocks: the (mc, nc) whose largest run of blocks costs least, in cycles per
+// pair of k: 8 per 6 x 16 micro-tile (24 vector operations on 3 ports) and about 11 per micro-
+// panel packed (each block packs its own; measured on `small`'s dW products). Sizes of the form
+// ceil(panels / parts), so that the blocks split each dimension evenly, and at least a quarter of
+// the largest in each dimension (smaller ones repeat too much packing; the search stays short).
+std::pair<int64_t, int64_t> search_slice_blocks(int64_t m_panels, int64_t n_panels, int64_t threads) {
+  const int64_t mc_max = std::min(kSliceMcPanels, m_panels), nc_max = std::min(kSliceNcPanels, n_panels);
+  const auto run_cost = [&](int64_t mc, int64_t nc) {
+    const int64_t m_blocks = (m_panels + mc - 1) / mc, n_blocks = (n_panels + nc - 1) / nc;
+    const int64_t total = m_blocks * n_blocks, run = (total + threads - 1) / threads;
+    int64_t largest = 0, cost = 0;
+    for (int64_t blk = 0; blk < total; ++blk) {
+      if (blk % run == 0) cost = 0;
+      const int64_t m = std::min(mc, m_panels - blk / n_blocks * mc), n = std::min(nc, n_panels - blk % n_blocks * nc);
+      cost += 8 * m * n + 11 * (m + n);
+      largest = std::max(largest, cost);
+    }
+    return largest;
+  };
+  // ceil(panels / parts) for parts = 1, 2, ..., each size once, from `largest` down to a quarter
+  // of it (never empty: the first size <= largest is more than half of it)
+  const auto sizes = [](int64_t panels, int64_t largest) {
+    std::vector<int64_t> out;
+    for (int64_t parts = 1; parts <= panels; ++parts) {
+      const int64_t size = (panels + parts - 1) / parts;
+      if (size < (largest + 3) / 4) break;
+      if (size <= largest && (out.empty() || size != out.back())) out.push_back(size);
+    }
+    return out;
+  };
+  std::pair<int64_t, int64_t> best{0, 0};
+  int64_t best_cost = 0;
+  for (int64_t mc : sizes(m_panels, mc_max)) {
+    for (int64_t nc : sizes(n_panels, nc_max)) {
+      const int64_t cost = run_cost(mc, nc);
+      if (best.first == 0 || cost < best_cost) best_cost = cost, best = {mc, nc};
+    }
+  }
+  return best;
+}
 
-std::pair<int64_t, int64_t> plan_avx2_blocks(int64_t m_panels, int64_t n_panels, int64_t threads) {
-  // The search below costs up to 1% of a product at `small`'s shapes: plans are kept per thread
-  // for the last few shapes (a model has a handful).
+// Plans are kept per thread for the last few shapes (a model has a handful): the searches cost
+// up to 1% of a product at `small`'s shapes.
+template <class Search>
+std::pair<int64_t, int64_t> cached_plan(bool slices, int64_t m_panels, int64_t n_panels, int64_t threads,
+                                        Search search) {
   struct Plan {
+    bool slices;
     int64_t m_panels, n_panels, threads, mc, nc;
   };
   thread_local std::array<Plan, 8> recent{};
   thread_local size_t next = 0;
   for (const Plan& p : recent) {
-    if (p.m_panels == m_panels && p.n_panels == n_panels && p.threads == threads) return {p.mc, p.nc};
+    if (p.slices == slices && p.m_panels == m_panels && p.n_panels == n_panels && p.threads == threads) {
+      return {p.mc, p.nc};
+    }
   }
-  const auto [mc, nc] = search_avx2_blocks(m_panels, n_panels, threads);
-  recent[next++ % recent.size()] = Plan{m_panels, n_panels, threads, mc, nc};
+  const auto [mc, nc] = search(m_panels, n_panels, threads);
+  recent[next++ % recent.size()] = Plan{slices, m_panels, n_panels, threads, mc, nc};
   return {mc, nc};
 }
+
+}  // namespace
+
+std::pair<int64_t, int64_t> plan_avx2_blocks(int64_t m_panels, int64_t n_panels, int64_t threads) {
+  return cached_plan(false, m_panels, n_panels, threads, search_avx2_blocks);
+}
+
+std::pair<int64_t, int64_t> plan_avx2_slice_blocks(int64_t m_panels, int64_t n_panels, int64_t threads) {
+  return cached_plan(true, m_panels, n_panels, threads, search_slice_blocks);
+}
+
+namespace {
+
+// The AVX2 tier's microkernel and epilogue where the build has them (kernels/gemm_s8.hpp).
+struct Avx2Kernels {
+#ifdef S3R_HAVE_AVX2
+  decltype(&kernels::avx2::gemm_s8_tile) tile = kernels::avx2::gemm_s8_tile;
+  decltype(&kernels::avx2::gemm_s8_epilogue) epilogue = kernels::avx2::gemm_s8_epilogue;
+#else
+  decltype(&kernels::ref::gemm_s8_tile) tile = kernels::ref::gemm_s8_tile;
+  decltype(&kernels::ref::gemm_s8_epilogue) epilogue = kernels::ref::gemm_s8_epilogue;
+#endif
+};
+
+// The output's micro-panels cut into blocks of mc x nc of them; block blk of the row-major order.
+struct Blocks {
+  int64_t M, N, mc, nc, m_panels, n_panels, n_blocks, total;
+  Blocks(int64_t M_, int64_t N_, std::pair<int64_t, int64_t> plan)
+      : M(M_), N(N_), mc(plan.first), nc(plan.second), m_panels((M + kS8Mr - 1) / kS8Mr),
+        n_panels((N + kS8Nr - 1) / kS8Nr), n_blocks((n_panels + nc - 1) / nc),
+        total((m_panels + mc - 1) / mc * n_blocks) {}
+  // Micro-panel rows [i0, i1) and columns [j0, j1) of block blk.
+  struct Range {
+    int64_t ib, i0, i1, j0, j1;
+  };
+  Range operator[](int64_t blk) const {
+    const int64_t ib = blk / n_blocks, jb = blk % n_blocks;
+    return {ib, ib * mc, std::min(m_panels, (ib + 1) * mc), jb * nc, std::min(n_panels, (jb + 1) * nc)};
+  }
+  // The epilogue of block r's int32 sums (row stride nc * kS8Nr).
+  void finish(const Avx2Kernels& k, const kernels::S8Epilogue& epi, const int32_t* sums, const Range& r) const {
+    const int64_t m0 = r.i0 * kS8Mr, n0 = r.j0 * kS8Nr;
+    k.epilogue(epi, sums, nc * kS8Nr, m0, std::min(M, r.i1 * kS8Mr) - m0, n0, std::min(N, r.j1 * kS8Nr) - n0);
+  }
+};
+
+// B packed whole; blocks in row-major order, one contiguous run of them per thread (the blocks
+// are cut by the thread count, which is not numerics: integer sums are exact): a task packs the
+// A panels of a block row once, into its thread's buffer (hot in its L2), and reuses them for
+// the following blocks of the same row.
+void gemm_avx2_whole_b(const Operands& ops, const MatmulShape& s, const Output& out, int64_t threads) {
+  const int64_t M = s.M, N = s.N, K = s.K, pairs = (K + 1) / 2;
+  thread_local std::vector<uint32_t> b_packed;  // grown once, reused
+  pack_all<kS8Nr>(b_packed, ops.b, N, K, pairs);
+  const uint32_t* bp = b_packed.data();
+  const Blocks blocks(M, N, plan_avx2_blocks((M + kS8Mr - 1) / kS8Mr, (N + kS8Nr - 1) / kS8Nr, threads));
+  const int64_t ld_acc = blocks.nc * kS8Nr;
+  const Avx2Kernels k;
+  const kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
+  parallel_blocks(blocks.total, (blocks.total + threads - 1) / threads, [&](int64_t blk0, int64_t blk1) {
+    thread_local std::vector<uint32_t> a_block;
+    thread_local std::vector<int32_t> acc;
+    int64_t packed_row = -1;
+    for (int64_t blk = blk0; blk < blk1; ++blk) {
+      const Blocks::Range r = blocks[blk];
+      uint32_t* ap = scratch(a_block, blocks.mc * pairs * kS8Mr);
+      if (r.ib != packed_row) {
+        for (int64_t i = r.i0; i < r.i1; ++i) pack_pairs(ap + (i - r.i0) * pairs * kS8Mr, ops.a, i, kS8Mr, M, K, pairs);
+        packed_row = r.ib;
+      }
+      int32_t* sums = scratch(acc, blocks.mc * kS8Mr * ld_acc);
+      for (int64_t p0 = 0; p0 < pairs; p0 += kKcPairs) {
+        const int64_t kc = std::min(kKcPairs, pairs - p0);
+        for (int64_t j = r.j0; j < r.j1; ++j) {
+          const uint32_t* b = bp + (j * pairs + p0) * kS8Nr;
+          for (int64_t i = 0; i < r.i1 - r.i0; ++i) {
+            k.tile(ap + (i * pairs + p0) * kS8Mr, b, kc, sums + i * kS8Mr * ld_acc + (j - r.j0) * kS8Nr, ld_acc,
+                   p0 > 0);
+          }
+        }
+      }
+      blocks.finish(k, epi, sums, r);
+    }
+  });
+}
+
+// Packed by slice: for each K slice of its block, a task packs the block's A panels (L2) and
+// then each B panel (L1) just before the A panels meet it.
+void gemm_avx2_by_slice(const Operands& ops, const MatmulShape& s, const Output& out, int64_t threads) {
+  const int64_t M = s.M, N = s.N, K = s.K, pairs = (K + 1) / 2;
+  const Blocks blocks(M, N, plan_avx2_slice_blocks((M + kS8Mr - 1) / kS8Mr, (N + kS8Nr - 1) / kS8Nr, threads));
+  const int64_t ld_acc = blocks.nc * kS8Nr;
+  const Avx2Kernels k;
+  const kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
+  parallel_blocks(blocks.total, (blocks.total + threads - 1) / threads, [&](int64_t blk0, int64_t blk1) {
+    thread_local std::vector<uint32_t> a_slice, b_slice;
+    thread_local std::vector<int32_t> acc;
+    uint32_t* ap = scratch(a_slice, blocks.mc * kKcPairs * kS8Mr);
+    uint32_t* bp = scratch(b_slice, kKcPairs * kS8Nr);
+    int32_t* sums = scratch(acc, blocks.mc * kS8Mr * ld_acc);
+    for (int64_t blk = blk0; blk < blk1; ++blk) {
+      const Blocks::Range r = blocks[blk];
+      for (int64_t p0 = 0; p0 < pairs; p0 += kKcPairs) {
+        // K slice [k0, k0 + depth): kc pairs (the last one's high half 0 where depth is odd)
+        const int64_t kc = std::min(kKcPairs, pairs - p0), k0 = 2 * p0, depth = std::min(2 * kc, K - k0);
+        const Operand a{ops.a.data + k0 * ops.a.stride_k, ops.a.stride_r, ops.a.stride_k};
+        const Operand b{ops.b.data + k0 * ops.b.stride_k, ops.b.stride_r, ops.b.stride_k};
+        for (int64_t i = r.i0; i < r.i1; ++i) pack_pairs(ap + (i - r.i0) * kc * kS8Mr, a, i, kS8Mr, M, depth, kc);
+        for (int64_t j = r.j0; j < r.j1; ++j) {
+          pack_pairs(bp, b, j, kS8Nr, N, depth, kc);
+          for (int64_t i = 0; i < r.i1 - r.i0; ++i) {
+            k.tile(ap + i * kc * kS8Mr, bp, kc, sums + i * kS8Mr * ld_acc + (j - r.j0) * kS8Nr, ld_acc, p0 > 0);
+          }
+        }
+      }
+      blocks.finish(k, epi, sums, r);
+    }
+  });
+}
+
+}  // namespace
 
 void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
 #ifndef S3R_HAVE_AVX2
   throw Error("int8 GEMM: this build has no AVX2 kernels (configured with -DS3R_AVX2=OFF)");
 #endif
   check_depth(s.K);
-  const int64_t M = s.M, N = s.N, K = s.K, pairs = (K + 1) / 2;
-  const Operands ops = operands(A, B, s);
-  thread_local std::vector<uint32_t> b_packed;  // grown once, reused
-  pack_all<kS8Nr>(b_packed, ops.b, N, K, pairs);
-
-  const int64_t m_panels = (M + kS8Mr - 1) / kS8Mr, n_panels = (N + kS8Nr - 1) / kS8Nr;
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const std::pair<int64_t, int64_t> plan = plan_avx2_blocks(m_panels, n_panels, threads);
-  const int64_t mc = plan.first, nc = plan.second;  // (not a structured binding: lambdas use them)
-  const int64_t m_blocks = (m_panels + mc - 1) / mc, n_blocks = (n_panels + nc - 1) / nc;
-  const int64_t ld_acc = nc * kS8Nr;
-  const int64_t ldc = s.ldc;
-#ifdef S3R_HAVE_AVX2
-  const auto tile = kernels::avx2::gemm_s8_tile;
-  const auto epilogue = kernels::avx2::gemm_s8_epilogue;
-#else
-  const auto tile = kernels::ref::gemm_s8_tile;
-  const auto epilogue = kernels::ref::gemm_s8_epilogue;
-#endif
-  const uint32_t* bp = b_packed.data();
-  const kernels::S8Epilogue epi = epilogue_of(out, ldc);
-
-  // Blocks in row-major order, one contiguous run of them per thread (the blocks are cut by
-  // the thread count, which is not numerics: integer sums are exact): a task packs the A panels
-  // of a block row once, into its thread's buffer (hot in its L2), and reuses them for the
-  // following blocks of the same row.
-  const int64_t total = m_blocks * n_blocks;
-  parallel_blocks(total, (total + threads - 1) / threads, [&](int64_t blk0, int64_t blk1) {
-    thread_local std::vector<uint32_t> a_block;
-    thread_local std::vector<int32_t> acc;
-    int64_t packed_row = -1;
-    for (int64_t blk = blk0; blk < blk1; ++blk) {
-      const int64_t ib = blk / n_blocks, jb = blk % n_blocks;
-      const int64_t i0 = ib * mc, i1 = std::min(m_panels, i0 + mc);
-      const int64_t j0 = jb * nc, j1 = std::min(n_panels, j0 + nc);
-      if (ib != packed_row) {
-        a_block.resize(static_cast<size_t>(mc * pairs * kS8Mr));
-        for (int64_t i = i0; i < i1; ++i) {
-          pack_pairs(a_block.data() + (i - i0) * pairs * kS8Mr, ops.a, i, kS8Mr, M, K, pairs);
-        }
-        packed_row = ib;
-      }
-      acc.resize(static_cast<size_t>(mc * kS8Mr * ld_acc));
-      const uint32_t* ap = a_block.data();
-      for (int64_t p0 = 0; p0 < pairs; p0 += kKcPairs) {
-        const int64_t kc = std::min(kKcPairs, pairs - p0);
-        for (int64_t j = j0; j < j1; ++j) {
-          const uint32_t* b = bp + (j * pairs + p0) * kS8Nr;
-          for (int64_t i = 0; i < i1 - i0; ++i) {
-            tile(ap + (i * pairs + p0) * kS8Mr, b, kc,
-                 acc.data() + i * kS8Mr * ld_acc + (j - j0) * kS8Nr, ld_acc, p0 > 0);
-          }
-        }
-      }
-      const int64_t m0 = i0 * kS8Mr, n0 = j0 * kS8Nr;
-      epilogue(epi, acc.data(), ld_acc, m0, std::min(M, i1 * kS8Mr) - m0, n0, std::min(N, j1 * kS8Nr) - n0);
-    }
-  });
+  // By slice where B packed whole would cost more than the packing the blocks repeat: at
+  // `small`'s dW products (M 256 or 768, K 4096) 4-16% faster, at `wide`'s (M 1024 or 4096,
+  // K 2048) 1-10% slower (2026-12-05, Emerald Rapids under S3R_MAX_ISA=avx2).
+  if (s.K >= kSliceMinK && s.M <= kSliceMaxRows) return gemm_avx2_by_slice(operands(A, B, s), s, out, threads);
+  gemm_avx2_whole_b(operands(A, B, s), s, out, threads);
 }
 
 namespace {
@@ -261,10 +383,8 @@ Panels pack_panels(const Operands& ops, int64_t M, int64_t N, int64_t K, bool vn
   const int64_t a_first = a_direct ? M / kAmxBlock * 2 : 0;
   const int64_t a_panels = 2 * m_blocks - a_first, b_panels = 2 * n_blocks;
   thread_local AlignedVector<int8_t> a_packed, b_packed;  // grown once, reused; 64-byte rows
-  a_packed.resize(static_cast<size_t>(a_panels * kAmxRows * kp));
-  b_packed.resize(static_cast<size_t>(b_panels * kAmxRows * kp));
-  int8_t* ap = a_packed.data();
-  int8_t* bp = b_packed.data();
+  int8_t* ap = scratch(a_packed, a_panels * kAmxRows * kp);
+  int8_t* bp = scratch(b_packed, b_panels * kAmxRows * kp);
   const auto pack_a = a_quads ? k512::pack_amx_b : k512::pack_amx_a;
   const auto pack_b = vnni ? k512::pack_vnni_b : k512::pack_amx_b;
   // A k-major operand is packed in one task per thread, in whole fours of panels, so that each
@@ -388,10 +508,9 @@ void gemm_reference(const int8_t* A, const int8_t* B, const MatmulShape& s, cons
   const kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
   parallel_blocks(M, kRows, [&](int64_t m0, int64_t m1) {
     thread_local std::vector<int32_t> acc;
-    acc.resize(static_cast<size_t>(kRows * N));
-    kernels::ref::gemm_s8_rows(acc.data(), N, A, s.lda, s.a_transposed, B, s.ldb,
-                               s.b_transposed, N, s.K, m0, m1);
-    kernels::ref::gemm_s8_epilogue(epi, acc.data(), N, m0, m1 - m0, 0, N);
+    int32_t* sums = scratch(acc, kRows * N);
+    kernels::ref::gemm_s8_rows(sums, N, A, s.lda, s.a_transposed, B, s.ldb, s.b_transposed, N, s.K, m0, m1);
+    kernels::ref::gemm_s8_epilogue(epi, sums, N, m0, m1 - m0, 0, N);
   });
 }
 

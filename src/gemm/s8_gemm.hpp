@@ -24,8 +24,10 @@ struct Output {
   const kernels::DxTerms* dx = nullptr;  // f32 only: the dX epilogue instead of the scales
 };
 
-// Packed panels and the AVX2 microkernel (kernels/gemm_s8.hpp), OpenMP over output blocks.
-// Bit-identical for any thread count. `shape` has its leading dimensions resolved.
+// Packed panels and the AVX2 microkernel (kernels/gemm_s8.hpp), OpenMP over output blocks; B
+// packed whole, or, where M <= 768 and K >= 2048 (a weight's gradient), both operands packed by
+// K slice within each block. Bit-identical for any thread count. `shape` has its leading
+// dimensions resolved.
 void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& shape, const Output& out);
 
 // The AVX2 GEMM's blocks (mc, nc), in 6-row and 16-column micro-panels, for an output of
@@ -33,6 +35,10 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& shape, const
 // blocks in row-major order): at most 16 x 16, at least four blocks per thread where the output
 // allows, and among sizes down to half of that the ones whose largest run is the smallest.
 std::pair<int64_t, int64_t> plan_avx2_blocks(int64_t m_panels, int64_t n_panels, int64_t threads);
+// The blocks of the products packed by slice: at most 32 x 24 micro-panels, each dimension cut
+// evenly (sizes ceil(panels / parts)), the largest run of blocks the cheapest by a cost model of
+// the microkernel and the packing that every block repeats.
+std::pair<int64_t, int64_t> plan_avx2_slice_blocks(int64_t m_panels, int64_t n_panels, int64_t threads);
 
 // int8 panels and AMX tiles (kernels/gemm_s8.hpp's AMX block), OpenMP over 32 x 32 output
 // blocks; only on a CPU whose AMX-INT8 state the OS granted. Bit-identical for any thread count.

@@ -54,5 +54,34 @@ TEST(Avx2Blocks, KeepWholeBlocksWhereTheSplitIsAlreadyEven) {
   }
 }
 
+// The products packed by slice: each block repeats the packing of its A and B panels for every
+// K slice, so that blocks are as large as the caches allow (32 x 24) and few, and the plan weighs
+// that packing (about 11 cycles per micro-panel and pair of k) against the microkernel's 8 per
+// micro-tile. At `small`'s dW shapes on 2 threads these are the plans that measured fastest
+// (2026-12-05, forced plans through a throwaway build): 43 x 16 panels as 22 x 16 (138 G/s; 4 x 8,
+// the blocks of plan_avx2_blocks, 105 G/s by slice), 43 x 48 as 22 x 24 (145 G/s; 22 x 16 140,
+// 11 x 16 130).
+TEST(Avx2Blocks, SliceBlocksAreLargeAndSplitEvenly) {
+  EXPECT_EQ(plan_avx2_slice_blocks(43, 16, 2), std::make_pair(int64_t{22}, int64_t{16}));
+  EXPECT_EQ(plan_avx2_slice_blocks(43, 48, 2), std::make_pair(int64_t{22}, int64_t{24}));
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{43, 16}, {43, 48}, {128, 16}, {128, 48}, {1, 1}, {7, 3},
+                      {33, 100}}) {
+    for (int64_t threads : {1, 2, 3, 4}) {
+      const auto [mc, nc] = plan_avx2_slice_blocks(m, n, threads);
+      ASSERT_TRUE(mc >= 1 && mc <= std::min<int64_t>(32, m) && nc >= 1 && nc <= std::min<int64_t>(24, n))
+          << m << " x " << n << " on " << threads << ": " << mc << " x " << nc;
+      // Within 12% of an even split of the micro-panels wherever the output has enough of them
+      // for every thread.
+      if (m * n >= 64 * threads) {
+        EXPECT_LE(static_cast<double>(largest_run(m, n, mc, nc, threads)),
+                  1.12 * static_cast<double>(m * n) / static_cast<double>(threads))
+            << m << " x " << n << " panels on " << threads << " threads as " << mc << " x " << nc << " blocks";
+      }
+    }
+  }
+  // One thread: whole blocks of the largest size, not a split.
+  EXPECT_EQ(plan_avx2_slice_blocks(43, 48, 1), std::make_pair(int64_t{22}, int64_t{24}));
+}
+
 }  // namespace
 }  // namespace s3r::gemm::s8

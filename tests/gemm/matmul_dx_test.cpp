@@ -32,7 +32,8 @@ TEST(MatmulDx, FusedEqualsTheReferenceEpilogueOfTheExactSums) {
   std::mt19937 gen(5);
   // (T, K, N, S): T tokens of S per example; K the output's columns, N the summed dimension.
   for (auto [T, K, N, S] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1, 1, 1}, {7, 17, 3, 7},
-                            {37, 50, 70, 37}, {70, 300, 130, 35}, {97, 257, 513, 97}, {64, 64, 128, 16}}) {
+                            {37, 50, 70, 37}, {70, 300, 130, 35}, {97, 257, 513, 97}, {64, 64, 128, 16},
+                            {40, 50, 2049, 20}}) {  // AVX2: packed by K slice (T <= 768, N >= 2048)
     const auto g = testing::random_s8(T * N, 11), w = testing::random_s8(K * N, 12);
     // the exact sums of G W^T, W stored (K, N)
     std::vector<int32_t> sums(T * K);

@@ -85,7 +85,10 @@ std::vector<Case> blocked_cases() {
                          {64, 33, 192}, {77, 31, 192},
                          // several chunks of B panels of the AMX/VNNI blocks (512 KB each: 7 and
                          // 4 blocks of 32 columns at these K), with edges in every dimension
-                         {40, 300, 2100}, {40, 200, 4096}}) {
+                         {40, 300, 2100}, {40, 200, 4096},
+                         // AVX2: packed by K slice (M <= 768, K >= 2048), odd K, blocks split over
+                         // the threads
+                         {101, 40, 2049}}) {
     for (auto [ta, tb] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, false},
                           std::pair{true, true}}) {
       c.push_back({M, N, K, ta, tb});
