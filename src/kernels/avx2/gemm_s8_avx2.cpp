@@ -62,20 +62,18 @@ void gemm_s8_tile(const uint32_t* a, const uint32_t* b, int64_t pairs, int32_t* 
 
 namespace {
 
-// The first n (<= 16) codes at p widened to int16, the other lanes 0; reads only those n bytes.
-__m256i widen_first(const int8_t* p, int64_t n) {
-  if (n == 16) return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+// The first n (<= 16) codes at p, the other bytes 0; reads only those n bytes.
+__m128i first_codes(const int8_t* p, int64_t n) {
+  if (n == 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   alignas(16) int8_t buf[16] = {};
   std::memcpy(buf, p, static_cast<size_t>(n));
-  return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
 }
 
-// Words j < 16 of (lo[j], hi[j]) to out.
-void store_pair_words16(uint32_t* out, __m256i lo, __m256i hi) {
-  const __m256i a = _mm256_unpacklo_epi16(lo, hi);  // words 0-3 | 8-11
-  const __m256i b = _mm256_unpackhi_epi16(lo, hi);  // words 4-7 | 12-15
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(a, b, 0x20));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), _mm256_permute2x128_si256(a, b, 0x31));
+// Words j < 16 of (lo[j], hi[j]) to out: the bytes side by side, then each widened to int16.
+void store_pair_words16(uint32_t* out, __m128i lo, __m128i hi) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(lo, hi)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(lo, hi)));
 }
 
 // r[i] = words (i, 0..7) -> r[q] = words (0..7, q).
@@ -111,10 +109,9 @@ __m128i widen8(const int8_t* p, int64_t n, bool whole) {
 void pack_pairs_of_runs(uint32_t* out, const int8_t* x, int64_t stride_k, int64_t valid, int64_t width,
                         int64_t K) {
   if (width == kS8Nr) {
-    const __m256i zero = _mm256_setzero_si256();
     for (int64_t k = 0; k < K; k += 2) {
-      const __m256i lo = widen_first(x + k * stride_k, valid);
-      const __m256i hi = k + 1 < K ? widen_first(x + (k + 1) * stride_k, valid) : zero;
+      const __m128i lo = first_codes(x + k * stride_k, valid);
+      const __m128i hi = k + 1 < K ? first_codes(x + (k + 1) * stride_k, valid) : _mm_setzero_si128();
       store_pair_words16(out + (k / 2) * kS8Nr, lo, hi);
     }
     return;
