@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/model/attention.hpp"
 #include "s3r/model/layers.hpp"
 
@@ -36,16 +37,16 @@ constexpr Shape kShapes[] = {{"small", 16, 256, 4, 4, 64},
                              {"s64", 16, 64, 4, 4, 64},
                              {"tiny", 4, 32, 4, 4, 16}};
 
-std::vector<float> random_vec(size_t n, uint32_t seed) {
+AlignedVector<float> random_vec(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
+  AlignedVector<float> v(n);
   for (auto& x : v) x = normal(gen);
   return v;
 }
 
 struct Buffers {
-  std::vector<float> q, k, v, dout, out, lse, probs, dq, dk, dv;
+  AlignedVector<float> q, k, v, dout, out, lse, probs, dq, dk, dv;
   explicit Buffers(const Shape& s)
       : q(random_vec(s.acts(), 1)),
         k(random_vec(s.kv_acts(), 2)),

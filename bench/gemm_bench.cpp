@@ -60,7 +60,7 @@ constexpr int64_t kMaxDim = 4096;
 
 struct Operands {
   std::vector<int8_t> a8, b8;
-  std::vector<float> a32, b32, row_scale, col_scale;
+  AlignedVector<float> a32, b32, row_scale, col_scale;
   std::vector<bf16> a16, b16;
 };
 
@@ -113,7 +113,7 @@ void bm_s8(benchmark::State& state, Layout layout, int64_t N, int64_t K, Int8Bac
   }
   const gemm::ScopedInt8Backend scoped(backend);
   const Operands& o = operands();
-  std::vector<float> c(static_cast<size_t>(kM * N));
+  AlignedVector<float> c(static_cast<size_t>(kM * N));
   const gemm::MatmulShape s = shape_of(layout, N, K);
   for (auto _ : state) {
     switch (layout) {
@@ -146,7 +146,7 @@ void bm_bf16(benchmark::State& state, Layout layout, int64_t N, int64_t K, Bf16B
   }
   const gemm::ScopedBf16Backend scoped(backend);
   const Operands& o = operands();
-  std::vector<float> c(static_cast<size_t>(kM * N));
+  AlignedVector<float> c(static_cast<size_t>(kM * N));
   for (auto _ : state) {
     gemm::matmul_bf16(c.data(), o.a16.data(), o.b16.data(), shape_of(layout, N, K));
     benchmark::ClobberMemory();
@@ -157,7 +157,7 @@ void bm_bf16(benchmark::State& state, Layout layout, int64_t N, int64_t K, Bf16B
 void bm_f32(benchmark::State& state, Layout layout, int64_t N, int64_t K, int threads) {
   if (!enter(state, Isa::kReference, threads)) return;
   const Operands& o = operands();
-  std::vector<float> c(static_cast<size_t>(kM * N));
+  AlignedVector<float> c(static_cast<size_t>(kM * N));
   for (auto _ : state) {
     gemm::matmul_f32(c.data(), o.a32.data(), o.b32.data(), shape_of(layout, N, K));
     benchmark::ClobberMemory();

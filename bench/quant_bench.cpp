@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/bf16.hpp"
 #include "s3r/quant/forward_quant.hpp"
 #include "s3r/quant/grad_quant.hpp"
@@ -42,9 +43,9 @@ constexpr int64_t kMaxChannels = 8192;      // N; the N = 2048 problems use a pr
 // Inputs of every benchmark in this file, made once: G (T, 8192) f32 and bf16, sx (T), sw (8192).
 // G with N < 8192 channels is the first T * N elements (a different, equally random matrix).
 struct Inputs {
-  std::vector<float> g;
+  AlignedVector<float> g;
   std::vector<bf16> g_bf16;
-  std::vector<float> sx, sw;
+  AlignedVector<float> sx, sw;
 };
 
 const Inputs& inputs() {
@@ -109,7 +110,7 @@ void bm_fwd_rows(benchmark::State& state, int64_t rows, int64_t cols, int thread
   const ScopedIsa scoped(isa);
   const std::span<const float> x = std::span<const float>(inputs().g).first(rows * cols);
   std::vector<int8_t> codes(static_cast<size_t>(rows * cols));
-  std::vector<float> scales(static_cast<size_t>(rows));
+  AlignedVector<float> scales(static_cast<size_t>(rows));
   quantize_rows_rtne(codes, scales, x, rows, cols, "x");
   for (auto _ : state) {
     quantize_rows_rtne(codes, scales, x, rows, cols, "x");
@@ -125,7 +126,7 @@ void bm_fwd_cols(benchmark::State& state, int64_t rows, int64_t cols, int thread
   const ScopedIsa scoped(isa);
   const std::span<const float> w = std::span<const float>(inputs().g).first(rows * cols);
   std::vector<int8_t> codes(static_cast<size_t>(rows * cols));
-  std::vector<float> scales(static_cast<size_t>(cols));
+  AlignedVector<float> scales(static_cast<size_t>(cols));
   quantize_cols_rtne(codes, scales, w, rows, cols, "w");
   for (auto _ : state) {
     quantize_cols_rtne(codes, scales, w, rows, cols, "w");

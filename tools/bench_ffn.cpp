@@ -15,11 +15,12 @@
 #include "commands.hpp"
 #include "memory_check.hpp"
 #include "option_checks.hpp"
-#include "s3r/core/error.hpp"
-#include "s3r/gemm/matmul.hpp"
-#include "s3r/gemm/machine_line.hpp"
-#include "s3r/gemm/roofline.hpp"
 #include "roofline_table.hpp"
+#include "s3r/core/aligned_vector.hpp"
+#include "s3r/core/error.hpp"
+#include "s3r/gemm/machine_line.hpp"
+#include "s3r/gemm/matmul.hpp"
+#include "s3r/gemm/roofline.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/nn/recipe.hpp"
 #include "s3r/nn/swiglu.hpp"
@@ -117,7 +118,7 @@ std::vector<FfnShape> select_shapes(const Options& o) {
 }
 
 // Uniform values in [-scale, scale), from Threefry (fast enough for the largest shapes).
-void fill_uniform(std::vector<float>& v, size_t n, float scale, uint32_t stream) {
+void fill_uniform(AlignedVector<float>& v, size_t n, float scale, uint32_t stream) {
   v.resize(n);
   std::vector<uint32_t> bits(1 << 20);
   const Key key = fold_in(key_from_seed(2026), stream);
@@ -144,13 +145,13 @@ double median(std::vector<double> v) {
 ShapeResult run_shape(const FfnShape& s, const Options& o) {
   const int64_t T = o.tokens, C = s.H, F = s.D;
   const int64_t S = o.seq_len ? o.seq_len : T;
-  std::vector<float> x, w1, w3, w2, dy;
+  AlignedVector<float> x, w1, w3, w2, dy;
   fill_uniform(x, T * C, 1.0f, 1);
   fill_uniform(w1, C * F, 1.0f / std::sqrt(static_cast<float>(C)), 2);
   fill_uniform(w3, C * F, 1.0f / std::sqrt(static_cast<float>(C)), 3);
   fill_uniform(w2, F * C, 1.0f / std::sqrt(static_cast<float>(F)), 4);
   fill_uniform(dy, T * C, 1e-3f, 5);
-  std::vector<float> y(T * C), dx(T * C), dw1(C * F), dw3(C * F), dw2(F * C);
+  AlignedVector<float> y(T * C), dx(T * C), dw1(C * F), dw3(C * F), dw2(F * C);
   nn::SwigluState state;
   nn::SwigluScratch scratch;
   const size_t n = configs().size();

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "option_checks.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/data/dataloader.hpp"
 #include "s3r/model/model.hpp"
@@ -39,7 +40,7 @@ Batch load_validation_batch(const std::string& command, const std::string& data_
   return b;
 }
 
-std::vector<float> load_trained_weights(const std::string& checkpoint, const ckpt::CheckpointInfo& info) {
+AlignedVector<float> load_trained_weights(const std::string& checkpoint, const ckpt::CheckpointInfo& info) {
   model::Model trained(info.model, info.recipe);
   ckpt::load_checkpoint_weights(checkpoint, trained);
   return {trained.params().begin(), trained.params().end()};

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "s3r/ckpt/checkpoint.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/data/token_shard.hpp"
 #include "s3r/model/config.hpp"
 
@@ -36,7 +37,7 @@ Batch load_validation_batch(const std::string& command, const std::string& data_
 
 // The checkpoint's weights, loaded into a model of its own configuration and recipe
 // (load_checkpoint_weights refuses any other); the diagnostics' models start from copies.
-std::vector<float> load_trained_weights(const std::string& checkpoint, const ckpt::CheckpointInfo& info);
+AlignedVector<float> load_trained_weights(const std::string& checkpoint, const ckpt::CheckpointInfo& info);
 
 // The options that name what a diagnostic reads: --checkpoint (required), --data, --keys (in
 // [1, max_keys]), --seed and --batch-index, each range-checked as it is parsed.

@@ -18,10 +18,11 @@
 #include "diag_common.hpp"
 #include "memory_check.hpp"
 #include "option_checks.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
-#include "s3r/gemm/machine_line.hpp"
 #include "s3r/data/dataloader.hpp"
 #include "s3r/data/token_shard.hpp"
+#include "s3r/gemm/machine_line.hpp"
 #include "s3r/io/atomic_file.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/nn/backward_probe.hpp"
@@ -59,11 +60,11 @@ const std::vector<DiagConfig>& all_configs() {
 
 // The gradients the table compares, copied out of a model after backward().
 struct Grads {
-  std::vector<float> dx_first, dx_last, emb;
-  std::vector<std::vector<float>> w_first;  // the projections of block 0, in model::Projection order
+  AlignedVector<float> dx_first, dx_last, emb;
+  std::vector<AlignedVector<float>> w_first;  // the projections of block 0, in model::Projection order
 };
 
-std::vector<float> param_grad(model::Model& m, const std::string& name) {
+AlignedVector<float> param_grad(model::Model& m, const std::string& name) {
   const model::ParamInfo& p = m.param_info(name);
   return {m.grads().begin() + p.offset, m.grads().begin() + p.offset + p.size};
 }
@@ -101,7 +102,7 @@ double rel_error(const std::vector<std::span<const float>>& a, const std::vector
   return den > 0.0 ? std::sqrt(num / den) : (num > 0.0 ? INFINITY : 0.0);
 }
 
-double rel_error(const std::vector<const std::vector<float>*>& a, const std::vector<const std::vector<float>*>& b) {
+double rel_error(const std::vector<const AlignedVector<float>*>& a, const std::vector<const AlignedVector<float>*>& b) {
   std::vector<std::span<const float>> sa, sb;
   for (const auto* v : a) sa.emplace_back(*v);
   for (const auto* v : b) sb.emplace_back(*v);
@@ -112,7 +113,7 @@ double rel_error(const std::vector<const std::vector<float>*>& a, const std::vec
 std::vector<std::span<const float>> expert_slices(const Grads& g, int64_t e, int64_t experts) {
   std::vector<std::span<const float>> out;
   for (auto p : {model::Projection::kGate, model::Projection::kUp, model::Projection::kDown}) {
-    const std::vector<float>& w = g.w_first[static_cast<size_t>(p)];
+    const AlignedVector<float>& w = g.w_first[static_cast<size_t>(p)];
     const size_t n = w.size() / static_cast<size_t>(experts);
     out.emplace_back(w.data() + static_cast<size_t>(e) * n, n);
   }
@@ -122,19 +123,21 @@ std::vector<std::span<const float>> expert_slices(const Grads& g, int64_t e, int
 // The quantities of the table: name -> pointers into a Grads.
 struct Quantity {
   std::string key, title;
-  std::vector<const std::vector<float>*> (*pick)(const Grads&);
+  std::vector<const AlignedVector<float>*> (*pick)(const Grads&);
 };
 
 std::vector<Quantity> quantities() {
   return {
-      {"dx_first_block", "dX block 0", [](const Grads& g) { return std::vector<const std::vector<float>*>{&g.dx_first}; }},
-      {"dx_last_block", "dX last block", [](const Grads& g) { return std::vector<const std::vector<float>*>{&g.dx_last}; }},
+      {"dx_first_block", "dX block 0",
+       [](const Grads& g) { return std::vector<const AlignedVector<float>*>{&g.dx_first}; }},
+      {"dx_last_block", "dX last block",
+       [](const Grads& g) { return std::vector<const AlignedVector<float>*>{&g.dx_last}; }},
       {"dw_first_block", "dW block 0", [](const Grads& g) {
-         std::vector<const std::vector<float>*> v;
+         std::vector<const AlignedVector<float>*> v;
          for (const auto& w : g.w_first) v.push_back(&w);
          return v;
        }},
-      {"embedding", "embedding", [](const Grads& g) { return std::vector<const std::vector<float>*>{&g.emb}; }},
+      {"embedding", "embedding", [](const Grads& g) { return std::vector<const AlignedVector<float>*>{&g.emb}; }},
   };
 }
 
@@ -182,7 +185,7 @@ Stat mean_and_sd(const std::vector<double>& v) {
 
 // sum += g, element by element; both collected from models of one configuration.
 void add_grads(Grads& sum, const Grads& g) {
-  auto add = [](std::vector<float>& a, const std::vector<float>& b) {
+  auto add = [](AlignedVector<float>& a, const AlignedVector<float>& b) {
     for (size_t j = 0; j < a.size(); ++j) a[j] += b[j];
   };
   add(sum.dx_first, g.dx_first), add(sum.dx_last, g.dx_last), add(sum.emb, g.emb);
@@ -191,7 +194,7 @@ void add_grads(Grads& sum, const Grads& g) {
 
 // g /= n, element by element.
 void divide_grads(Grads& g, int n) {
-  auto scale = [n](std::vector<float>& a) {
+  auto scale = [n](AlignedVector<float>& a) {
     for (float& x : a) x /= static_cast<float>(n);
   };
   scale(g.dx_first), scale(g.dx_last), scale(g.emb);
@@ -277,7 +280,7 @@ void print_header(const Options& o, const ckpt::CheckpointInfo& info) {
 // What every model of the run is built from and runs on.
 struct Workload {
   const model::ModelConfig& cfg;
-  const std::vector<float>& weights;  // load_trained_weights()
+  const AlignedVector<float>& weights;  // load_trained_weights()
   const Batch& batch;
 };
 
@@ -528,7 +531,7 @@ void run(const Options& o) {
   const Batch batch = load_validation_batch("diag grad-error", o.data_dir, o.batch_index, inputs.val, cfg);
   const std::vector<DiagConfig> configs = table_configs(o);
   print_header(o, inputs.info);
-  const std::vector<float> weights = load_trained_weights(o.checkpoint, inputs.info);
+  const AlignedVector<float> weights = load_trained_weights(o.checkpoint, inputs.info);
   const Workload work{cfg, weights, batch};
   const Reference ref = compute_reference(o, work);
   print_losses(o, ref);

@@ -14,6 +14,7 @@
 #include "diag_common.hpp"
 #include "memory_check.hpp"
 #include "option_checks.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/machine_line.hpp"
 #include "s3r/io/atomic_file.hpp"
@@ -78,12 +79,12 @@ std::vector<model::ParamInfo> projections(const model::Model& m) {
 
 // The checkpoint's weights and AdamW second moment v (each the size of the parameters).
 struct TrainedState {
-  std::vector<float> weights, v;
+  AlignedVector<float> weights, v;
 };
 
 TrainedState load_state(const std::string& checkpoint, const ckpt::CheckpointInfo& info) {
   model::Model trained(info.model, info.recipe);
-  std::vector<float> m(trained.params().size()), v(trained.params().size());
+  AlignedVector<float> m(trained.params().size()), v(trained.params().size());
   ckpt::load_checkpoint(checkpoint, trained, m, v);
   return {{trained.params().begin(), trained.params().end()}, std::move(v)};
 }
@@ -91,11 +92,11 @@ TrainedState load_state(const std::string& checkpoint, const ckpt::CheckpointInf
 // The gradient of unquantized G through the int8 forward (BackwardProbe::exact_grad) and its
 // global norm (over all parameters, as AdamW clips).
 struct Exact {
-  std::vector<float> grads;
+  AlignedVector<float> grads;
   double norm = 0.0, loss = 0.0;
 };
 
-Exact exact_gradient(const model::ModelConfig& cfg, const std::vector<float>& weights, const Batch& batch,
+Exact exact_gradient(const model::ModelConfig& cfg, const AlignedVector<float>& weights, const Batch& batch,
                      uint32_t seed) {
   model::Model m(cfg, nn::Recipe::make(nn::LinearMode::kRtne, nn::Correction::kNone));
   std::copy(weights.begin(), weights.end(), m.params().begin());

@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "option_checks.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/infer/decoder.hpp"
 #include "s3r/infer/tokenizer.hpp"
@@ -64,7 +65,7 @@ void run(const Options& o) {
   }
   infer::Decoder decoder(ckpt, precision, S);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> all_logits;
+  AlignedVector<float> all_logits;
   std::span<const float> logits = decoder.feed(ids, o.dump_logprobs.empty() ? nullptr : &all_logits);
   const auto t1 = std::chrono::steady_clock::now();
   if (!o.dump_logprobs.empty()) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint_internal.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/test_pause.hpp"
 #include "s3r/io/atomic_file.hpp"
@@ -42,7 +43,7 @@ void copy_tensor(const io::SafetensorsFile& file, const fs::path& path, const st
     throw Error("tensor '" + name + "' of '" + path.string() + "' has shape " + shape_text(got) + ", expected " +
                 shape_text(shape) + (version < 3 ? " or flat (" + std::to_string(size) + ")" : ""));
   }
-  const std::vector<float>& src = it->second.data;
+  const AlignedVector<float>& src = it->second.data;
   for (size_t i = 0; i < src.size(); ++i) {
     if (!std::isfinite(src[i])) {
       throw Error("tensor '" + name + "' of '" + path.string() + "' holds a non-finite value at element " +

@@ -6,12 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 
 namespace s3r::dist {
 
 bool Communicator::any(bool flag) {
-  std::vector<float> v{flag ? 1.0f : 0.0f};
+  AlignedVector<float> v{flag ? 1.0f : 0.0f};
   max(v);
   return v[0] > 0.0f;
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/dist/communicator.hpp"
 #include "s3r/dist/tree_sum.hpp"
@@ -115,7 +116,7 @@ class Mpi final : public Communicator {
 
  private:
   int rank_ = 0, size_ = 1;
-  std::vector<float> pieces_;
+  AlignedVector<float> pieces_;
 };
 
 }  // namespace

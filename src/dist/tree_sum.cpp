@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/parallel_blocks.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
 
@@ -22,14 +23,14 @@ void add_into(std::span<float> a, std::span<const float> b) {
 namespace {
 
 void node(std::span<float> out, int64_t lo, int64_t hi, size_t depth, const LeafFill& fill,
-          std::vector<std::vector<float>>& scratch) {
+          std::vector<AlignedVector<float>>& scratch) {
   if (hi - lo == 1) {
     fill(lo, out);
     return;
   }
   const int64_t mid = lo + (hi - lo) / 2;
   node(out, lo, mid, depth + 1, fill, scratch);
-  std::vector<float>& right = scratch[depth];
+  AlignedVector<float>& right = scratch[depth];
   right.resize(out.size());
   node(right, mid, hi, depth + 1, fill, scratch);
   add_into(out, right);
@@ -52,7 +53,7 @@ void piece_node(float* pieces, int64_t lo, int64_t hi, int64_t len, bool threade
 }  // namespace
 
 void tree_sum_leaves(std::span<float> out, int64_t leaves, const LeafFill& fill,
-                     std::vector<std::vector<float>>& scratch) {
+                     std::vector<AlignedVector<float>>& scratch) {
   if (leaves < 1) throw Error("tree_sum_leaves: needs at least one leaf, got " + std::to_string(leaves));
   // One scratch per level, all made before the descent: node() holds a reference into scratch
   // while it recurses, which growing it there would invalidate (leaf counts not a power of two).

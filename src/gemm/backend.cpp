@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gemm/onednn_matmul.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/cpu_features.hpp"
 #include "s3r/core/error.hpp"
 
@@ -68,7 +69,7 @@ Int8SelfCheck run_self_check() {
       s.lda = layout.ta ? M : K;
       s.ldb = layout.tb ? K : N;
       s.ldc = N;
-      std::vector<float> col(N);
+      AlignedVector<float> col(N);
       for (int64_t n = 0; n < N; ++n) col[n] = 0.25f * static_cast<float>(n % 5 + 1);
       for (const Pattern& pat : kPatterns) {
         const auto a = codes(static_cast<size_t>(M * K), pat.a, 11);
@@ -88,7 +89,7 @@ Int8SelfCheck run_self_check() {
                             o.s32 ? onednn::Type::kS32 : onednn::Type::kF32, s,
                             o.col_scale ? col.data() : nullptr, o.accumulate};
           std::vector<int32_t> c32(static_cast<size_t>(M * N), 0);
-          std::vector<float> cf(static_cast<size_t>(M * N), 1.0f);
+          AlignedVector<float> cf(static_cast<size_t>(M * N), 1.0f);
           std::ostringstream where;
           where << "layout " << layout.name << ", M x N x K = " << M << " x " << N << " x " << K
                 << ", " << pat.name << ", output " << o.name;

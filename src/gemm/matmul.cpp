@@ -16,6 +16,7 @@
 #include "gemm/onednn_matmul.hpp"
 #include "gemm/s8_gemm.hpp"
 #include "kernels/dispatch.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
 #include "s3r/gemm/backend.hpp"
@@ -77,7 +78,7 @@ void padded_tile(Type type, float* C, const char* a, const void* b, MatmulShape 
   constexpr int64_t kTileM = kFloatTileRows;
   const int64_t bytes = type == Type::kF32 ? 4 : 2, rows = tile.M;
   thread_local std::vector<char> a_pad;
-  thread_local std::vector<float> c_pad;
+  thread_local AlignedVector<float> c_pad;
   a_pad.assign(static_cast<size_t>(bytes * kTileM * tile.lda), 0);
   std::memcpy(a_pad.data() + bytes * lead * tile.lda, a, static_cast<size_t>(bytes * ((rows - 1) * tile.lda + tile.K)));
   c_pad.resize(static_cast<size_t>(kTileM * tile.ldc));
@@ -122,7 +123,7 @@ void float_product(Type type, float* C, const void* A, const void* B, const Matm
 }
 
 // The stored values widened to f32 (exact), into `buf` unless the caller holds them widened.
-const float* widened(std::vector<float>& buf, const Bf16Operand& x, int64_t extent) {
+const float* widened(AlignedVector<float>& buf, const Bf16Operand& x, int64_t extent) {
   if (x.widened != nullptr) return x.widened;
   buf.resize(static_cast<size_t>(extent));
   float* out = buf.data();
@@ -138,7 +139,7 @@ const float* widened(std::vector<float>& buf, const Bf16Operand& x, int64_t exte
 // summation order).
 void emulated_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const MatmulShape& s,
                    bool accumulate) {
-  thread_local std::vector<float> a_buf, b_buf;
+  thread_local AlignedVector<float> a_buf, b_buf;
   const float* a = widened(a_buf, A, s.a_transposed ? stored_extent(s.K, s.M, s.lda)
                                                     : stored_extent(s.M, s.K, s.lda));
   const float* b = widened(b_buf, B, s.b_transposed ? stored_extent(s.N, s.K, s.ldb)
@@ -183,7 +184,7 @@ void int8_product(const int8_t* A, const int8_t* B, const MatmulShape& s, const 
   const int64_t M = s.M, N = s.N, ldc = s.ldc;
   float* C = out.f32;
   const bool accumulate = out.accumulate;
-  thread_local std::vector<float> scratch;  // grown once, reused: no per-call allocation
+  thread_local AlignedVector<float> scratch;  // grown once, reused: no per-call allocation
   float* o = C;  // without accumulation the unscaled product goes to C and is scaled in place
   MatmulShape product = s;
   if (accumulate) {
@@ -257,7 +258,7 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
     onednn::run({Type::kBf16, Type::kBf16, Type::kBf16, s}, C, A, B);
     return;
   }
-  thread_local std::vector<float> out;
+  thread_local AlignedVector<float> out;
   out.resize(static_cast<size_t>(s.M * s.N));
   MatmulShape packed = s;
   packed.ldc = s.N;

@@ -9,6 +9,7 @@
 
 #include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/model/layers.hpp"
 #include "s3r/nn/moe.hpp"
@@ -45,25 +46,25 @@ struct Decoder::Impl {
   struct Layer {
     // The gains each RMSNorm applies (the family's offset added: Gemma's 1 + w); q_norm, k_norm
     // (HD) with QK-norm, attn_post, ffn_post with post-norms, else empty.
-    std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post, ffn_post;
+    AlignedVector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post, ffn_post;
     float rope_theta = 0;
     int64_t window = 0;
     std::array<nn::LinearWeight, model::kProjectionsPerBlock> w;  // by model::Projection
     const nn::LinearWeight& operator[](model::Projection p) const { return w[static_cast<size_t>(p)]; }
-    std::vector<float> k_cache, v_cache;  // (context, Ckv)
+    AlignedVector<float> k_cache, v_cache;  // (context, Ckv)
     nn::MoeWeights moe;                   // a mixture of experts' router and experts (into the model's parameters)
   };
   model::ModelConfig cfg;
   LinearMode mode, head_mode;
   const float* tok_emb;
-  std::vector<float> final_norm;
+  AlignedVector<float> final_norm;
   float embed_scale = 1.0f;  // sqrt(C) with the family's embed_scale
   nn::LinearWeight head;
   std::vector<Layer> layers;
   // Scratch for n tokens (grown on demand).
-  std::vector<float> x, xn, rstd, q, k, v, att, o, h1, h3, hidden, ff, logits;
-  std::vector<float> qk_raw, qk_rstd;  // QK-norm: q or k before its norm, and its rstd
-  std::vector<float> post_raw;         // post-norms: the output before its norm
+  AlignedVector<float> x, xn, rstd, q, k, v, att, o, h1, h3, hidden, ff, logits;
+  AlignedVector<float> qk_raw, qk_rstd;  // QK-norm: q or k before its norm, and its rstd
+  AlignedVector<float> post_raw;         // post-norms: the output before its norm
   nn::LinearInput in, hid_in;
   std::vector<double> scores;
   nn::MoeState moe_state;  // a mixture of experts: one block at a time
@@ -78,10 +79,10 @@ const float* param(const model::Model& m, const model::ParamInfo& p) {
 const float* param(const model::Model& m, const std::string& name) { return param(m, m.param_info(name)); }
 
 // The gain the RMSNorm `name` applies: the family's norm_offset + w, as Model::gain computes it.
-std::vector<float> gain(const model::Model& m, const std::string& name) {
+AlignedVector<float> gain(const model::Model& m, const std::string& name) {
   const model::ParamInfo& p = m.param_info(name);
   const float base = m.config().traits().norm_offset;
-  std::vector<float> g(static_cast<size_t>(p.size));
+  AlignedVector<float> g(static_cast<size_t>(p.size));
   for (int64_t i = 0; i < p.size; ++i) g[i] = base == 0.0f ? param(m, p)[i] : base + param(m, p)[i];
   return g;
 }
@@ -111,8 +112,8 @@ void rope_at(std::span<float> x, int64_t first, int64_t n, int64_t heads, int64_
 // softmax and the weighted sum in double. q, att (n, NH HD); caches (context, NKV HD); query head
 // h reads key/value head h / (NH / NKV), as the model's attention does.
 // With a sliding window W > 0, the token at position i attends to positions i - W < j <= i only.
-void cached_attention(std::span<float> att, std::span<const float> q, const std::vector<float>& k_cache,
-                      const std::vector<float>& v_cache, int64_t first, int64_t n, const model::Architecture& a,
+void cached_attention(std::span<float> att, std::span<const float> q, const AlignedVector<float>& k_cache,
+                      const AlignedVector<float>& v_cache, int64_t first, int64_t n, const model::Architecture& a,
                       int64_t window) {
   const int64_t NH = a.heads, HD = a.head_dim(), Cq = a.q_width(), Ckv = a.kv_width(), group = a.heads / a.kv_heads;
   const double scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
@@ -160,7 +161,7 @@ Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context
   m.tok_emb = param(model, "tok_emb");
   m.final_norm = gain(model, "final_norm");
   if (fam.embed_scale) m.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(C)));
-  std::vector<float> tied;  // (C, V): the embedding transposed, for a tied head
+  AlignedVector<float> tied;  // (C, V): the embedding transposed, for a tied head
   if (fam.tied_head) {
     tied.resize(static_cast<size_t>(C * V));
     model::transpose_into(tied.data(), m.tok_emb, V, C);
@@ -204,7 +205,7 @@ Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context
 
 Decoder::~Decoder() = default;
 
-std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
+std::span<const float> Decoder::feed(std::span<const int32_t> tokens, AlignedVector<float>* all_logits) {
   using P = model::Projection;
   Impl& m = *impl_;
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -225,7 +226,7 @@ std::span<const float> Decoder::feed(std::span<const int32_t> tokens, std::vecto
   const auto& kernels = kernels::active_kernels();
   const model::FamilyTraits& fam = m.cfg.traits();
   // y (n, C) = rmsnorm(y) with the post-norm gains g (Gemma), in place; no-op without them.
-  const auto post_norm = [&](std::vector<float>& y, const std::vector<float>& g) {
+  const auto post_norm = [&](AlignedVector<float>& y, const AlignedVector<float>& g) {
     if (g.empty()) return;
     m.post_raw.assign(y.begin(), y.begin() + n * C);
     model::rmsnorm_forward(std::span<float>(y.data(), size_t(n * C)), std::span<float>(m.rstd.data(), size_t(n)),

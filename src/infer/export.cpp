@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/bf16.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/io/atomic_file.hpp"
@@ -59,8 +60,8 @@ float from_f16(uint16_t h) {
 namespace {
 
 // (rows, cols) row-major -> (cols, rows).
-std::vector<float> transposed(const float* data, int64_t rows, int64_t cols) {
-  std::vector<float> out(static_cast<size_t>(rows * cols));
+AlignedVector<float> transposed(const float* data, int64_t rows, int64_t cols) {
+  AlignedVector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = data[r * cols + c];
   }
@@ -69,8 +70,9 @@ std::vector<float> transposed(const float* data, int64_t rows, int64_t cols) {
 
 // Rows of an (out, in) Q or K matrix reordered per head for half-split RoPE: new row h HD + i =
 // old row h HD + 2i, new row h HD + HD/2 + i = old row h HD + 2i + 1.
-std::vector<float> permute_for_half_split(const std::vector<float>& w, int64_t heads, int64_t head_dim, int64_t in) {
-  std::vector<float> out(w.size());
+AlignedVector<float> permute_for_half_split(const AlignedVector<float>& w, int64_t heads, int64_t head_dim,
+                                            int64_t in) {
+  AlignedVector<float> out(w.size());
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t i = 0; i < half; ++i) {
@@ -86,7 +88,7 @@ std::vector<float> permute_for_half_split(const std::vector<float>& w, int64_t h
 // One tensor in the output orientation: row-major (rows, cols), i.e. GGUF ne = [cols, rows].
 struct OutTensor {
   std::string name;
-  std::vector<float> data;
+  AlignedVector<float> data;
   int64_t rows = 0, cols = 0;  // cols = 1 dimension for vectors (rows = 1)
   bool vector = false;
   int64_t experts = 0;  // > 0: a mixture's experts stacked, `experts` matrices of (rows, cols); GGUF ne [cols, rows, E]
@@ -201,7 +203,7 @@ std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, 
       t.experts = E;
       for (int64_t e = 0; e < E; ++e) {
         const int64_t from = inject == "reverse-experts" ? E - 1 - e : e;  // a bug the checks must catch
-        const std::vector<float> one = transposed(data + from * in * outs, in, outs);
+        const AlignedVector<float> one = transposed(data + from * in * outs, in, outs);
         t.data.insert(t.data.end(), one.begin(), one.end());
       }
       out.push_back(std::move(t));
@@ -211,7 +213,7 @@ std::vector<OutTensor> output_tensors(const LoadedCheckpoint& c, bool hf_names, 
     const bool is = p.role == model::ParamRole::kProjection;
     const bool transpose = p.role != model::ParamRole::kEmbedding &&
                            !(is && p.projection == model::Projection::kO && inject == "transpose-o");
-    t.data = transpose ? transposed(data, in, outs) : std::vector<float>(data, data + p.size);
+    t.data = transpose ? transposed(data, in, outs) : AlignedVector<float>(data, data + p.size);
     t.rows = transpose ? outs : in;
     t.cols = transpose ? in : outs;
     t.vector = false;
@@ -279,7 +281,7 @@ class GgufBuffer {
 };
 
 // ggml's Q8_0: blocks of 32 values, an f16 scale d = absmax / 127 and 32 int8 codes round(x / d).
-void put_q8_0(std::string& out, const std::vector<float>& x) {
+void put_q8_0(std::string& out, const AlignedVector<float>& x) {
   for (size_t b = 0; b < x.size(); b += 32) {
     float amax = 0;
     for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
@@ -359,7 +361,7 @@ void put_tokenizer_keys(GgufBuffer& kv, const data::Tokenizer& tok) {
 }
 
 // One tensor's values in `type`, appended to data.
-void put_tensor_data(std::string& data, const std::vector<float>& values, GgufType type) {
+void put_tensor_data(std::string& data, const AlignedVector<float>& values, GgufType type) {
   switch (type) {
     case GgufType::kF32:
       data.append(reinterpret_cast<const char*>(values.data()), values.size() * 4);

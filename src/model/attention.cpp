@@ -11,9 +11,10 @@
 
 #include "core/parallel_blocks.hpp"
 #include "kernels/attention_kernels.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
-#include "s3r/core/work.hpp"
 #include "s3r/core/isa.hpp"
+#include "s3r/core/work.hpp"
 
 namespace s3r::model {
 
@@ -58,7 +59,7 @@ Dims check_shape(const char* fn, size_t q_size, int64_t seq_len, int64_t heads, 
 }
 
 float* thread_scratch(int64_t floats) {
-  thread_local std::vector<float> scratch;  // grown once per thread, reused by every call
+  thread_local AlignedVector<float> scratch;  // grown once per thread, reused by every call
   if (scratch.size() < static_cast<size_t>(floats)) scratch.resize(static_cast<size_t>(floats));
   return scratch.data();
 }

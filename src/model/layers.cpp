@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "core/parallel_blocks.hpp"
+#include "kernels/dispatch.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
 #include "s3r/gemm/matmul.hpp"
-#include "kernels/dispatch.hpp"
 
 namespace s3r::model {
 
@@ -53,12 +54,12 @@ double rope_frequency(int64_t pair, int64_t head_dim, float theta) {
 // each angle sign * s * theta^(-2i/HD) in double and rounded to float once (the same values as
 // computing them per token; a table makes RoPE a streaming pass instead of T x HD/2 sincos).
 // Computed at its first use and kept for the process (a model uses one or two).
-const std::vector<float>& rope_table(int64_t seq_len, int64_t head_dim, float theta, double sign) {
+const AlignedVector<float>& rope_table(int64_t seq_len, int64_t head_dim, float theta, double sign) {
   static std::mutex mutex;
-  static std::map<std::tuple<int64_t, int64_t, float, double>, std::vector<float>> tables;
+  static std::map<std::tuple<int64_t, int64_t, float, double>, AlignedVector<float>> tables;
   const std::lock_guard<std::mutex> lock(mutex);
   auto [it, inserted] = tables.try_emplace({seq_len, head_dim, theta, sign});
-  std::vector<float>& cos_sin = it->second;
+  AlignedVector<float>& cos_sin = it->second;
   if (!inserted) return cos_sin;
   const int64_t pairs = head_dim / 2;
   cos_sin.resize(static_cast<size_t>(seq_len * pairs * 2));
@@ -82,7 +83,7 @@ void rope_rotate(std::span<float> x, int64_t seq_len, int64_t heads, int64_t hea
   if (head_dim % 2 != 0) throw Error("rope: head dimension must be even, got " + std::to_string(head_dim));
   const int64_t T = static_cast<int64_t>(x.size()) / C, pairs = head_dim / 2;
   work::add_floats(2 * x.size());
-  const std::vector<float>& cos_sin = rope_table(seq_len, head_dim, theta, sign);
+  const AlignedVector<float>& cos_sin = rope_table(seq_len, head_dim, theta, sign);
   parallel_blocks(T, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* cs = cos_sin.data() + (t % seq_len) * pairs * 2;
@@ -199,7 +200,7 @@ void embedding_backward(std::span<float> dtable, std::span<const float> dout,
   // from +0 in token order, then the tree over them, then into dtable. Rows hold very different
   // numbers of tokens, so the blocks of rows are handed out dynamically.
   parallel_blocks_dynamic(runs, 8, [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> partials;  // grown once per thread
+    thread_local AlignedVector<float> partials;  // grown once per thread
     partials.resize(static_cast<size_t>(leaves * width));
     for (int64_t r = r0; r < r1; ++r) {
       std::fill(partials.begin(), partials.end(), 0.0f);
@@ -255,7 +256,7 @@ void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<
   constexpr int64_t kColumns = 64;
   const int64_t column_blocks = (width + kColumns - 1) / kColumns;
   const int64_t per_leaf = T / leaves;
-  std::vector<float> partial(static_cast<size_t>(leaves * width));
+  AlignedVector<float> partial(static_cast<size_t>(leaves * width));
   parallel_grid(leaves, column_blocks, [&](int64_t l, int64_t cb) {
     const int64_t c0 = cb * kColumns, n = std::min(kColumns, width - c0);
     double acc[kColumns] = {};
@@ -332,7 +333,7 @@ void attention_backward(std::span<float> dq, std::span<float> dk, std::span<floa
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD)));
   // Each (example, head) owns disjoint slices of dq, dk, dv.
   parallel_grid(B, heads, [&](int64_t b, int64_t h) {
-    thread_local std::vector<float> ds;  // (S, S) scratch, grown once per thread
+    thread_local AlignedVector<float> ds;  // (S, S) scratch, grown once per thread
     ds.resize(static_cast<size_t>(S * S));
     const int64_t head = b * S * C + h * HD;
     const float* p = probs.data() + (b * heads + h) * S * S;

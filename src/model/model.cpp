@@ -6,14 +6,15 @@
 #include <random>
 
 #include "core/parallel_blocks.hpp"
+#include "model/model_block.hpp"
+#include "nn/phase_clock.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
 #include "s3r/dist/tree_sum.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "s3r/model/attention.hpp"
 #include "s3r/model/layers.hpp"
-#include "model/model_block.hpp"
-#include "nn/phase_clock.hpp"
 
 namespace s3r::model {
 
@@ -283,7 +284,7 @@ void Model::forward_local(std::span<const int32_t> inputs, std::span<const int32
 // x = embedding rows of the inputs (times sqrt(C) with embed_scale).
 void Model::embed_forward() {
   const int64_t C = cfg_.width, V = cfg_.vocab;
-  std::vector<float>& x = blocks_.empty() ? x_final_ : blocks_[0].x_in;
+  AlignedVector<float>& x = blocks_.empty() ? x_final_ : blocks_[0].x_in;
   embedding_forward(x, inputs_, {param(tok_emb_), size_t(V * C)}, V, C);
   if (embed_scale_ != 1.0f) scale_in_place(x, embed_scale_);
 }
@@ -305,14 +306,14 @@ std::span<const float> Model::gain(int64_t offset, int64_t n) {
   return gain_;
 }
 
-void Model::post_norm_forward(std::vector<float>& out, std::vector<float>& rstd, const std::vector<float>& raw,
+void Model::post_norm_forward(AlignedVector<float>& out, AlignedVector<float>& rstd, const AlignedVector<float>& raw,
                               int64_t norm) {
   const int64_t C = cfg_.width;
   rmsnorm_forward(out, rstd, raw, gain(norm, C), C, cfg_.norm_eps);
 }
 
-void Model::post_norm_backward(std::vector<float>& d_raw, const std::vector<float>& d_out, const std::vector<float>& raw,
-                               const std::vector<float>& rstd, int64_t norm) {
+void Model::post_norm_backward(AlignedVector<float>& d_raw, const AlignedVector<float>& d_out,
+                               const AlignedVector<float>& raw, const AlignedVector<float>& rstd, int64_t norm) {
   const int64_t C = cfg_.width;
   std::fill(d_raw.begin(), d_raw.end(), 0.0f);
   rmsnorm_backward(d_raw, {grad(norm), size_t(C)}, d_out, raw, gain(norm, C), rstd, C, dp_.leaves);
@@ -401,7 +402,7 @@ void Model::qk_norm_backward(Block& b) {
 }
 
 // out = x_mid + ffn(rmsnorm(x_mid)) (with post-norms: + rmsnorm(ffn(...))); ffn = SwiGLU or GeGLU.
-void Model::ffn_forward(Block& b, std::vector<float>& out) {
+void Model::ffn_forward(Block& b, AlignedVector<float>& out) {
   const int64_t C = cfg_.width, F = cfg_.ffn_width, T = cfg_.tokens();
   {
     const Zone z(breakdown_, &B::norms);
@@ -560,8 +561,8 @@ void Model::attention_backward(int64_t l) {
   }
   {
     const Zone z(breakdown_, &B::projections);
-    const std::vector<float>& dq = b.q_norm >= 0 ? dq_raw_ : dq_;
-    const std::vector<float>& dk = b.q_norm >= 0 ? dk_raw_ : dk_;
+    const AlignedVector<float>& dq = b.q_norm >= 0 ? dq_raw_ : dq_;
+    const AlignedVector<float>& dk = b.q_norm >= 0 ? dk_raw_ : dk_;
     nn::linear_backward(dxn_, {grad(b.wq), size_t(C * Cq)}, dq, b.qkv_in, b.wq_w, layer_backward(l, Projection::kQ, false), ws_);
     nn::linear_backward(dxn_, {grad(b.wk), size_t(C * Ckv)}, dk, b.qkv_in, b.wk_w, layer_backward(l, Projection::kK, true), ws_);
     nn::linear_backward(dxn_, {grad(b.wv), size_t(C * Ckv)}, dv_, b.qkv_in, b.wv_w, layer_backward(l, Projection::kV, true), ws_);

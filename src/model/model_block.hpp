@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/nn/moe.hpp"
 
@@ -22,21 +23,21 @@ struct Model::Block {
   float rope_theta = 0;                  // this layer's RoPE base (local layers: their own)
   int64_t window = 0;                    // this layer's sliding window (0: none)
   std::string prefix;                    // "blocks.l.": names of quantized operands in errors
-  std::vector<float> x_in;               // (T, C) residual stream entering the block
-  std::vector<float> xn1, rstd1;         // attention RMSNorm
-  std::vector<float> q, att;             // (T, Cq)
-  std::vector<float> k, v;               // (T, Ckv)
-  std::vector<float> q_raw, k_raw;       // QK-norm: q (T, Cq) and k (T, Ckv) before their norms
-  std::vector<float> q_rstd, k_rstd;     // QK-norm: (T NH), (T NKV)
-  std::vector<float> lse;                // (B, NH, S): the fused attention's log-sum-exp
-  std::vector<float> x_mid, xn2, rstd2;  // after the attention residual; FFN RMSNorm
-  std::vector<float> o_raw, rstd_o;      // post-norms: attention output (T, C) before its norm
-  std::vector<float> f_raw, rstd_f;      // post-norms: FFN output (T, C) before its norm
+  AlignedVector<float> x_in;               // (T, C) residual stream entering the block
+  AlignedVector<float> xn1, rstd1;         // attention RMSNorm
+  AlignedVector<float> q, att;             // (T, Cq)
+  AlignedVector<float> k, v;               // (T, Ckv)
+  AlignedVector<float> q_raw, k_raw;       // QK-norm: q (T, Cq) and k (T, Ckv) before their norms
+  AlignedVector<float> q_rstd, k_rstd;     // QK-norm: (T NH), (T NKV)
+  AlignedVector<float> lse;                // (B, NH, S): the fused attention's log-sum-exp
+  AlignedVector<float> x_mid, xn2, rstd2;  // after the attention residual; FFN RMSNorm
+  AlignedVector<float> o_raw, rstd_o;      // post-norms: attention output (T, C) before its norm
+  AlignedVector<float> f_raw, rstd_f;      // post-norms: FFN output (T, C) before its norm
   nn::LinearInput qkv_in, o_in;
   nn::LinearWeight wq_w, wk_w, wv_w, wo_w;
   nn::SwigluState ffn;
   nn::MoeState moe;  // with a mixture of experts, in place of ffn
-  std::vector<float> x_in_grad;  // dL/d(x_in), kept when capture_input_grads_ (diagnostics)
+  AlignedVector<float> x_in_grad;  // dL/d(x_in), kept when capture_input_grads_ (diagnostics)
 };
 
 }  // namespace s3r::model

@@ -5,6 +5,7 @@
 
 #include "model/model_block.hpp"
 #include "nn/phase_clock.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/dist/communicator.hpp"
 #include "s3r/model/model.hpp"
 
@@ -22,7 +23,7 @@ void Model::add_moe_params(Block& b, int64_t l) {
   b.w_down = add_param("ffn.experts.down", {E, F, C}, ParamRole::kProjection, l, Projection::kDown);
 }
 
-void Model::moe_forward(Block& b, std::vector<float>& out) {
+void Model::moe_forward(Block& b, AlignedVector<float>& out) {
   const int64_t C = cfg_.width, F = cfg_.ffn_width, E = cfg_.experts;
   const Zone z(breakdown_, &StepBreakdown::ffn);
   const nn::MoeShape shape{cfg_.tokens(), C, F, E, cfg_.experts_used, cfg_.seq_len};
@@ -33,7 +34,7 @@ void Model::moe_forward(Block& b, std::vector<float>& out) {
                   dp_.group);
 }
 
-void Model::moe_backward(int64_t l, const std::vector<float>& d_out) {
+void Model::moe_backward(int64_t l, const AlignedVector<float>& d_out) {
   const int64_t C = cfg_.width, F = cfg_.ffn_width, E = cfg_.experts;
   Block& b = blocks_[l];
   const Zone z(breakdown_, &StepBreakdown::ffn);

@@ -7,10 +7,11 @@
 
 #include "core/parallel_blocks.hpp"
 #include "nn/phase_clock.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
-#include "s3r/gemm/matmul.hpp"
 #include "s3r/dist/communicator.hpp"
+#include "s3r/gemm/matmul.hpp"
 
 namespace s3r::nn {
 
@@ -28,7 +29,7 @@ void check_shape(const MoeShape& s) {
 
 // probs = softmax(logits) per token (the sum in double), lse = logsumexp; the k most probable
 // experts (ties: the lower index) and their weights p / (sum of the k), in f32.
-void route(MoeState& st, const std::vector<float>& logits) {
+void route(MoeState& st, const AlignedVector<float>& logits) {
   const MoeShape& s = st.shape;
   const int64_t T = s.tokens, E = s.experts, k = s.top_k;
   st.probs.resize(static_cast<size_t>(T * E));
@@ -152,7 +153,7 @@ void moe_forward(std::span<float> y, std::span<const float> x, const MoeWeights&
     PhaseZone zone(st.times, &PhaseTimes::routing);
     prepare_input(st.router_in, x, T, C, LinearMode::kF32, "moe.router.X");
     prepare_weight(st.router_w, w.router, C, E, LinearMode::kF32, "moe.router.W");
-    std::vector<float>& logits = scratch.dlogits;
+    AlignedVector<float>& logits = scratch.dlogits;
     logits.resize(static_cast<size_t>(T * E));
     linear_forward(logits, st.router_in, st.router_w);
     route(st, logits);
@@ -200,7 +201,7 @@ namespace {
 
 // dlogits (T, E) of the routing: through the combine weights (g_j = dY[t] . y_j), the
 // renormalization over the k chosen and the softmax; plus the losses' gradients.
-void router_backward(std::vector<float>& dlogits, std::span<const float> dy, const MoeState& st,
+void router_backward(AlignedVector<float>& dlogits, std::span<const float> dy, const MoeState& st,
                      const MoeLossWeights& losses, float loss_scale) {
   const MoeShape& s = st.shape;
   const int64_t T = s.tokens, C = s.width, E = s.experts, k = s.top_k, S = s.tokens_per_example, B = T / S;

@@ -11,9 +11,10 @@
 #include "nn/linear_backward_steps.hpp"
 #include "nn/phase_clock.hpp"
 #include "nn/probe_backward.hpp"
-#include "s3r/dist/tree_sum.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
+#include "s3r/dist/tree_sum.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/quant/forward_quant.hpp"
@@ -30,7 +31,7 @@ constexpr int64_t kChunk = 1 << 14;    // elements per OpenMP task of the flat e
 // products that read them (forward and backward) do not widen them again; the emulated products
 // read only the widened values, so the bf16 ones are not kept beside them (2 bytes per element
 // less; 0.5 GB at `wide` with the workspace's G below).
-void to_bf16(std::vector<bf16>& out, std::vector<float>& widened, std::span<const float> in) {
+void to_bf16(std::vector<bf16>& out, AlignedVector<float>& widened, std::span<const float> in) {
   const bool widen = gemm::bf16_backend() == gemm::Bf16Backend::kF32;
   work::add_bytes(in.size() * (widen ? 8 : 6));
   out.resize(widen ? 0 : in.size());
@@ -42,7 +43,7 @@ void to_bf16(std::vector<bf16>& out, std::vector<float>& widened, std::span<cons
   parallel_blocks(n, kChunk, [&](int64_t i0, int64_t i1) { round(o, w, in.data(), i0, i1); });
 }
 
-gemm::Bf16Operand bf16_operand(const std::vector<bf16>& values, const std::vector<float>& widened) {
+gemm::Bf16Operand bf16_operand(const std::vector<bf16>& values, const AlignedVector<float>& widened) {
   return {values.empty() ? nullptr : values.data(), widened.empty() ? nullptr : widened.data()};
 }
 
@@ -234,7 +235,7 @@ void float_backward(std::span<float> dx, std::span<float> dw, std::span<const fl
   // G in bf16 lives only for this call: one buffer per thread for every layer (a workspace
   // each would hold a (T, N) copy per layer kind, 0.3 GB at `wide`).
   thread_local std::vector<bf16> g_bf16;
-  thread_local std::vector<float> g_widened;
+  thread_local AlignedVector<float> g_widened;
   to_bf16(g_bf16, g_widened, g);
   const gemm::Bf16Operand gq = bf16_operand(g_bf16, g_widened);
   if (!dx.empty()) {
@@ -455,7 +456,7 @@ void linear_backward_without_rows(std::span<float> dw, const LinearWeight& w, co
   dist::Communicator* group = reduction_group(config.placement);
   if (!is_int8(w.mode) || group == nullptr) return zero_backward({}, dw, false);  // a float partial of 0
   // quantize_gradient's max all-reduce, with nothing of this rank's own (section 6).
-  std::vector<float> v{0.0f, 0.0f};
+  AlignedVector<float> v{0.0f, 0.0f};
   group->max(v);
   if (v[0] > 0.0f) throw NonFiniteGradient("quantize_gradient: another rank's share of G holds a non-finite value");
   if (!std::isfinite(v[1])) throw Error("quantize_gradient: G' = sx * G * sw overflows f32 on another rank");

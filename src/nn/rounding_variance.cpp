@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 
 namespace s3r::nn {
@@ -60,7 +61,7 @@ ShareSummary ShareAccumulator::summary() const {
   s.coordinates = static_cast<int64_t>(shares_.size());
   s.zero_v = zero_v_;
   if (shares_.empty()) return s;
-  std::vector<float> sorted = shares_;
+  AlignedVector<float> sorted = shares_;
   std::sort(sorted.begin(), sorted.end());
   const auto at = [&](double q) {
     return static_cast<double>(sorted[static_cast<size_t>(std::floor(q * static_cast<double>(sorted.size() - 1)))]);

@@ -7,6 +7,7 @@
 #include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "nn/phase_clock.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
 
@@ -34,7 +35,7 @@ void swiglu_forward(std::span<float> y, std::span<const float> x, const SwigluWe
   st.ffn_width = F;
   st.h1.resize(static_cast<size_t>(T * F));
   st.h3.resize(static_cast<size_t>(T * F));
-  std::vector<float>& hidden = scratch.hidden;
+  AlignedVector<float>& hidden = scratch.hidden;
   hidden.resize(static_cast<size_t>(T * F));
   {
     PhaseZone zone(st.times, &PhaseTimes::prepare);
@@ -74,7 +75,7 @@ void swiglu_backward(std::span<float> dx, const SwigluGrads& grads, std::span<co
   const int64_t T = st.tokens, C = st.width, F = st.ffn_width;
   expect_size("swiglu", "dY", dy.size(), T * C);
   if (!dx.empty()) expect_size("swiglu", "dX", dx.size(), T * C);
-  std::vector<float>&d_hidden = scratch.d_hidden, &dh1 = scratch.dh1, &dh3 = scratch.dh3;
+  AlignedVector<float>&d_hidden = scratch.d_hidden, &dh1 = scratch.dh1, &dh3 = scratch.dh3;
   d_hidden.resize(static_cast<size_t>(T * F));
   dh1.resize(static_cast<size_t>(T * F));
   dh3.resize(static_cast<size_t>(T * F));

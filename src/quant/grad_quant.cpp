@@ -10,6 +10,7 @@
 
 #include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/work.hpp"
 
 namespace s3r {
@@ -188,7 +189,7 @@ float tensor_step(const kernels::GradProblem& p, const RowBlocks& blocks, std::s
     nonfinite = nonfinite || bad;
   }
   if (config.group != nullptr && config.group->size() > 1) {
-    std::vector<float> v{nonfinite ? 1.0f : 0.0f, nonfinite ? 0.0f : absmax};  // never NaN into MPI_MAX
+    AlignedVector<float> v{nonfinite ? 1.0f : 0.0f, nonfinite ? 0.0f : absmax};  // never NaN into MPI_MAX
     config.group->max(v);
     if (v[0] > 0.0f && !nonfinite) {
       throw NonFiniteGradient("quantize_gradient: another rank's share of G holds a non-finite value");

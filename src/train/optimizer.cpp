@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 
 namespace s3r::train {
@@ -82,7 +83,7 @@ Optimizer::Whole Optimizer::whole_moments() {
     std::copy(m_.begin(), m_.end(), whole.m.begin() + share_[0]);
     std::copy(v_.begin(), v_.end(), whole.v.begin() + share_[0]);
   }
-  std::vector<float> passing;
+  AlignedVector<float> passing;
   for (int r = 1; r < world_.size(); ++r) {  // rank r's share to rank 0, straight into place
     move_share(r, 0, whole.m.data(), r, passing);
     move_share(r, 1, whole.v.data(), r, passing);
@@ -108,7 +109,7 @@ void Optimizer::set_moments(std::span<const float> m, std::span<const float> v) 
     }
     return;
   }
-  std::vector<float> passing;
+  AlignedVector<float> passing;
   for (int r = 1; r < world_.size(); ++r) {  // rank r's share from rank 0, straight into place
     // The root (rank 0) only reads its buffer.
     move_share(r, 0, const_cast<float*>(m.data()), 0, passing);
@@ -116,7 +117,7 @@ void Optimizer::set_moments(std::span<const float> m, std::span<const float> v) 
   }
 }
 
-void Optimizer::move_share(int r, int which, float* whole_on_rank0, int root, std::vector<float>& passing) {
+void Optimizer::move_share(int r, int which, float* whole_on_rank0, int root, AlignedVector<float>& passing) {
   const size_t at = static_cast<size_t>(share_[r]), len = static_cast<size_t>(share_[r + 1] - share_[r]);
   std::span<float> x;
   if (world_.rank() == r) {

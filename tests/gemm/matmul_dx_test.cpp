@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gemm/backends.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "test_util.hpp"
@@ -20,9 +21,9 @@
 namespace s3r::gemm {
 namespace {
 
-std::vector<float> normal_values(size_t n, float scale, std::mt19937& gen) {
+AlignedVector<float> normal_values(size_t n, float scale, std::mt19937& gen) {
   std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
+  AlignedVector<float> v(n);
   for (auto& x : v) x = scale * d(gen);
   return v;
 }
@@ -44,7 +45,7 @@ TEST(MatmulDx, FusedEqualsTheReferenceEpilogueOfTheExactSums) {
         sums[t * K + k] = s;
       }
     }
-    std::vector<float> sx = normal_values(T, 1.0f, gen), wa = normal_values((T / S) * K, 1e-3f, gen),
+    AlignedVector<float> sx = normal_values(T, 1.0f, gen), wa = normal_values((T / S) * K, 1e-3f, gen),
                        delta = normal_values(T, 1e-4f, gen), rowsum = normal_values(K, 300.0f, gen),
                        init = normal_values(T * K, 1.0f, gen);
     for (auto& v : sx) v = 0.01f * std::exp(v);
@@ -53,13 +54,13 @@ TEST(MatmulDx, FusedEqualsTheReferenceEpilogueOfTheExactSums) {
       for (bool accumulate : {false, true}) {
         const kernels::DxTerms d{3e-5f, sx.data(), correct ? wa.data() : nullptr, delta.data(), rowsum.data(), S, K,
                                  accumulate};
-        std::vector<float> want = init;
+        AlignedVector<float> want = init;
         kernels::ref::dx_epilogue(want.data(), K, sums.data(), K, 0, T, 0, K, d);
         for (Int8Backend backend : backends) {
           ScopedInt8Backend scoped(backend);
           for (int threads : {1, 2}) {
             ::s3r::testing::ScopedThreads st(threads);
-            std::vector<float> got = init;
+            AlignedVector<float> got = init;
             got.push_back(-7.0f);  // a guard past the end
             matmul_s8_dx(got.data(), g.data(), w.data(), MatmulShape{T, K, N, false, true}, d);
             for (int64_t i = 0; i < T * K; ++i) {
@@ -77,7 +78,7 @@ TEST(MatmulDx, FusedEqualsTheReferenceEpilogueOfTheExactSums) {
 
 TEST(MatmulDx, RefusesAStridedOutputOrOtherTerms) {
   const auto g = testing::random_s8(4 * 8, 1), w = testing::random_s8(6 * 8, 2);
-  std::vector<float> out(4 * 10), sx(4, 1.0f);
+  AlignedVector<float> out(4 * 10), sx(4, 1.0f);
   kernels::DxTerms d{1.0f, sx.data(), nullptr, nullptr, nullptr, 4, 6, false};
   EXPECT_THROW(matmul_s8_dx(out.data(), g.data(), w.data(), MatmulShape{4, 6, 8, false, true, 0, 0, 10}, d), Error);
   d.K = 5;

@@ -18,6 +18,7 @@
 
 #include "gemm/backends.hpp"
 #include "gemm/onednn_matmul.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "test_util.hpp"
@@ -63,10 +64,10 @@ using testing::bf16_backends;
 using testing::int8_backends;
 using testing::random_s8;
 
-std::vector<float> random_f32(size_t n, uint32_t seed) {
+AlignedVector<float> random_f32(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
+  AlignedVector<float> v(n);
   for (auto& x : v) x = d(gen);
   return v;
 }
@@ -198,7 +199,7 @@ TEST(Matmul, Int8ScaledFusesRowAndColumnScales) {
     const Case& c = all[ci];
     const auto a = random_s8(c.M * c.K, 3), b = random_s8(c.K * c.N, 4);
     const auto sums = exact_sums(a, b, c);
-    std::vector<float> rs(c.M), cs(c.N);
+    AlignedVector<float> rs(c.M), cs(c.N);
     for (int64_t m = 0; m < c.M; ++m) rs[m] = 0.01f * static_cast<float>(m + 1);
     for (int64_t n = 0; n < c.N; ++n) cs[n] = 0.003f * static_cast<float>(n % 7 + 1);
     // Every scale variant on the small shapes; no scales and both scales on the blocked ones.
@@ -207,7 +208,7 @@ TEST(Matmul, Int8ScaledFusesRowAndColumnScales) {
       const float* row = variant & 1 ? rs.data() : nullptr;
       const float* col = variant & 2 ? cs.data() : nullptr;
       for (bool accumulate : {false, true}) {
-        std::vector<float> want(c.M * c.N);
+        AlignedVector<float> want(c.M * c.N);
         for (int64_t i = 0; i < c.M * c.N; ++i) {
           float v = static_cast<float>(sums[i]);
           if (col) v = v * col[i % c.N];
@@ -218,7 +219,7 @@ TEST(Matmul, Int8ScaledFusesRowAndColumnScales) {
           ScopedInt8Backend scoped(backend);
           for (int threads : {1, 2}) {
             testing::ScopedThreads st(threads);
-            std::vector<float> out(c.M * c.N, 0.5f);
+            AlignedVector<float> out(c.M * c.N, 0.5f);
             matmul_s8_scaled(out.data(), a.data(), b.data(), shape_of(c), row, col, accumulate);
             for (int64_t i = 0; i < c.M * c.N; ++i) {
               ASSERT_EQ(out[i], want[i]) << to_string(backend) << " " << describe(c) << " variant "
@@ -348,9 +349,9 @@ void check_float_product(const char* what, bool accumulate) {
       }
     };
     std::vector<Out> out(c.M * c.N);
-    std::vector<float> init(c.M * c.N, 0.25f);
+    AlignedVector<float> init(c.M * c.N, 0.25f);
     if constexpr (std::is_same_v<Out, float>) {
-      out = init;
+      out.assign(init.begin(), init.end());
       if constexpr (std::is_same_v<In, float>) {
         matmul_f32(out.data(), a.data(), b.data(), shape_of(c), accumulate);
       } else {
@@ -419,12 +420,12 @@ TEST(Matmul, Bf16ToBf16MatchesReferenceInEveryBackend) {
 // Random bf16 operands of an M x N x K product, and the same values widened to f32.
 struct Bf16Operands {
   std::vector<bf16> a, b;
-  std::vector<float> aw, bw;
+  AlignedVector<float> aw, bw;
 };
 Bf16Operands random_bf16_operands(int64_t M, int64_t N, int64_t K, uint32_t seed) {
   const auto af = random_f32(M * K, seed), bf = random_f32(K * N, seed + 1);
-  Bf16Operands o{std::vector<bf16>(af.size()), std::vector<bf16>(bf.size()), std::vector<float>(af.size()),
-                 std::vector<float>(bf.size())};
+  Bf16Operands o{std::vector<bf16>(af.size()), std::vector<bf16>(bf.size()), AlignedVector<float>(af.size()),
+                 AlignedVector<float>(bf.size())};
   for (size_t i = 0; i < af.size(); ++i) o.aw[i] = to_float(o.a[i] = to_bf16(af[i]));
   for (size_t i = 0; i < bf.size(); ++i) o.bw[i] = to_float(o.b[i] = to_bf16(bf[i]));
   return o;
@@ -437,7 +438,7 @@ TEST(Matmul, Bf16EmulationUsesTheWidenedOperands) {
   ScopedBf16Backend scoped(Bf16Backend::kF32);
   const int64_t M = 9, N = 11, K = 13;
   auto [a, b, aw, bw] = random_bf16_operands(M, N, K, 9);
-  std::vector<float> plain(M * N), cached(M * N), doubled(M * N);
+  AlignedVector<float> plain(M * N), cached(M * N), doubled(M * N);
   matmul_bf16(plain.data(), a.data(), b.data(), {M, N, K});
   matmul_bf16(cached.data(), Bf16Operand{a.data(), aw.data()}, Bf16Operand{b.data(), bw.data()}, {M, N, K});
   EXPECT_EQ(plain, cached);
@@ -452,7 +453,7 @@ TEST(Matmul, Bf16EmulationUsesTheWidenedOperands) {
 TEST(Matmul, Bf16OperandsMayHoldOnlyTheirWidenedValues) {
   const int64_t M = 3, N = 4, K = 5;
   const auto [a, b, aw, bw] = random_bf16_operands(M, N, K, 11);
-  std::vector<float> want(M * N), got(M * N);
+  AlignedVector<float> want(M * N), got(M * N);
   {
     ScopedBf16Backend scoped(Bf16Backend::kF32);
     matmul_bf16(want.data(), a.data(), b.data(), {M, N, K});
@@ -473,7 +474,7 @@ TEST(Matmul, Bf16OperandsMayHoldOnlyTheirWidenedValues) {
 }
 
 // Bit-for-bit equality (+0 and -0 told apart); "" when equal, else the first difference.
-std::string first_difference(const std::vector<float>& want, const std::vector<float>& got, int64_t N) {
+std::string first_difference(const AlignedVector<float>& want, const AlignedVector<float>& got, int64_t N) {
   for (size_t i = 0; i < want.size(); ++i) {
     if (std::bit_cast<uint32_t>(want[i]) != std::bit_cast<uint32_t>(got[i])) {
       return "[" + std::to_string(i / N) + ", " + std::to_string(i % N) + "]: " + std::to_string(got[i]) +
@@ -502,7 +503,7 @@ TEST(Matmul, FloatProductsGiveTheSameBitsForAnyThreadCount) {
   const std::vector<Bf16Backend> bf16s = bf16_backends();
   for (const Case& c : products) {
     const Bf16Operands o = random_bf16_operands(c.M, c.N, c.K, 21);
-    const std::vector<float> init = random_f32(c.M * c.N, 23);
+    const AlignedVector<float> init = random_f32(c.M * c.N, 23);
     // Each type and backend: "f32", then "bf16 <backend>".
     for (size_t variant = 0; variant <= bf16s.size(); ++variant) {
       const bool f32 = variant == 0;
@@ -513,7 +514,7 @@ TEST(Matmul, FloatProductsGiveTheSameBitsForAnyThreadCount) {
         if (accumulate && c.M == 300) continue;
         auto product = [&](int threads) {
           testing::ScopedThreads st(threads);
-          std::vector<float> out = init;
+          AlignedVector<float> out = init;
           if (f32) {
             matmul_f32(out.data(), o.aw.data(), o.bw.data(), shape_of(c), accumulate);
           } else {
@@ -521,7 +522,7 @@ TEST(Matmul, FloatProductsGiveTheSameBitsForAnyThreadCount) {
           }
           return out;
         };
-        const std::vector<float> one = product(1);
+        const AlignedVector<float> one = product(1);
         for (int threads : {2, 3}) {
           EXPECT_EQ(first_difference(one, product(threads), c.N), "")
               << name << " " << describe(c) << " accumulate " << accumulate << ", " << threads << " threads";
@@ -543,14 +544,14 @@ TEST(Matmul, FloatProductRowsDoNotDependOnTheRowCount) {
   for (const auto& [K, N, tb] : {std::tuple{256, 96, false}, std::tuple{96, 256, true}}) {
     const int64_t rows = 300;
     const Bf16Operands o = random_bf16_operands(rows, N, K, 31);
-    const std::vector<float> init = random_f32(rows * N, 33);
+    const AlignedVector<float> init = random_f32(rows * N, 33);
     for (size_t variant = 0; variant <= bf16s.size(); ++variant) {
       const bool f32 = variant == 0;
       std::optional<ScopedBf16Backend> scoped;
       if (!f32) scoped.emplace(bf16s[variant - 1]);
       for (bool accumulate : {false, true}) {
         auto product = [&](int64_t r0, int64_t M) {  // rows [r0, r0 + M) of the product
-          std::vector<float> out(init.begin() + r0 * N, init.begin() + (r0 + M) * N);
+          AlignedVector<float> out(init.begin() + r0 * N, init.begin() + (r0 + M) * N);
           MatmulShape s{M, N, K, false, tb};
           s.row_phase = r0 % kFloatTileRows;
           if (f32) {
@@ -560,9 +561,9 @@ TEST(Matmul, FloatProductRowsDoNotDependOnTheRowCount) {
           }
           return out;
         };
-        const std::vector<float> all = product(0, rows);
+        const AlignedVector<float> all = product(0, rows);
         for (const auto& [r0, M] : {std::pair{0, 1}, {0, 5}, {0, 37}, {0, 128}, {3, 127}, {3, 130}, {100, 200}, {128, 29}}) {
-          const std::vector<float> want(all.begin() + r0 * N, all.begin() + (r0 + M) * N);
+          const AlignedVector<float> want(all.begin() + r0 * N, all.begin() + (r0 + M) * N);
           EXPECT_EQ(first_difference(want, product(r0, M), N), "")
               << (f32 ? "f32" : "bf16 " + std::string(to_string(bf16s[variant - 1]))) << " K " << K << " N " << N
               << " rows [" << r0 << ", " << r0 + M << ") accumulate " << accumulate;
@@ -577,7 +578,7 @@ TEST(Matmul, FloatProductRowsDoNotDependOnTheRowCount) {
 TEST(Matmul, LeadingDimensionsReadAndWriteColumnSlices) {
   const int64_t T = 24, C = 40, HD = 8, heads = C / HD;
   const auto q = random_f32(T * C, 7), k = random_f32(T * C, 8);
-  std::vector<float> scores(heads * T * T), out(T * C, 0.0f);
+  AlignedVector<float> scores(heads * T * T), out(T * C, 0.0f);
 #pragma omp parallel for
   for (int64_t h = 0; h < heads; ++h) {
     // scores_h = Q_h K_h^T (T x T): A = Q_h (T x HD, ld C), B = K_h^T stored as (T x HD, ld C).
@@ -607,13 +608,13 @@ TEST(Matmul, LeadingDimensionsReadAndWriteColumnSlices) {
       }
     }
   }
-  std::vector<float> small(4);
+  AlignedVector<float> small(4);
   EXPECT_THROW(matmul_f32(small.data(), q.data(), k.data(), {2, 2, 8, false, false, 4, 0, 0}), Error);
 }
 
 TEST(Matmul, PrimitivesAreCachedPerShape) {
   const auto a = random_f32(8 * 8, 1), b = random_f32(8 * 8, 2);
-  std::vector<float> out(64);
+  AlignedVector<float> out(64);
   matmul_f32(out.data(), a.data(), b.data(), {8, 8, 8});
   const int64_t before = matmul_primitive_count();
   for (int i = 0; i < 5; ++i) matmul_f32(out.data(), a.data(), b.data(), {8, 8, 8});
@@ -640,7 +641,7 @@ TEST(Matmul, Int8ProductsOfVaryingRowCountsReuseABoundedSetOfPrimitives) {
       std::vector<int32_t> out(c.M * c.N);
       matmul_s8(out.data(), a.data(), b.data(), shape_of(c));
       for (int64_t i = 0; i < c.M * c.N; ++i) ASSERT_EQ(out[i], want[i]) << describe(c) << " at " << i;
-      std::vector<float> scaled(c.M * c.N, 0.5f), cs(c.N, 0.25f);
+      AlignedVector<float> scaled(c.M * c.N, 0.5f), cs(c.N, 0.25f);
       matmul_s8_scaled(scaled.data(), a.data(), b.data(), shape_of(c), nullptr, cs.data(), true);
       for (int64_t i = 0; i < c.M * c.N; ++i) ASSERT_EQ(scaled[i], 0.5f + static_cast<float>(want[i]) * 0.25f) << describe(c);
     }

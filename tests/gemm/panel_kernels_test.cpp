@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/gemm_s8.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/cpu_features.hpp"
 #include "test_util.hpp"
 
@@ -128,7 +129,7 @@ TEST(PanelKernels, AmxSumsSurviveOtherWorkUntilStored) {
       got1(want0.size(), -7);
   ref::gemm_s8_amx_block(a.data(), kp, b.data(), kp, want0.data(), kAmxBlock);
   ref::gemm_s8_amx_block(a.data() + kAmxBlock * kp, kp, b.data(), kp, want1.data(), kAmxBlock);
-  std::vector<float> out(kAmxBlock * kAmxBlock, 1.0f), scale(kAmxBlock, 0.5f);
+  AlignedVector<float> out(kAmxBlock * kAmxBlock, 1.0f), scale(kAmxBlock, 0.5f);
   const S8Epilogue epi{nullptr, out.data(), kAmxBlock, scale.data(), scale.data(), false, nullptr};
   amx::amx_tiles_configure();
   amx::gemm_s8_amx_sum(a.data(), kp, b.data(), kp);
@@ -206,7 +207,7 @@ TEST(PanelKernels, EpilogueMatchesTheReferenceBitForBit) {
   constexpr int64_t M = 40, N = 48, ld_acc = 33;
   std::vector<int32_t> acc(static_cast<size_t>(kAmxBlock * ld_acc));
   for (auto& v : acc) v = sum(gen);
-  std::vector<float> rs(M), cs(N), c0(static_cast<size_t>(M * N));
+  AlignedVector<float> rs(M), cs(N), c0(static_cast<size_t>(M * N));
   for (auto& v : rs) v = scale(gen);
   for (auto& v : cs) v = scale(gen);
   for (auto& v : c0) v = scale(gen) - 1.5f;
@@ -214,7 +215,7 @@ TEST(PanelKernels, EpilogueMatchesTheReferenceBitForBit) {
     for (int variant = 0; variant < 9; ++variant) {
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{32, 32}, {1, 1}, {5, 15}, {32, 17}, {9, 16}, {3, 7}, {2, 9}}) {
         S8Epilogue e;
-        std::vector<float> want = c0, got = c0;
+        AlignedVector<float> want = c0, got = c0;
         std::vector<int32_t> want32(static_cast<size_t>(M * N), 3), got32 = want32;
         if (variant == 8) {
           e.s32 = want32.data();

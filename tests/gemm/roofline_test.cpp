@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nn/phase_clock.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/work.hpp"
 #include "s3r/gemm/backend.hpp"
 #include "s3r/gemm/matmul.hpp"
@@ -21,7 +22,7 @@ namespace {
 
 TEST(Work, AProductCountsItsMultiplyAddsAndOperandsByType) {
   const int64_t M = 37, N = 19, K = 70;
-  std::vector<float> a(M * K, 0.5f), b(K * N, 0.25f), c(M * N, 0.0f);
+  AlignedVector<float> a(M * K, 0.5f), b(K * N, 0.25f), c(M * N, 0.0f);
   std::vector<int8_t> a8(M * K, 3), b8(K * N, -2);
   std::vector<int32_t> c32(M * N);
   std::vector<bf16> a16(M * K, to_bf16(0.5f)), b16(K * N, to_bf16(0.25f));
@@ -150,7 +151,7 @@ struct ProductRates {
 };
 
 ProductRates product_rates(int64_t n) {
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  AlignedVector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   ProductRates r;
   r.f32 = best_rate(n, 5, [&] { matmul_f32(c.data(), a.data(), b.data(), {n, n, n}); });
   if (int8_backend() != Int8Backend::kReference) {

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "s3r/ckpt/checkpoint.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/data/prepare.hpp"
 #include "s3r/infer/decoder.hpp"
@@ -20,7 +22,6 @@
 #include "s3r/infer/export.hpp"
 #include "s3r/infer/tokenizer.hpp"
 #include "s3r/io/safetensors.hpp"
-#include "s3r/ckpt/checkpoint.hpp"
 #include "temp_dir.hpp"
 #include "test_util.hpp"
 
@@ -79,7 +80,7 @@ std::string save(const std::string& name, model::Model& model, bool with_tokeniz
   static_cast<ckpt::RunConfig&>(info) = {model.config(), model.recipe(), 3};
   info.step = 9;
   if (with_tokenizer) info.tokenizer_model = tokenizer_path();
-  std::vector<float> zeros(model.params().size(), 0.0f);
+  AlignedVector<float> zeros(model.params().size(), 0.0f);
   ckpt::save_checkpoint(run, info, model, zeros, zeros);
   return run;
 }
@@ -185,7 +186,7 @@ double decoder_mean_loss(const LoadedCheckpoint& c, Precision p, const std::vect
                          const std::vector<int32_t>& tg, bool one_by_one) {
   Decoder d(c, p, static_cast<int64_t>(in.size()));
   double sum = 0;
-  std::vector<float> all;
+  AlignedVector<float> all;
   if (!one_by_one) d.feed(in, &all);
   const int64_t V = d.vocab();
   for (size_t t = 0; t < in.size(); ++t) {
@@ -232,7 +233,7 @@ void expect_decoder_matches_model(nn::LinearMode mode, double rtol, model::Famil
   // reset() empties the cache: the first position again gives the same logits.
   Decoder d(c, Precision::kTrained, 2);
   const std::span<const float> first(d.feed(std::span<const int32_t>(&in[0], 1)));
-  const std::vector<float> a(first.begin(), first.end());
+  const AlignedVector<float> a(first.begin(), first.end());
   d.reset();
   const std::span<const float> again = d.feed(std::span<const int32_t>(&in[0], 1));
   EXPECT_TRUE(std::equal(a.begin(), a.end(), again.begin()));  // reset starts over
@@ -310,7 +311,7 @@ TEST(Eval, EveryWindowOnceForAnyBatch) {
 }
 
 TEST(Sampler, GreedyTopKTopPAndSeeds) {
-  std::vector<float> z = {0.1f, 2.0f, 1.9f, -1.0f, 0.5f};
+  AlignedVector<float> z = {0.1f, 2.0f, 1.9f, -1.0f, 0.5f};
   EXPECT_EQ(argmax(z), 1);
   EXPECT_EQ(Sampler({0.0f, 40, 0.95f, 1}).sample(z), 1);
   Sampler k1({1.0f, 1, 1.0f, 2}), p0({1.0f, 0, 1e-6f, 3});

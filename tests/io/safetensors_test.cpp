@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "temp_dir.hpp"
 
@@ -20,8 +21,8 @@ std::string temp_path(const std::string& name) {
 }
 
 TEST(Safetensors, RoundTripWithMetadata) {
-  const std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 5.0f, 6.0f};
-  const std::vector<float> b = {7.0f};
+  const AlignedVector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 5.0f, 6.0f};
+  const AlignedVector<float> b = {7.0f};
   const std::string path = temp_path("rt.safetensors");
   write_safetensors(path, {{"a", {2, 3}, a}, {"b", {1}, b}}, {{"step", "12"}});
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
@@ -39,7 +40,7 @@ TEST(Safetensors, RoundTripWithMetadata) {
 }
 
 TEST(Safetensors, CorruptFilesAreRejected) {
-  const std::vector<float> a(100, 1.0f);
+  const AlignedVector<float> a(100, 1.0f);
   const std::string path = temp_path("bad.safetensors");
   write_safetensors(path, {{"w", {10, 10}, a}});
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 4);

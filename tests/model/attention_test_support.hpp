@@ -22,13 +22,14 @@
 #include "check_util.hpp"
 #include "test_util.hpp"
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/model/attention.hpp"
 
 namespace s3r::model::attention_testing {
 
 
 using DVec = std::vector<double>;
-using FVec = std::vector<float>;
+using FVec = AlignedVector<float>;
 
 constexpr double kU = 0x1p-24;       // f32 unit roundoff
 constexpr double kExpErr = 0x1p-21;  // relative error bound of the polynomial exp

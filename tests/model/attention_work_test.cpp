@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/work.hpp"
 #include "s3r/model/attention.hpp"
 
@@ -29,8 +30,8 @@ TEST(AttentionWork, CountsTwoAndFiveHeadDimsPerUnmaskedPair) {
   for (const Case& c : {Case{2, 37, 4, 2, 8, 0}, Case{1, 100, 2, 2, 16, 0}, Case{2, 70, 2, 1, 8, 16},
                         Case{1, 33, 1, 1, 4, 1}, Case{1, 20, 2, 2, 8, 64}}) {
     const int64_t T = c.B * c.S, C = c.NH * c.HD, Ckv = c.NKV * c.HD;
-    std::vector<float> q(T * C, 0.1f), k(T * Ckv, 0.2f), v(T * Ckv, 0.3f), out(T * C), lse(c.B * c.NH * c.S);
-    std::vector<float> dout(T * C, 0.5f), dq(T * C), dk(T * Ckv), dv(T * Ckv);
+    AlignedVector<float> q(T * C, 0.1f), k(T * Ckv, 0.2f), v(T * Ckv, 0.3f), out(T * C), lse(c.B * c.NH * c.S);
+    AlignedVector<float> dout(T * C, 0.5f), dq(T * C), dk(T * Ckv), dv(T * Ckv);
     const uint64_t per_pass = static_cast<uint64_t>(c.B * c.NH * c.HD) * unmasked_pairs_by_visiting(c.S, c.window);
 
     const work::Counts before = work::snapshot();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 
 namespace s3r::model {
@@ -18,22 +19,22 @@ namespace {
 
 using Vec = std::vector<double>;
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+AlignedVector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
+  AlignedVector<float> v(n);
   for (auto& x : v) x = normal(gen);
   return v;
 }
 
-Vec to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+Vec to_double(const AlignedVector<float>& v) { return {v.begin(), v.end()}; }
 
 // Checks analytic[i] against (L(x + h e_i) - L(x - h e_i)) / 2h for a few i, where L is a double
 // function of x. h = 1e-5 (|x_i| + 1): truncation O(h^2) and rounding O(1e-16 / h) stay below
 // 1e-8 relative; the f32 analytic gradient is accurate to ~1e-6 relative to its scale, so we
 // allow 1e-4 of the gradient's RMS (a wrong term or factor changes entries by O(RMS)).
 void check(const char* name, Vec x, const std::function<double(const Vec&)>& loss,
-           const std::vector<float>& analytic, int samples = 24) {
+           const AlignedVector<float>& analytic, int samples = 24) {
   ASSERT_EQ(x.size(), analytic.size()) << name;
   double rms = 0.0;
   for (float g : analytic) rms += static_cast<double>(g) * g;
@@ -57,7 +58,7 @@ TEST(Layers, RmsnormBackwardMatchesFiniteDifferences) {
   const int64_t T = 5, C = 12;
   const float eps = 1e-5f;
   const auto x = random_vec(T * C, 1), w = random_vec(C, 2), r = random_vec(T * C, 3);
-  std::vector<float> out(T * C), rstd(T), dx(T * C, 0.0f), dw(C, 0.0f);
+  AlignedVector<float> out(T * C), rstd(T), dx(T * C, 0.0f), dw(C, 0.0f);
   rmsnorm_forward(out, rstd, x, w, C, eps);
   rmsnorm_backward(dx, dw, r, x, w, rstd, C);
   auto loss = [&](const Vec& xv, const Vec& wv) {
@@ -78,9 +79,9 @@ TEST(Layers, RmsnormBackwardMatchesFiniteDifferences) {
 TEST(Layers, RopeIsARotationAndItsBackwardItsTranspose) {
   const int64_t S = 7, B = 2, H = 3, HD = 8, C = H * HD;
   const auto x = random_vec(B * S * C, 4), r = random_vec(B * S * C, 5);
-  std::vector<float> y = x;
+  AlignedVector<float> y = x;
   rope_forward(y, S, H, HD, 10000.0f);
-  std::vector<float> g = r;
+  AlignedVector<float> g = r;
   rope_backward(g, S, H, HD, 10000.0f);  // dL/dx for L = sum y * r
   auto loss = [&](const Vec& xv) {
     double L = 0.0;
@@ -123,7 +124,7 @@ TEST(Layers, AttentionBackwardMatchesFiniteDifferences) {
   const int64_t S = 5, B = 2, H = 2, HD = 4, C = H * HD, T = B * S;
   const auto q = random_vec(T * C, 6), k = random_vec(T * C, 7), v = random_vec(T * C, 8),
              r = random_vec(T * C, 9);
-  std::vector<float> out(T * C), probs(B * H * S * S), dq(T * C), dk(T * C), dv(T * C);
+  AlignedVector<float> out(T * C), probs(B * H * S * S), dq(T * C), dk(T * C), dv(T * C);
   attention_forward(out, probs, q, k, v, S, H, HD);
   attention_backward(dq, dk, dv, r, q, k, v, probs, S, H, HD);
   auto loss = [&](const Vec& qv, const Vec& kv, const Vec& vv) {
@@ -177,7 +178,7 @@ TEST(Layers, CrossEntropyBackwardMatchesFiniteDifferences) {
   const int64_t T = 4, V = 11;
   const auto z = random_vec(T * V, 10, 2.0f);
   const std::vector<int32_t> y = {3, 0, 10, 3};
-  std::vector<float> probs(T * V), dz(T * V);
+  AlignedVector<float> probs(T * V), dz(T * V);
   const double L = cross_entropy_forward(probs, z, y, V);
   cross_entropy_backward(dz, probs, y, V);
   auto loss = [&](const Vec& zv) { return mean_cross_entropy(zv, y, V); };
@@ -198,12 +199,12 @@ TEST(Layers, FusedCrossEntropyMatchesDefinitionAndFiniteDifferences) {
     for (int64_t i = 0; i < V; ++i) z[3 * V + i] *= 40.0f;  // a peaked row: exp underflows for most
     const std::vector<int32_t> y = {3, 0, static_cast<int32_t>(V - 1), 7, 3};
     auto loss = [&](const Vec& zv) { return mean_cross_entropy(zv, y, V); };
-    std::vector<float> dz = z;
+    AlignedVector<float> dz = z;
     const double L = cross_entropy_fused(dz, y, V);
     EXPECT_NEAR(L, loss(to_double(z)), 1e-6 * std::max(1.0, std::fabs(L))) << "V=" << V;
     check(("fused cross-entropy V=" + std::to_string(V)).c_str(), to_double(z), loss, dz, 40);
     // Against the double reference pair, element by element (absolute: gradients are <= 1/T).
-    std::vector<float> probs(T * V), dref(T * V);
+    AlignedVector<float> probs(T * V), dref(T * V);
     EXPECT_NEAR(cross_entropy_forward(probs, z, y, V), L, 1e-6 * std::max(1.0, std::fabs(L)));
     cross_entropy_backward(dref, probs, y, V);
     for (int64_t i = 0; i < T * V; ++i) ASSERT_NEAR(dz[i], dref[i], 1e-6 / T) << "V=" << V << " i=" << i;
@@ -239,11 +240,11 @@ TEST(Layers, EmbeddingLeavesSumEachLeafsScatterInTheTree) {
   for (int64_t i = 0; i < T * C; i += 7) dout[i] = (i % 2) ? -0.0f : 0.0f;
   const auto start = random_vec(V * C, 22);
 
-  std::vector<std::vector<float>> partial(leaves, std::vector<float>(V * C, 0.0f));
+  std::vector<AlignedVector<float>> partial(leaves, AlignedVector<float>(V * C, 0.0f));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t c = 0; c < C; ++c) partial[t / per_leaf][tokens[t] * C + c] += dout[t * C + c];
   }
-  std::vector<float> tree(V * C), want = start;
+  AlignedVector<float> tree(V * C), want = start;
   for (int64_t i = 0; i < V * C; ++i) {
     const auto& p = partial;
     const float left = (p[0][i] + p[1][i]) + (p[2][i] + p[3][i]);
@@ -251,7 +252,7 @@ TEST(Layers, EmbeddingLeavesSumEachLeafsScatterInTheTree) {
     tree[i] = left + right;
     want[i] += tree[i];
   }
-  std::vector<float> got = start;
+  AlignedVector<float> got = start;
   LeafScratch scratch;
   embedding_backward(got, dout, tokens, C, leaves, &scratch);
   for (int64_t i = 0; i < V * C; ++i) {
@@ -276,13 +277,13 @@ TEST(Layers, EmbeddingGathersAndScattersGradients) {
   const int64_t V = 6, C = 3;
   const auto table = random_vec(V * C, 11);
   const std::vector<int32_t> tokens = {2, 5, 2, 0};
-  std::vector<float> out(tokens.size() * C);
+  AlignedVector<float> out(tokens.size() * C);
   embedding_forward(out, tokens, table, V, C);
   for (size_t t = 0; t < tokens.size(); ++t) {
     for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out[t * C + c], table[tokens[t] * C + c]);
   }
   const auto r = random_vec(out.size(), 12);
-  std::vector<float> dtable(V * C, 0.0f);
+  AlignedVector<float> dtable(V * C, 0.0f);
   embedding_backward(dtable, r, tokens, C);
   check("embedding dtable", to_double(table),
         [&](const Vec& tv) {
@@ -294,7 +295,7 @@ TEST(Layers, EmbeddingGathersAndScattersGradients) {
         },
         dtable, 12);
   const std::vector<int32_t> bad = {6};
-  std::vector<float> one(C);
+  AlignedVector<float> one(C);
   EXPECT_THROW(embedding_forward(one, bad, table, V, C), Error);
 }
 

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/rng/threefry.hpp"
 
@@ -256,7 +257,7 @@ TEST(ModelGradient, Int8HeadQuantizesOnlyTheHeadOfInt8Models) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.vocab - 1));
   for (auto& t : in) t = tok(gen);
   for (auto& t : tg) t = tok(gen);
-  auto run = [&](nn::HeadChoice choice, std::vector<float>* grads) {
+  auto run = [&](nn::HeadChoice choice, AlignedVector<float>* grads) {
     Model model(m, nn::Recipe::make(nn::LinearMode::kS3r, nn::Correction::kDx, choice));
     model.init_weights(5);
     for (const ParamInfo& p : model.param_table()) {  // a head large enough to matter
@@ -269,7 +270,7 @@ TEST(ModelGradient, Int8HeadQuantizesOnlyTheHeadOfInt8Models) {
     grads->assign(model.grads().begin() + head.offset, model.grads().begin() + head.offset + head.size);
     return loss;
   };
-  std::vector<float> g_default, g_int8;
+  AlignedVector<float> g_default, g_int8;
   const double l_default = run(nn::HeadChoice::kDefault, &g_default);
   const double l_int8 = run(nn::HeadChoice::kInt8, &g_int8);
   EXPECT_NE(l_default, l_int8);
@@ -306,9 +307,9 @@ TEST(ModelGradient, BackwardWritesEveryGradientWhateverTheBufferHeld) {
       std::fill(model.grads().begin(), model.grads().end(), garbage);
       model.forward(in, tg);
       model.backward(key_from_seed(1));
-      return std::vector<float>(model.grads().begin(), model.grads().end());
+      return AlignedVector<float>(model.grads().begin(), model.grads().end());
     };
-    const std::vector<float> fresh = gradient(0.0f), dirty = gradient(1234.5f);
+    const AlignedVector<float> fresh = gradient(0.0f), dirty = gradient(1234.5f);
     ASSERT_EQ(fresh.size(), dirty.size());
     Model names(m, nn::Recipe::make(mode, nn::Correction::kNone));
     for (const ParamInfo& p : names.param_table()) {

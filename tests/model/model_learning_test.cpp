@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/data/dataloader.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/optim/adamw.hpp"
@@ -33,7 +34,7 @@ double train(nn::LinearMode mode, nn::Correction corr, int steps) {
   model.init_weights(1);
   const data::TokenShard shard = synthetic_shard(20000);
   data::DataLoader loader(shard, cfg.seq_len, 3);
-  std::vector<float> m(model.params().size(), 0.0f), v(model.params().size(), 0.0f);
+  AlignedVector<float> m(model.params().size(), 0.0f), v(model.params().size(), 0.0f);
   std::vector<optim::ParamRef> refs;
   for (const ParamInfo& p : model.param_table()) {
     refs.push_back({p.name, model.params().subspan(p.offset, p.size), model.grads().subspan(p.offset, p.size),

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/nn/quant_linear.hpp"
@@ -20,15 +21,15 @@ namespace {
 
 constexpr int64_t T = 48, K = 40, N = 72, S = 16;
 
-std::vector<float> uniform(uint32_t stream, int64_t n, float scale) {
-  std::vector<float> v(static_cast<size_t>(n));
+AlignedVector<float> uniform(uint32_t stream, int64_t n, float scale) {
+  AlignedVector<float> v(static_cast<size_t>(n));
   const Key key = fold_in(key_from_seed(11), stream);
   for (int64_t i = 0; i < n; ++i) v[i] = scale * (2.0f * uniform23(random_bits32(key, i)) - 1.0f);
   return v;
 }
 
 struct Layer {
-  std::vector<float> x = uniform(1, T * K, 1.0f), w = uniform(2, K * N, 0.2f), g = uniform(3, T * N, 1e-3f);
+  AlignedVector<float> x = uniform(1, T * K, 1.0f), w = uniform(2, K * N, 0.2f), g = uniform(3, T * N, 1e-3f);
   LinearInput xin;
   LinearWeight win;
   explicit Layer(LinearMode mode) {
@@ -43,7 +44,7 @@ TEST(BackwardProbe, ExactGradientIsTheUnroundedBackwardOfTheQuantizedForward) {
   probe.exact_grad = true;
   LinearWorkspace ws;
   ws.probe = &probe;
-  std::vector<float> dx(T * K), dw(K * N);
+  AlignedVector<float> dx(T * K), dw(K * N);
   linear_backward(dx, dw, l.g, l.xin, l.win, {Correction::kNone, S, key_from_seed(1), false}, ws);
   // Double-precision G (sw Wq)^T and (sx Xq)^T G; f32 sums of n terms are within n u sum|ab|.
   for (int64_t t = 0; t < T; ++t) {
@@ -77,16 +78,16 @@ TEST(BackwardProbe, SeparateDwRoundingKeepsDxAndTakesDwFromTheSecondQuantization
   probe.dw_rounding = GradRounding::kS3rBcast;
   LinearWorkspace ws;
   ws.probe = &probe;
-  std::vector<float> dx(T * K), dw(K * N);
+  AlignedVector<float> dx(T * K), dw(K * N);
   linear_backward(dx, dw, l.g, l.xin, l.win, cfg, ws);
   // dX: bit-identical to plain s3r with the same key.
   LinearWorkspace plain;
-  std::vector<float> dx_s3r(T * K), dw_s3r(K * N);
+  AlignedVector<float> dx_s3r(T * K), dw_s3r(K * N);
   linear_backward(dx_s3r, dw_s3r, l.g, l.xin, l.win, cfg, plain);
   EXPECT_EQ(0, std::memcmp(dx.data(), dx_s3r.data(), dx.size() * sizeof(float)));
   // dW: bit-identical to plain s3r-bcast with layer key fold_in(key, 1).
   Layer lb(LinearMode::kS3rBcast);
-  std::vector<float> dx_b(T * K), dw_b(K * N);
+  AlignedVector<float> dx_b(T * K), dw_b(K * N);
   LinearWorkspace bcast;
   linear_backward(dx_b, dw_b, lb.g, lb.xin, lb.win, {Correction::kNone, S, fold_in(key, 1), false}, bcast);
   EXPECT_EQ(0, std::memcmp(dw.data(), dw_b.data(), dw.size() * sizeof(float)));
@@ -100,7 +101,7 @@ TEST(BackwardProbe, SeparateDwRoundingRefusesACorrection) {
   probe.dw_rounding = GradRounding::kS3rBcast;
   LinearWorkspace ws;
   ws.probe = &probe;
-  std::vector<float> dx(T * K), dw(K * N);
+  AlignedVector<float> dx(T * K), dw(K * N);
   EXPECT_THROW(linear_backward(dx, dw, l.g, l.xin, l.win, {Correction::kDx, S, key_from_seed(1), false}, ws),
                Error);
 }
@@ -112,7 +113,7 @@ TEST(BackwardProbe, TelemetryStepIsTheQuantizersAndShareIsCounted) {
   probe.telemetry = &tele;
   LinearWorkspace ws;
   ws.probe = &probe;
-  std::vector<float> dx(T * K), dw(K * N);
+  AlignedVector<float> dx(T * K), dw(K * N);
   linear_backward(dx, dw, l.g, l.xin, l.win, {Correction::kNone, S, key_from_seed(1), false, 9}, ws);
   ASSERT_EQ(tele.size(), 1u);
   EXPECT_EQ(tele[0].layer_index, 9);

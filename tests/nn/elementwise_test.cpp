@@ -13,6 +13,7 @@
 #include "check_util.hpp"
 #include "kernels/dispatch.hpp"
 #include "kernels/ref/numerics.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/isa.hpp"
 #include "test_util.hpp"
 
@@ -36,10 +37,10 @@ TEST(Elementwise, PolynomialExpIsAccurate) {
   EXPECT_EQ(ref::sigmoid_poly(0.0f), 0.5f);
 }
 
-std::vector<float> test_values(size_t n, uint32_t seed) {
+AlignedVector<float> test_values(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, 4.0f);
-  std::vector<float> v(n);
+  AlignedVector<float> v(n);
   for (auto& x : v) x = normal(gen);
   // Extremes and special points, including both ends of the clamp and a subnormal.
   const float special[] = {0.0f, -0.0f, 1e-40f, 87.5f, -87.5f, 100.0f, -100.0f, 88.0f, -87.0f};
@@ -51,7 +52,7 @@ constexpr float kGuard = -7.0f;
 
 // got[i] for i < want.size(): the bits of want[i] inside the piece [i0, i1), kGuard outside it
 // (and past the end); "" when so, else the first index that is not and both values.
-std::string piece_mismatch(const std::vector<float>& got, const std::vector<float>& want,
+std::string piece_mismatch(const AlignedVector<float>& got, const AlignedVector<float>& want,
                            int64_t i0, int64_t i1) {
   for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
     const bool inside = i >= i0 && i < i1;
@@ -82,12 +83,12 @@ TEST(Elementwise, GatedKernelsAreBitExact) {
   for (const GatedKernels& g : kGated) {
     for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000}) {
       const auto h1 = test_values(n, 1), h3 = test_values(n, 2), dh = test_values(n, 3);
-      std::vector<float> a(n), a1(n), a3(n);
+      AlignedVector<float> a(n), a1(n), a3(n);
       (r.*g.forward)(a.data(), h1.data(), h3.data(), 0, n);
       (r.*g.backward)(a1.data(), a3.data(), dh.data(), h1.data(), h3.data(), 0, n);
       for (Isa isa : tiers) {
         // One guard element past the end catches a kernel that writes beyond its range.
-        std::vector<float> b(n + 1, -7.0f), b1(n + 1, -7.0f), b3(n + 1, -7.0f);
+        AlignedVector<float> b(n + 1, -7.0f), b1(n + 1, -7.0f), b3(n + 1, -7.0f);
         const KernelTable& k = kernels_for(isa);
         (k.*g.forward)(b.data(), h1.data(), h3.data(), 0, n);
         (k.*g.backward)(b1.data(), b3.data(), dh.data(), h1.data(), h3.data(), 0, n);
@@ -114,14 +115,14 @@ TEST(Elementwise, GatedKernelsOnPiecesStartingMidRange) {
   const auto h1 = test_values(n, 1), h3 = test_values(n, 2), dh = test_values(n, 3);
   const KernelTable& r = kernels_for(Isa::kReference);
   for (const GatedKernels& g : kGated) {
-    std::vector<float> a(n), a1(n), a3(n);
+    AlignedVector<float> a(n), a1(n), a3(n);
     (r.*g.forward)(a.data(), h1.data(), h3.data(), 0, n);
     (r.*g.backward)(a1.data(), a3.data(), dh.data(), h1.data(), h3.data(), 0, n);
     for (Isa isa : testing::runnable_isas()) {
       const KernelTable& k = kernels_for(isa);
       for (int64_t i0 : {1, 3, 5, 9, 13, 17, 33}) {
         for (int64_t i1 : {i0 + 1, i0 + 7, i0 + 8, i0 + 9, i0 + 23, n - 1, n}) {
-          std::vector<float> b(n + 1, kGuard), b1(n + 1, kGuard), b3(n + 1, kGuard);
+          AlignedVector<float> b(n + 1, kGuard), b1(n + 1, kGuard), b3(n + 1, kGuard);
           (k.*g.forward)(b.data(), h1.data(), h3.data(), i0, i1);
           (k.*g.backward)(b1.data(), b3.data(), dh.data(), h1.data(), h3.data(), i0, i1);
           const std::string ctx = std::string(g.name) + " " + std::string(isa_name(isa)) + " piece [" + std::to_string(i0) +
@@ -173,11 +174,11 @@ TEST(Elementwise, SoftmaxCrossEntropyKernelIsBitExact) {
     auto z = test_values(rows * V, 4);
     for (int64_t i = 0; i < V; ++i) z[V + i] *= 10.0f;  // row 1 peaked
     const std::vector<int32_t> y = {0, static_cast<int32_t>(V / 2), static_cast<int32_t>(V - 1)};
-    std::vector<float> a = z;
+    AlignedVector<float> a = z;
     std::vector<double> la(rows);
     ASSERT_TRUE(ref::softmax_xent_rows(a.data(), la.data(), y.data(), 0, rows, V, 0.25f));
     for (Isa isa : tiers) {
-      std::vector<float> b = z;
+      AlignedVector<float> b = z;
       b.push_back(-7.0f);  // guard
       std::vector<double> lb(rows);
       ASSERT_TRUE(kernels_for(isa).softmax_xent_rows(b.data(), lb.data(), y.data(), 0, rows, V, 0.25f));
@@ -185,14 +186,14 @@ TEST(Elementwise, SoftmaxCrossEntropyKernelIsBitExact) {
       for (int64_t i = 0; i < rows * V; ++i) ASSERT_EQ(a[i], b[i]) << isa_name(isa) << " V=" << V << " i=" << i;
       ASSERT_EQ(b[rows * V], -7.0f) << isa_name(isa) << ": wrote past the end, V=" << V;
       for (float bad : {NAN, INFINITY, -INFINITY}) {
-        std::vector<float> c = z;
+        AlignedVector<float> c = z;
         c[2 * V + V / 3] = bad;
         EXPECT_FALSE(kernels_for(isa).softmax_xent_rows(c.data(), lb.data(), y.data(), 0, rows, V, 0.25f))
             << isa_name(isa) << " V=" << V << " missed " << bad;
       }
     }
     for (float bad : {NAN, INFINITY}) {
-      std::vector<float> c = z;
+      AlignedVector<float> c = z;
       c[2 * V + V / 3] = bad;
       EXPECT_FALSE(ref::softmax_xent_rows(c.data(), la.data(), y.data(), 0, rows, V, 0.25f)) << "reference V=" << V;
     }
@@ -208,12 +209,12 @@ TEST(Elementwise, SoftmaxCrossEntropyOnRowsStartingMidBatch) {
     const auto z = test_values(rows * V, 5);
     std::vector<int32_t> y(rows);
     for (int64_t r = 0; r < rows; ++r) y[r] = static_cast<int32_t>((r * 5) % V);
-    std::vector<float> a = z;
+    AlignedVector<float> a = z;
     std::vector<double> la(rows);
     ASSERT_TRUE(ref::softmax_xent_rows(a.data(), la.data(), y.data(), 0, rows, V, 0.25f));
     for (Isa isa : testing::runnable_isas()) {
       for (auto [r0, r1] : {std::pair<int64_t, int64_t>{1, rows}, {1, 2}, {2, 5}, {3, 4}}) {
-        std::vector<float> b = z;
+        AlignedVector<float> b = z;
         b.push_back(kGuard);
         std::vector<double> lb(rows + 1, -7.0);
         ASSERT_TRUE(kernels_for(isa).softmax_xent_rows(b.data(), lb.data(), y.data(), r0, r1, V, 0.25f));
@@ -245,12 +246,12 @@ TEST(Elementwise, RmsnormKernelsAreBitExact) {
     const int64_t rows = 5;
     const auto x = test_values(rows * C, 7), w = test_values(C, 8), dy = test_values(rows * C, 9);
     const auto dx0 = test_values(rows * C, 10);
-    std::vector<float> out(rows * C), rstd(rows), dx = dx0;
+    AlignedVector<float> out(rows * C), rstd(rows), dx = dx0;
     ref::rmsnorm_rows(out.data(), rstd.data(), x.data(), w.data(), 0, rows, C, 1e-5f);
     ref::rmsnorm_backward_rows(dx.data(), dy.data(), x.data(), w.data(), rstd.data(), 0, rows, C);
     for (Isa isa : tiers) {
       for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {1, rows - 1}}) {
-        std::vector<float> out2(rows * C + 1, kGuard), rstd2(rows + 1, kGuard), dx2 = dx0;
+        AlignedVector<float> out2(rows * C + 1, kGuard), rstd2(rows + 1, kGuard), dx2 = dx0;
         dx2.push_back(kGuard);
         const KernelTable& k = kernels_for(isa);
         k.rmsnorm_rows(out2.data(), rstd2.data(), x.data(), w.data(), r0, r1, C, 1e-5f);
@@ -295,11 +296,11 @@ TEST(Elementwise, Bf16RoundingOfEveryTierMatchesTheReference) {
       {0x7FFFFFFFu, 0x7FFFu},  // a quiet NaN keeps its top bits
   };
   std::mt19937 gen(11);
-  std::vector<float> x(1000);
+  AlignedVector<float> x(1000);
   for (auto& v : x) v = std::bit_cast<float>(static_cast<uint32_t>(gen()));
   for (size_t i = 0; i < std::size(known); ++i) x[3 + 17 * i] = std::bit_cast<float>(known[i].first);
   std::vector<bf16> want(x.size());
-  std::vector<float> want_wide(x.size());
+  AlignedVector<float> want_wide(x.size());
   ref::round_bf16(want.data(), want_wide.data(), x.data(), 0, static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < std::size(known); ++i) {
     ASSERT_EQ(want[3 + 17 * i].bits, known[i].second) << std::hex << known[i].first;
@@ -309,9 +310,9 @@ TEST(Elementwise, Bf16RoundingOfEveryTierMatchesTheReference) {
   for (Isa isa : testing::runnable_isas()) {
     for (auto [i0, i1] : {std::pair<int64_t, int64_t>{0, n}, {5, 6}, {7, 40}, {33, n - 9}}) {
       std::vector<bf16> got(x.size(), bf16{0x1234});
-      std::vector<float> got_wide(x.size(), kGuard);
+      AlignedVector<float> got_wide(x.size(), kGuard);
       kernels_for(isa).round_bf16(got.data(), got_wide.data(), x.data(), i0, i1);
-      std::vector<float> only_wide(x.size(), kGuard);
+      AlignedVector<float> only_wide(x.size(), kGuard);
       kernels_for(isa).round_bf16(nullptr, only_wide.data(), x.data(), i0, i1);
       for (int64_t i = 0; i < n; ++i) {
         const bool inside = i >= i0 && i < i1;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/dispatch.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/isa.hpp"
 #include "test_util.hpp"
 
@@ -21,12 +22,12 @@ const int64_t kSizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000};
 // S3R-EC terms (wa, delta, rowsum) and the output's initial values, drawn in that order.
 struct DxEpilogueOperands {
   std::vector<int32_t> acc;
-  std::vector<float> sx, wa, delta, rowsum, init;
+  AlignedVector<float> sx, wa, delta, rowsum, init;
   static DxEpilogueOperands random(int64_t T, int64_t K, int64_t B, std::mt19937& gen,
                                    std::normal_distribution<float>& normal,
                                    std::uniform_int_distribution<int32_t>& acc_dist) {
-    DxEpilogueOperands o{std::vector<int32_t>(T * K), std::vector<float>(T), std::vector<float>(B * K),
-                         std::vector<float>(T), std::vector<float>(K), std::vector<float>(T * K)};
+    DxEpilogueOperands o{std::vector<int32_t>(T * K), AlignedVector<float>(T), AlignedVector<float>(B * K),
+                         AlignedVector<float>(T), AlignedVector<float>(K), AlignedVector<float>(T * K)};
     for (auto& v : o.acc) v = acc_dist(gen);
     for (auto& v : o.sx) v = 0.01f * std::exp(normal(gen));
     for (auto& v : o.wa) v = 1e-3f * normal(gen);
@@ -53,11 +54,11 @@ TEST(LinearKernels, DxEpilogueIsBitExact) {
       const DxEpilogueOperands o = DxEpilogueOperands::random(T, K, B, gen, normal, acc_dist);
       for (bool correct : {false, true}) {
         for (bool accumulate : {false, true}) {
-          std::vector<float> a = o.init;
+          AlignedVector<float> a = o.init;
           const DxTerms d = o.terms(S, K, correct, accumulate);
           ref::dx_epilogue(a.data(), K, o.acc.data(), K, 0, T, 0, K, d);
           for (Isa isa : tiers) {
-            std::vector<float> b = o.init;
+            AlignedVector<float> b = o.init;
             b.push_back(-7.0f);  // a guard element past the end, which must stay untouched
             kernels_for(isa).dx_epilogue(b.data(), K, o.acc.data(), K, 0, T, 0, K, d);
             for (int64_t i = 0; i < T * K; ++i) {
@@ -88,12 +89,12 @@ TEST(LinearKernels, GemvMatchesReference) {
       for (int64_t B : {1, 3, 8, 9, 17}) {
         std::vector<int8_t> w(K * N);
         for (auto& v : w) v = static_cast<int8_t>(code(gen));
-        std::vector<float> a(B * N);
+        AlignedVector<float> a(B * N);
         for (auto& v : a) v = normal(gen);
-        std::vector<float> r(B * K);
+        AlignedVector<float> r(B * K);
         ref::gemv_s8_f32(r.data(), w.data(), a.data(), B, K, N, 0, K);
         for (Isa isa : tiers) {
-          std::vector<float> v(B * K);
+          AlignedVector<float> v(B * K);
           kernels_for(isa).gemv_s8_f32(v.data(), w.data(), a.data(), B, K, N, 0, K);
           for (int64_t b = 0; b < B; ++b) {
             for (int64_t k = 0; k < K; ++k) {
@@ -127,12 +128,12 @@ TEST(LinearKernels, BlocksStartingMidRangeGiveTheWholeRangesRows) {
     const DxEpilogueOperands o = DxEpilogueOperands::random(T, K, B, gen, normal, acc_dist);
     for (bool accumulate : {false, true}) {
       const DxTerms d = o.terms(S, K, true, accumulate);
-      std::vector<float> whole = o.init;
+      AlignedVector<float> whole = o.init;
       ref::dx_epilogue(whole.data(), K, o.acc.data(), K, 0, T, 0, K, d);
       for (Isa isa : testing::runnable_isas()) {
         for (auto [t0, t1] : {Range{1, T}, {3, 4}, {5, 16}, {8, 13}}) {
           for (auto [k0, k1] : {Range{0, K}, {K / 3, K}, {K / 2, K / 2 + 1}}) {
-            std::vector<float> got = o.init;
+            AlignedVector<float> got = o.init;
             got.push_back(kGuard);
             kernels_for(isa).dx_epilogue(got.data(), K, o.acc.data() + t0 * K + k0, K, t0, t1, k0, k1, d);
             for (int64_t i = 0; i <= T * K; ++i) {
@@ -152,14 +153,14 @@ TEST(LinearKernels, BlocksStartingMidRangeGiveTheWholeRangesRows) {
     const int64_t K = 29, Bv = 3;
     std::vector<int8_t> w(K * N);
     for (auto& v : w) v = static_cast<int8_t>(code(gen));
-    std::vector<float> a(Bv * N);
+    AlignedVector<float> a(Bv * N);
     for (auto& v : a) v = normal(gen);
     for (Isa isa : testing::runnable_isas()) {
       // Against the same tier's whole-range call: bit for bit (each output is one row's sum).
-      std::vector<float> whole(Bv * K);
+      AlignedVector<float> whole(Bv * K);
       kernels_for(isa).gemv_s8_f32(whole.data(), w.data(), a.data(), Bv, K, N, 0, K);
       for (auto [k0, k1] : {std::pair<int64_t, int64_t>{1, K}, {3, 4}, {5, 22}, {17, 28}}) {
-        std::vector<float> got(Bv * K + 1, kGuard);
+        AlignedVector<float> got(Bv * K + 1, kGuard);
         kernels_for(isa).gemv_s8_f32(got.data(), w.data(), a.data(), Bv, K, N, k0, k1);
         for (int64_t i = 0; i <= Bv * K; ++i) {
           const bool inside = i < Bv * K && i % K >= k0 && i % K < k1;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "check_util.hpp"
+#include "s3r/core/aligned_vector.hpp"
 
 namespace s3r::nn::testing {
 
@@ -93,9 +94,9 @@ namespace {
 
 // Scale and codes of each of `groups` groups of `count` elements: element i of group j is
 // v[j * group_stride + i * stride] (X: a token's row; W: a column).
-void quantize_groups(const std::vector<float>& v, int64_t groups, int64_t count,
+void quantize_groups(const AlignedVector<float>& v, int64_t groups, int64_t count,
                      int64_t group_stride, int64_t stride, std::vector<int8_t>& codes,
-                     std::vector<float>& scales) {
+                     AlignedVector<float>& scales) {
   codes.resize(v.size());
   scales.resize(static_cast<size_t>(groups));
   for (int64_t j = 0; j < groups; ++j) {
@@ -142,7 +143,7 @@ int8_t floor_code(float x, float r) {
 GradCodes grad_codes(const Problem& p, const Operands& o, LinearMode mode, Key layer_key) {
   const int64_t T = p.T, N = p.N;
   GradCodes c;
-  std::vector<float> gp(static_cast<size_t>(T * N));
+  AlignedVector<float> gp(static_cast<size_t>(T * N));
   float absmax = 0.0f;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t n = 0; n < N; ++n) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/nn/linear_mode.hpp"
 #include "s3r/rng/threefry.hpp"
 
@@ -20,7 +21,7 @@ namespace s3r::nn::testing {
 // T; a test may change S of a built problem).
 struct Problem {
   int64_t T = 0, K = 0, N = 0, S = 0;
-  std::vector<float> x, w, g;
+  AlignedVector<float> x, w, g;
   int64_t B() const { return T / S; }  // examples
   std::string shape() const;           // "T=.. K=.. N=.. S=..", for failure messages
 };
@@ -48,7 +49,7 @@ Key make_layer_key(uint32_t seed, uint32_t step, uint32_t layer);
 // Forward operands (SPEC 1).
 struct Operands {
   std::vector<int8_t> xq, wq;   // (T, K), (K, N)
-  std::vector<float> sx, sw;    // (T), (N)
+  AlignedVector<float> sx, sw;    // (T), (N)
   std::vector<int64_t> rowsum;  // (K) sum_n Wq[k, n], exact
 };
 
@@ -76,7 +77,7 @@ int8_t floor_code(float x, float r);
 // The backward quantization (SPEC 1-3): G' = (sx G) sw in f32, D = max|G'| / 127, x = G' / D.
 struct GradCodes {
   float D = 0.0f;
-  std::vector<float> xs;     // (T, N) x = G'/D in f32; 0 when D == 0
+  AlignedVector<float> xs;     // (T, N) x = G'/D in f32; 0 when D == 0
   int count = 1;             // 2 under sr
   std::vector<int8_t> q[2];  // (T, N) codes for dX ([0]) and for dW ([count - 1])
 };

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "check_util.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/bf16.hpp"
 
 namespace s3r::nn::testing {
@@ -202,7 +203,7 @@ Expected expected_forward(const Problem& p, LinearMode mode, const Operands& o) 
 }
 
 ExpectedBackward expected_backward_float(const Problem& p, LinearMode mode,
-                                         const std::vector<float>& dx_old) {
+                                         const AlignedVector<float>& dx_old) {
   const int64_t T = p.T, K = p.K, N = p.N;
   auto rounded = [&](float v) { return mode == LinearMode::kBf16 ? to_float(to_bf16(v)) : v; };
   ExpectedBackward r;
@@ -236,7 +237,7 @@ ExpectedBackward expected_backward_float(const Problem& p, LinearMode mode,
 }
 
 ExpectedBackward expected_backward_int8(const Problem& p, const Operands& o, const GradCodes& gc,
-                                        Correction correction, const std::vector<float>& dx_old) {
+                                        Correction correction, const AlignedVector<float>& dx_old) {
   const int64_t T = p.T, K = p.K, N = p.N, S = p.S;
   const double D = gc.D;
   const std::vector<double> gp = exact_folded(p, o);

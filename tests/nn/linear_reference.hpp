@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nn/linear_problem.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/nn/linear_mode.hpp"
 
 namespace s3r::nn::testing {
@@ -112,7 +113,7 @@ struct ExpectedBackward {
 // of N (dX, plus the accumulation into old: N + 1) and T (dW) terms with exact bf16 products.
 // dx_old: dX before an accumulating backward, or empty.
 ExpectedBackward expected_backward_float(const Problem& p, LinearMode mode,
-                                         const std::vector<float>& dx_old);
+                                         const AlignedVector<float>& dx_old);
 
 // Int8 modes (SPEC 1, 2, 4), with the codes gc (grad_codes): dX (T, K) from the dX codes,
 //   dX[t,k] = old + (1/sx[t]) sum_n (D Q[t,n] - [correct_dx] Estr[t,n]) Wq[k,n]
@@ -121,7 +122,7 @@ ExpectedBackward expected_backward_float(const Problem& p, LinearMode mode,
 // with Estr formed explicitly from c, a, m of E = D*Q - G' (double); integer products exact.
 // Tolerances: dx_tolerance and dw_tolerance with the magnitudes of these codes.
 ExpectedBackward expected_backward_int8(const Problem& p, const Operands& o, const GradCodes& gc,
-                                        Correction correction, const std::vector<float>& dx_old);
+                                        Correction correction, const AlignedVector<float>& dx_old);
 
 // The unquantized backward of the quantized forward operands, in double:
 // dX_ref = G (Wq sw)^T = G' Wq^T / sx and dW_ref = (sx Xq)^T G = Xq^T G' / sw.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/isa.hpp"
 #include "test_util.hpp"
@@ -21,7 +22,7 @@ namespace {
 
 struct Layer {
   MoeShape shape;
-  std::vector<float> x, router, gate, up, down;
+  AlignedVector<float> x, router, gate, up, down;
   MoeWeights weights() const { return {router, gate, up, down}; }
 };
 
@@ -29,7 +30,7 @@ Layer make_layer(int64_t T, int64_t C, int64_t F, int64_t E, int64_t k, int64_t 
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   Layer l{{T, C, F, E, k, S}, {}, {}, {}, {}, {}};
-  const auto fill = [&](std::vector<float>& v, int64_t n, float scale) {
+  const auto fill = [&](AlignedVector<float>& v, int64_t n, float scale) {
     v.resize(static_cast<size_t>(n));
     for (float& a : v) a = scale * normal(gen);
   };
@@ -83,7 +84,7 @@ TEST(Moe, ForwardIsTheWeightedSumOfTheChosenExperts) {
   const Layer l = make_layer(12, 8, 6, 5, 2, 4, 1);
   MoeState st;
   MoeScratch scratch;
-  std::vector<float> y(l.x.size());
+  AlignedVector<float> y(l.x.size());
   moe_forward(y, l.x, l.weights(), l.shape, LinearMode::kF32, 0, st, scratch);
   const std::vector<double> want = direct_forward(l);
   for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << i;
@@ -94,10 +95,10 @@ TEST(Moe, ForwardIsTheWeightedSumOfTheChosenExperts) {
 
 // J = sum R * Y + aux (its mean over examples) + z (its mean over tokens), each with its
 // coefficient; loss_scale 1/T.
-double objective(Layer& l, const std::vector<float>& r, const MoeLossWeights& lw) {
+double objective(Layer& l, const AlignedVector<float>& r, const MoeLossWeights& lw) {
   MoeState st;
   MoeScratch scratch;
-  std::vector<float> y(l.x.size());
+  AlignedVector<float> y(l.x.size());
   moe_forward(y, l.x, l.weights(), l.shape, LinearMode::kF32, 0, st, scratch);
   double j = 0.0;
   for (size_t i = 0; i < y.size(); ++i) j += double(r[i]) * y[i];
@@ -107,19 +108,19 @@ double objective(Layer& l, const std::vector<float>& r, const MoeLossWeights& lw
 
 TEST(Moe, GradientsMatchFiniteDifferences) {
   Layer l = make_layer(16, 8, 6, 4, 2, 8, 3);
-  std::vector<float> r(l.x.size());
+  AlignedVector<float> r(l.x.size());
   std::mt19937 gen(9);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : r) v = normal(gen);
   const MoeLossWeights lw{0.5f, 0.3f};  // large, so that their gradients are visible
   MoeState st;
   MoeScratch scratch;
-  std::vector<float> y(l.x.size()), dx(l.x.size());
-  std::vector<float> dr(l.router.size()), dg(l.gate.size()), du(l.up.size()), dd(l.down.size());
+  AlignedVector<float> y(l.x.size()), dx(l.x.size());
+  AlignedVector<float> dr(l.router.size()), dg(l.gate.size()), du(l.up.size()), dd(l.down.size());
   moe_forward(y, l.x, l.weights(), l.shape, LinearMode::kF32, 0, st, scratch);
   moe_backward(dx, {dr, dg, du, dd}, r, Correction::kNone, key_from_seed(1), 4, lw,
                1.0f / float(l.shape.tokens), st, scratch, BatchPlacement{});
-  const auto check = [&](std::vector<float>& param, const std::vector<float>& grad, const char* name) {
+  const auto check = [&](AlignedVector<float>& param, const AlignedVector<float>& grad, const char* name) {
     for (size_t i = 0; i < param.size(); i += std::max<size_t>(1, param.size() / 23)) {
       const float keep = param[i];
       const float h = 1e-2f * std::max(1.0f, std::fabs(keep));
@@ -143,12 +144,12 @@ TEST(Moe, GradientsMatchFiniteDifferences) {
 // coefficient of the load-balancing or the z-loss.
 TEST(Moe, RoutingLossGradientsMatchFiniteDifferences) {
   Layer l = make_layer(16, 8, 6, 4, 2, 8, 5);
-  const std::vector<float> r(l.x.size(), 0.0f);
+  const AlignedVector<float> r(l.x.size(), 0.0f);
   for (const MoeLossWeights lw : {MoeLossWeights{1.0f, 0.0f}, MoeLossWeights{0.0f, 1.0f}}) {
     MoeState st;
     MoeScratch scratch;
-    std::vector<float> y(l.x.size()), dx(l.x.size());
-    std::vector<float> dr(l.router.size()), dg(l.gate.size()), du(l.up.size()), dd(l.down.size());
+    AlignedVector<float> y(l.x.size()), dx(l.x.size());
+    AlignedVector<float> dr(l.router.size()), dg(l.gate.size()), du(l.up.size()), dd(l.down.size());
     moe_forward(y, l.x, l.weights(), l.shape, LinearMode::kF32, 0, st, scratch);
     moe_backward(dx, {dr, dg, du, dd}, r, Correction::kNone, key_from_seed(1), 4, lw,
                  1.0f / float(l.shape.tokens), st, scratch, BatchPlacement{});
@@ -169,24 +170,25 @@ TEST(Moe, RoutingLossGradientsMatchFiniteDifferences) {
 }
 
 struct Result {
-  std::vector<float> y, dx, dr, dg, du, dd;
+  AlignedVector<float> y, dx, dr, dg, du, dd;
   bool operator==(const Result&) const = default;
 };
 
 Result run_int8(const Layer& l, LinearMode mode, Correction c) {
   MoeState st;
   MoeScratch scratch;
-  Result out{std::vector<float>(l.x.size()), std::vector<float>(l.x.size()), std::vector<float>(l.router.size()),
-             std::vector<float>(l.gate.size()), std::vector<float>(l.up.size()), std::vector<float>(l.down.size())};
+  Result out{AlignedVector<float>(l.x.size()), AlignedVector<float>(l.x.size()), AlignedVector<float>(l.router.size()),
+             AlignedVector<float>(l.gate.size()), AlignedVector<float>(l.up.size()),
+             AlignedVector<float>(l.down.size())};
   moe_forward(out.y, l.x, l.weights(), l.shape, mode, 64, st, scratch);
-  std::vector<float> dy(l.x.size());
+  AlignedVector<float> dy(l.x.size());
   for (size_t i = 0; i < dy.size(); ++i) dy[i] = std::sin(0.37f * float(i)) * 1e-3f;
   moe_backward(out.dx, {out.dr, out.dg, out.du, out.dd}, dy, c, key_from_seed(7), 11, {0.01f, 0.001f},
                1.0f / float(l.shape.tokens), st, scratch, BatchPlacement{nullptr, 64, 2});
   return out;
 }
 
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, float* scale) {
+float max_abs_diff(const AlignedVector<float>& a, const AlignedVector<float>& b, float* scale) {
   float d = 0.0f;
   for (size_t i = 0; i < a.size(); ++i) {
     d = std::max(d, std::fabs(a[i] - b[i]));
@@ -238,7 +240,7 @@ TEST(Moe, BadShapesAreRejected) {
   Layer l = make_layer(8, 4, 4, 3, 2, 4, 1);
   MoeState st;
   MoeScratch scratch;
-  std::vector<float> y(l.x.size());
+  AlignedVector<float> y(l.x.size());
   for (const auto& [E, k] : {std::pair{3, 4}, std::pair{3, 0}, std::pair{0, 1}}) {
     MoeShape s = l.shape;
     s.experts = E;

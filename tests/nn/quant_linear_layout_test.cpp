@@ -12,14 +12,15 @@
 #include <utility>
 #include <vector>
 
+#include "check_util.hpp"
+#include "nn/linear_problem.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/nn/linear_mode.hpp"
 #include "s3r/nn/quant_linear.hpp"
 #include "s3r/quant/grad_quant.hpp"
 #include "s3r/rng/threefry.hpp"
-#include "nn/linear_problem.hpp"
-#include "check_util.hpp"
 #include "test_util.hpp"
 
 namespace s3r::nn {
@@ -34,7 +35,7 @@ using s3r::testing::str;
 // and shapes that cross the transpose's tiles; float modes and NaN refused.
 TEST(QuantLinearWeight, TransposedLayoutGivesTheSameWeight) {
   for (const auto& [K, N] : {std::pair<int64_t, int64_t>{33, 70}, {64, 64}, {1, 5}, {130, 17}}) {
-    std::vector<float> w(static_cast<size_t>(K * N)), wt(w.size());
+    AlignedVector<float> w(static_cast<size_t>(K * N)), wt(w.size());
     uint32_t state = 7;
     for (float& v : w) v = static_cast<float>(static_cast<int32_t>(state = state * 1664525u + 1013904223u)) * 1e-9f;
     for (int64_t k = 0; k < K; ++k) w[static_cast<size_t>(k * N + N / 2)] = 0.0f;  // channel N/2 all zero
@@ -57,7 +58,7 @@ TEST(QuantLinearWeight, TransposedLayoutGivesTheSameWeight) {
     }
   }
   LinearWeight w;
-  std::vector<float> wt(12, 1.0f);
+  AlignedVector<float> wt(12, 1.0f);
   EXPECT_THROW(prepare_weight_transposed(w, wt, 3, 4, LinearMode::kBf16, "Wt"), Error);
   wt[5] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_THROW(prepare_weight_transposed(w, wt, 3, 4, LinearMode::kSr, "Wt"), Error);
@@ -90,8 +91,8 @@ TEST(QuantLinearLayout, TransposedDwIsTheTransposeBitForBit) {
           config.tokens_per_example = p.S;
           config.layer_key = make_layer_key(3, 1, 2);
           ASSERT_TRUE(dw_transposable(mode, config));
-          std::vector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
-          std::vector<float> dx_t(dx.size()), dw_t(dw.size(), -1.0f);
+          AlignedVector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
+          AlignedVector<float> dx_t(dx.size()), dw_t(dw.size(), -1.0f);
           LinearWorkspace ws;
           linear_backward(dx, dw, p.g, in, weight, config, ws);
           config.dw_transposed = true;
@@ -115,7 +116,7 @@ TEST(QuantLinearLayout, TransposedDwIsTheTransposeBitForBit) {
   LinearBackwardConfig config;
   config.tokens_per_example = p.S;
   config.dw_transposed = true;
-  std::vector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
+  AlignedVector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
   LinearWorkspace ws;
   for (const auto& [mode, correction] : {std::pair{LinearMode::kS3r, Correction::kTwoWay},
                                         std::pair{LinearMode::kF32, Correction::kNone},

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nn/linear_problem.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/nn/quant_linear.hpp"
 #include "test_util.hpp"
 
@@ -18,7 +19,7 @@ namespace s3r::nn {
 namespace {
 
 struct Grads {
-  std::vector<float> dx, dw;
+  AlignedVector<float> dx, dw;
 };
 
 Grads backward(const testing::Problem& p, LinearMode mode, Correction correction, const BatchPlacement& place) {
@@ -26,7 +27,7 @@ Grads backward(const testing::Problem& p, LinearMode mode, Correction correction
   LinearWeight win;
   prepare_input(xin, p.x, p.T, p.K, mode, "X");
   prepare_weight(win, p.w, p.K, p.N, mode, "W");
-  Grads out{std::vector<float>(static_cast<size_t>(p.T * p.K)), std::vector<float>(static_cast<size_t>(p.K * p.N))};
+  Grads out{AlignedVector<float>(static_cast<size_t>(p.T * p.K)), AlignedVector<float>(static_cast<size_t>(p.K * p.N))};
   LinearWorkspace ws;
   const LinearBackwardConfig cfg{correction, p.S, testing::make_layer_key(3, 9, 4), false, -1, place};
   linear_backward(out.dx, out.dw, p.g, xin, win, cfg, ws);

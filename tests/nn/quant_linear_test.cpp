@@ -32,15 +32,16 @@
 #include <string>
 #include <vector>
 
+#include "check_util.hpp"
+#include "nn/linear_problem.hpp"
+#include "nn/linear_reference.hpp"
+#include "nn/linear_rounding_model.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/nn/linear_mode.hpp"
 #include "s3r/quant/grad_quant.hpp"
 #include "s3r/rng/threefry.hpp"
-#include "check_util.hpp"
-#include "nn/linear_problem.hpp"
-#include "nn/linear_reference.hpp"
-#include "nn/linear_rounding_model.hpp"
 #include "test_util.hpp"
 
 namespace s3r::nn {
@@ -102,8 +103,8 @@ void check_tensor(Checker& chk, const char* name, const Expected& e, std::span<c
   }
 }
 
-template <typename T, typename Got>
-void check_bits(Checker& chk, const char* name, const std::vector<T>& expected, const Got& got, int64_t cols) {
+template <typename Expected, typename Got>
+void check_bits(Checker& chk, const char* name, const Expected& expected, const Got& got, int64_t cols) {
   if (got.size() != expected.size()) {
     chk.expect(false, [&] {
       return str(name, " has ", got.size(), " elements, expected ", expected.size());
@@ -122,7 +123,7 @@ void check_operands(Checker& chk, const LayerRun& run, const Operands& o, const 
   check_bits(chk, "sx", o.sx, run.in.scales, 1);
   check_bits(chk, "Wq", o.wq, run.weight.codes, p.N);
   check_bits(chk, "sw", o.sw, run.weight.scales, 1);
-  std::vector<float> rowsum;
+  AlignedVector<float> rowsum;
   for (int64_t v : o.rowsum) rowsum.push_back(static_cast<float>(v));
   check_bits(chk, "rowsum(Wq)", rowsum, run.weight.code_row_sums, 1);
 }
@@ -155,15 +156,15 @@ const char* to_string(Variant v) {
 void check_backward(Checker& chk, LayerRun& run, const Problem& p, LinearMode mode,
                     Correction correction, Variant variant, Key key) {
   const int64_t T = p.T, K = p.K, N = p.N;
-  std::vector<float> dx_old;
+  AlignedVector<float> dx_old;
   if (variant == Variant::kAccumulate) {
     for (int64_t i = 0; i < T * K; ++i) dx_old.push_back(sym_uniform(key_from_seed(7), i));
   }
-  std::vector<float> dx = variant == Variant::kNoDx ? std::vector<float>{}
+  AlignedVector<float> dx = variant == Variant::kNoDx ? AlignedVector<float>{}
                           : variant == Variant::kAccumulate
                               ? dx_old
-                              : std::vector<float>(static_cast<size_t>(T * K), 12345.0f);
-  std::vector<float> dw(static_cast<size_t>(K * N), 12345.0f);
+                              : AlignedVector<float>(static_cast<size_t>(T * K), 12345.0f);
+  AlignedVector<float> dw(static_cast<size_t>(K * N), 12345.0f);
   linear_backward(dx, dw, p.g, run.in, run.weight,
                   backward_config(p, correction, key, variant == Variant::kAccumulate), run.ws);
   ExpectedBackward e;
@@ -197,7 +198,7 @@ void run_reference_sweep(const Problem& base, int threads, const std::vector<int
             str(isa_name(isa), ", ", threads, " threads, ", p.shape(), ", mode ", to_string(mode));
         chk.set_context(where + ", forward");
         if (is_int8(mode)) check_operands(chk, run, forward_operands(p), p);
-        std::vector<float> y(static_cast<size_t>(p.T * p.N), 12345.0f);
+        AlignedVector<float> y(static_cast<size_t>(p.T * p.N), 12345.0f);
         linear_forward(y, run.in, run.weight);
         check_tensor(chk, "Y", expected_forward(p, mode, forward_operands(p)), y, p.T, p.N, "t",
                      "n");
@@ -293,7 +294,7 @@ TEST(QuantLinearStats, MeanGradientIsUnbiased) {
     LayerRun run;
     prepare(run, p, mode);
     std::vector<double> sum_dx[3], sum_dw[3];
-    std::vector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
+    AlignedVector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
     for (int c = 0; c < 3; ++c) sum_dx[c].assign(dx.size(), 0.0), sum_dw[c].assign(dw.size(), 0.0);
     for (int d = 0; d < kMeanDraws; ++d) {
       const Key key = make_layer_key(5150, static_cast<uint32_t>(d), 7);
@@ -397,7 +398,7 @@ TEST(QuantLinearResidual, GradientErrorIsResidualThroughBothProducts) {
       for (Correction correction : kAllCorrections) {
         chk.set_context(str(isa_name(isa), ", mode ", to_string(mode), ", correction ",
                             to_string(correction), ", ", p.shape()));
-        std::vector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
+        AlignedVector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
         const Key key = make_layer_key(77, 1, static_cast<uint32_t>(correction));
         linear_backward(dx, dw, p.g, run.in, run.weight, backward_config(p, correction, key, false),
                         run.ws);
@@ -534,7 +535,7 @@ StoryResult run_story(const Problem& p, const Operands& o, const Reference& ref,
   const std::vector<double> ref_sum = example_sums(p, ref.dx);
   const double n_sum = squared_norm(ref_sum);
   std::vector<double> e_dx, e_dw, e_sum;
-  std::vector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
+  AlignedVector<float> dx(static_cast<size_t>(p.T * p.K)), dw(static_cast<size_t>(p.K * p.N));
   std::vector<double> err(dx.size());
   for (int d = 0; d < kStoryDraws; ++d) {
     const Key key = make_layer_key(stream, static_cast<uint32_t>(d), 0);
@@ -736,7 +737,7 @@ TEST(QuantLinearErrors, NonFiniteOperandsAndMismatchedModesThrow) {
     }
     LayerRun run;
     prepare(run, p, mode);
-    std::vector<float> g = p.g, dx(static_cast<size_t>(p.T * p.K)),
+    AlignedVector<float> g = p.g, dx(static_cast<size_t>(p.T * p.K)),
                        dw(static_cast<size_t>(p.K * p.N));
     g[5 * p.N + 6] = -std::numeric_limits<float>::infinity();
     const LinearBackwardConfig config = backward_config(p, Correction::kTwoWay, Key{1, 2}, false);
@@ -744,7 +745,7 @@ TEST(QuantLinearErrors, NonFiniteOperandsAndMismatchedModesThrow) {
     LayerRun other;
     prepare(other, p, mode == LinearMode::kS3r ? LinearMode::kSr : LinearMode::kS3r);
     EXPECT_THROW(linear_backward(dx, dw, p.g, run.in, other.weight, config, run.ws), Error);
-    std::vector<float> y(static_cast<size_t>(p.T * p.N));
+    AlignedVector<float> y(static_cast<size_t>(p.T * p.N));
     EXPECT_THROW(linear_forward(y, run.in, other.weight), Error);
   }
 }

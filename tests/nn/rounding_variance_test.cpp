@@ -12,6 +12,7 @@
 #include "nn/linear_problem.hpp"
 #include "nn/linear_reference.hpp"
 #include "nn/linear_rounding_model.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/nn/quant_linear.hpp"
 
@@ -23,19 +24,19 @@ using testing::Moments;
 using testing::Problem;
 
 TEST(SquaredDeviation, MeanOfSquaredDeviationsFromTheReference) {
-  SquaredDeviation d(std::vector<float>{1.0f, 2.0f, -3.0f});
+  SquaredDeviation d(AlignedVector<float>{1.0f, 2.0f, -3.0f});
   EXPECT_EQ(d.mean(), (std::vector<double>{0.0, 0.0, 0.0}));
-  d.add(std::vector<float>{2.0f, 2.0f, -3.0f});
-  d.add(std::vector<float>{0.0f, 4.0f, -1.0f});
+  d.add(AlignedVector<float>{2.0f, 2.0f, -3.0f});
+  d.add(AlignedVector<float>{0.0f, 4.0f, -1.0f});
   EXPECT_EQ(d.samples(), 2);
   EXPECT_EQ(d.mean(), (std::vector<double>{1.0, 2.0, 2.0}));  // (1+1)/2, (0+4)/2, (0+4)/2
-  EXPECT_THROW(d.add(std::vector<float>{1.0f}), Error);
+  EXPECT_THROW(d.add(AlignedVector<float>{1.0f}), Error);
 }
 
 TEST(ShareAccumulator, SharesOfBiasCorrectedSecondMomentAndQuantiles) {
   // share = c2 r / (v / bias2); v = 0 is counted and left out.
   ShareAccumulator a(0.25, 0.5);
-  a.add(std::vector<double>{1.0, 7.0, 2.0}, std::vector<float>{4.0f, 0.0f, 1.0f});
+  a.add(std::vector<double>{1.0, 7.0, 2.0}, AlignedVector<float>{4.0f, 0.0f, 1.0f});
   const ShareSummary s = a.summary();
   EXPECT_EQ(s.coordinates, 2);
   EXPECT_EQ(s.zero_v, 1);
@@ -47,8 +48,8 @@ TEST(ShareAccumulator, SharesOfBiasCorrectedSecondMomentAndQuantiles) {
   std::vector<double> r1, r2;
   for (int i = 100; i >= 50; --i) r1.push_back(i / 100.0);
   for (int i = 0; i < 50; ++i) r2.push_back(i / 100.0);
-  b.add(r1, std::vector<float>(r1.size(), 1.0f));
-  b.add(r2, std::vector<float>(r2.size(), 1.0f));
+  b.add(r1, AlignedVector<float>(r1.size(), 1.0f));
+  b.add(r2, AlignedVector<float>(r2.size(), 1.0f));
   const ShareSummary q = b.summary();
   EXPECT_EQ(q.coordinates, 101);
   EXPECT_FLOAT_EQ(q.median, 0.5f);
@@ -58,7 +59,7 @@ TEST(ShareAccumulator, SharesOfBiasCorrectedSecondMomentAndQuantiles) {
   EXPECT_EQ(ShareAccumulator(1.0, 1.0).summary().coordinates, 0);
   EXPECT_THROW(ShareAccumulator(1.0, 0.0), Error);
   EXPECT_THROW(ShareAccumulator(-1.0, 0.5), Error);
-  EXPECT_THROW(b.add(r1, std::vector<float>(1, 1.0f)), Error);
+  EXPECT_THROW(b.add(r1, AlignedVector<float>(1, 1.0f)), Error);
 }
 
 // A small layer, its exact-G weight gradient (unquantized G through the int8 forward, double),
@@ -74,7 +75,7 @@ constexpr int64_t T = 64, K = 12, N = 16, S = 16;
 Estimate estimate_dw(const Problem& p, LinearMode mode, Correction correction, int keys) {
   const testing::Operands o = testing::forward_operands(p);
   const testing::Reference ref = testing::unquantized_backward(p, o);
-  const std::vector<float> ref_f(ref.dw.begin(), ref.dw.end());
+  const AlignedVector<float> ref_f(ref.dw.begin(), ref.dw.end());
   LinearInput xin;
   LinearWeight win;
   prepare_input(xin, p.x, T, K, mode, "X");
@@ -82,7 +83,7 @@ Estimate estimate_dw(const Problem& p, LinearMode mode, Correction correction, i
   LinearWorkspace ws;
   SquaredDeviation dev(ref_f);
   std::vector<double> sum4(K * N, 0.0);
-  std::vector<float> dw(K * N);
+  AlignedVector<float> dw(K * N);
   for (int k = 0; k < keys; ++k) {
     const Key key = testing::make_layer_key(77, static_cast<uint32_t>(k), 3);
     linear_backward({}, dw, p.g, xin, win, {correction, S, key, false}, ws);

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "test_util.hpp"
 
@@ -20,7 +21,7 @@ namespace {
 
 struct Block {
   int64_t T, C, F;
-  std::vector<float> x, w1, w3, w2, r;  // r: the upstream gradient dL/dY of L = sum(Y * r)
+  AlignedVector<float> x, w1, w3, w2, r;  // r: the upstream gradient dL/dY of L = sum(Y * r)
   GatedActivation act = GatedActivation::kSilu;
 };
 
@@ -28,7 +29,7 @@ Block make_block(int64_t T, int64_t C, int64_t F, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> n(0.0f, 1.0f);
   Block b{T, C, F, {}, {}, {}, {}, {}};
-  auto fill = [&](std::vector<float>& v, size_t size, float scale) {
+  auto fill = [&](AlignedVector<float>& v, size_t size, float scale) {
     v.resize(size);
     for (auto& e : v) e = scale * n(gen);
   };
@@ -65,17 +66,17 @@ double loss_double(const Block& b, const std::vector<double>& x, const std::vect
   return loss;
 }
 
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> to_double(const AlignedVector<float>& v) { return {v.begin(), v.end()}; }
 
 struct Result {
-  std::vector<float> y, dx, dw1, dw3, dw2;
+  AlignedVector<float> y, dx, dw1, dw3, dw2;
 };
 
 Result run_block(const Block& b, LinearMode mode, Correction corr = Correction::kNone,
                  int64_t S = 0) {
-  Result r{std::vector<float>(b.T * b.C), std::vector<float>(b.T * b.C),
-           std::vector<float>(b.C * b.F), std::vector<float>(b.C * b.F),
-           std::vector<float>(b.F * b.C)};
+  Result r{AlignedVector<float>(b.T * b.C), AlignedVector<float>(b.T * b.C),
+           AlignedVector<float>(b.C * b.F), AlignedVector<float>(b.C * b.F),
+           AlignedVector<float>(b.F * b.C)};
   SwigluState st;
   SwigluScratch scratch;
   swiglu_forward(r.y, b.x, {b.w1, b.w3, b.w2}, b.T, b.C, b.F, mode, st, scratch, b.act);
@@ -96,7 +97,7 @@ struct Params {
 // relative, far above f32's ~1e-6 and far below any error in a derivative formula (a wrong
 // factor or term changes entries by O(RMS)).
 void check_gradient(const char* name, const Block& b, Params& p, int which,
-                    const std::vector<float>& analytic) {
+                    const AlignedVector<float>& analytic) {
   double rms = 0.0;
   for (float g : analytic) rms += static_cast<double>(g) * g;
   rms = std::sqrt(rms / static_cast<double>(analytic.size()));
@@ -139,7 +140,7 @@ TEST_P(GatedF32, GradientsMatchFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Swiglu, GatedF32, ::testing::Values(GatedActivation::kSilu, GatedActivation::kGeluTanh),
                          [](const auto& info) { return info.param == GatedActivation::kSilu ? "Silu" : "GeluTanh"; });
 
-double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
+double relative_error(const AlignedVector<float>& got, const AlignedVector<float>& ref) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < ref.size(); ++i) {
     num += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
@@ -176,7 +177,7 @@ TEST(Swiglu, EveryModeTracksTheF32Block) {
 }
 
 // "" when got and want hold the same bits, else the first index where they differ and both values.
-std::string first_difference(const std::vector<float>& got, const std::vector<float>& want) {
+std::string first_difference(const AlignedVector<float>& got, const AlignedVector<float>& want) {
   if (got.size() != want.size()) {
     return "size " + std::to_string(got.size()) + " instead of " + std::to_string(want.size());
   }
@@ -203,7 +204,7 @@ TEST(Swiglu, OneScratchServesEveryBlockBitForBit) {
     // run fails to write must not pass for the alone run's value.
     Result r0 = alone0, r1 = alone1;
     for (Result* r : {&r0, &r1}) {
-      for (std::vector<float>* v : {&r->y, &r->dx, &r->dw1, &r->dw3, &r->dw2}) {
+      for (AlignedVector<float>* v : {&r->y, &r->dx, &r->dw1, &r->dw3, &r->dw2}) {
         std::fill(v->begin(), v->end(), std::nanf(""));
       }
     }
@@ -229,12 +230,12 @@ TEST(Swiglu, OneScratchServesEveryBlockBitForBit) {
 
 TEST(Swiglu, BadInputIsRejected) {
   const Block b = make_block(4, 8, 12, 3);
-  std::vector<float> y(4 * 8);
+  AlignedVector<float> y(4 * 8);
   SwigluState st;
   SwigluScratch scratch;
   EXPECT_THROW(swiglu_forward(y, b.x, {b.w1, b.w3, b.w2}, 4, 8, 13, LinearMode::kS3r, st, scratch),
                Error);
-  std::vector<float> x_bad = b.x;
+  AlignedVector<float> x_bad = b.x;
   x_bad[5] = std::nanf("");
   try {
     swiglu_forward(y, x_bad, {b.w1, b.w3, b.w2}, 4, 8, 12, LinearMode::kS3r, st, scratch);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/dispatch.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/isa.hpp"
 #include "test_util.hpp"
@@ -32,17 +33,17 @@ TEST(LrSchedule, WarmupThenCosine) {
 }
 
 struct Tensor {
-  std::vector<float> w, g, m, v;
+  AlignedVector<float> w, g, m, v;
 };
 
 // Three steps against the formulas in double; the update's f32 rounding is a few ulps of w.
 TEST(AdamW, MatchesDoubleReferenceWithClippingAndDecay) {
   std::mt19937 gen(1);
   std::normal_distribution<float> n(0.0f, 1.0f);
-  Tensor a{std::vector<float>(50), std::vector<float>(50), std::vector<float>(50, 0.0f),
-           std::vector<float>(50, 0.0f)};
-  Tensor b{std::vector<float>(7), std::vector<float>(7), std::vector<float>(7, 0.0f),
-           std::vector<float>(7, 0.0f)};
+  Tensor a{AlignedVector<float>(50), AlignedVector<float>(50), AlignedVector<float>(50, 0.0f),
+           AlignedVector<float>(50, 0.0f)};
+  Tensor b{AlignedVector<float>(7), AlignedVector<float>(7), AlignedVector<float>(7, 0.0f),
+           AlignedVector<float>(7, 0.0f)};
   for (auto& x : a.w) x = n(gen);
   for (auto& x : b.w) x = n(gen);
   const AdamWConfig cfg{0.9f, 0.95f, 1e-8f, 0.1f, 0.5f};
@@ -60,7 +61,7 @@ TEST(AdamW, MatchesDoubleReferenceWithClippingAndDecay) {
     EXPECT_NEAR(norm, std::sqrt(ss), 1e-9 * std::sqrt(ss));
     const double clip = std::min(1.0, 0.5 / std::sqrt(ss));
     auto ref = [&](std::vector<double>& w, std::vector<double>& m, std::vector<double>& v,
-                   const std::vector<float>& g, bool decay) {
+                   const AlignedVector<float>& g, bool decay) {
       for (size_t i = 0; i < w.size(); ++i) {
         const double gi = g[i] * clip;
         m[i] = 0.9 * m[i] + 0.1 * gi;
@@ -123,8 +124,8 @@ TEST(AdamW, GradSumsOfSquaresAreEachChunkSummedInOrder) {
   std::lognormal_distribution<float> magnitude(0.0f, 3.0f);
   for (int64_t n : {int64_t{3}, 8 * kNormChunk, 8 * kNormChunk + 5, 17 * kNormChunk - 1,
                     17 * kNormChunk}) {
-    Tensor t{std::vector<float>(n, 0.0f), std::vector<float>(n), std::vector<float>(n, 0.0f),
-             std::vector<float>(n, 0.0f)};
+    Tensor t{AlignedVector<float>(n, 0.0f), AlignedVector<float>(n), AlignedVector<float>(n, 0.0f),
+             AlignedVector<float>(n, 0.0f)};
     for (size_t i = 0; i < t.g.size(); ++i) t.g[i] = (i % 2 ? -1.0f : 1.0f) * magnitude(gen);
     Tensor small{{1.0f}, {0.5f}, {0.0f}, {0.0f}};
     const std::vector<ParamRef> params = {{"t", t.w, t.g, t.m, t.v, true},
@@ -154,7 +155,7 @@ TEST(AdamW, OneStepOverManyTensorsUpdatesEachWithItsOwnState) {
   const std::vector<int64_t> sizes = {1, 9 * 16384 + 3, 7, 16384, 2};
   std::vector<Tensor> tensors;
   for (int64_t n : sizes) {
-    Tensor t{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+    Tensor t{AlignedVector<float>(n), AlignedVector<float>(n), AlignedVector<float>(n), AlignedVector<float>(n)};
     for (int64_t i = 0; i < n; ++i) {
       t.w[i] = normal(gen), t.g[i] = normal(gen), t.m[i] = 0.1f * normal(gen);
       t.v[i] = 0.01f * std::abs(normal(gen));
@@ -188,7 +189,7 @@ TEST(AdamW, OneStepOverManyTensorsUpdatesEachWithItsOwnState) {
   const std::vector<double> sums = grad_sums_of_squares(params);
   size_t term = 0;
   for (size_t k = 0; k < tensors.size(); ++k) {
-    const std::vector<float>& g = tensors[k].g;
+    const AlignedVector<float>& g = tensors[k].g;
     for (size_t c0 = 0; c0 < g.size(); c0 += kNormChunk) {
       double want = 0.0;
       for (size_t i = c0; i < std::min(g.size(), c0 + kNormChunk); ++i) {
@@ -213,8 +214,8 @@ TEST(AdamWKernels, EveryTierMatchesTheReferenceBitForBit) {
   int overflowing = 0, finite = 0;
   for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 100}) {
     for (int trial = 0; trial < 6; ++trial) {
-      Tensor t{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n),
-               std::vector<float>(n)};
+      Tensor t{AlignedVector<float>(n), AlignedVector<float>(n), AlignedVector<float>(n),
+               AlignedVector<float>(n)};
       for (int64_t i = 0; i < n; ++i) {
         t.w[i] = normal(gen) * (trial == 5 ? 1e37f : 1.0f);
         t.g[i] = normal(gen) * magnitude(gen);

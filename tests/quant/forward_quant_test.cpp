@@ -15,6 +15,7 @@
 
 #include "kernels/dispatch.hpp"
 #include "kernels/ref/numerics.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "test_util.hpp"
 
@@ -23,10 +24,10 @@ namespace {
 
 const int64_t kSizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000};
 
-std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+AlignedVector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(rows * cols));
+  AlignedVector<float> x(static_cast<size_t>(rows * cols));
   for (auto& v : x) v = normal(gen) * std::exp(2.0f * normal(gen));  // heavy-tailed magnitudes
   if (rows > 2) {
     for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(cols + c)] = 0.0f;  // a zero row
@@ -36,16 +37,16 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
 
 struct Quantized {
   std::vector<int8_t> codes;
-  std::vector<float> scales;
+  AlignedVector<float> scales;
 };
 
 // The outputs get one guard element past their end, which must stay untouched.
 constexpr int8_t kGuardCode = 0x5A;
 constexpr float kGuardScale = -7.0f;
 
-Quantized rows_rtne(const std::vector<float>& x, int64_t rows, int64_t cols) {
+Quantized rows_rtne(const AlignedVector<float>& x, int64_t rows, int64_t cols) {
   Quantized q{std::vector<int8_t>(x.size() + 1, kGuardCode),
-              std::vector<float>(static_cast<size_t>(rows) + 1, kGuardScale)};
+              AlignedVector<float>(static_cast<size_t>(rows) + 1, kGuardScale)};
   quantize_rows_rtne(std::span(q.codes).first(x.size()),
                      std::span(q.scales).first(static_cast<size_t>(rows)), x, rows, cols, "X");
   EXPECT_EQ(q.codes.back(), kGuardCode)
@@ -56,9 +57,9 @@ Quantized rows_rtne(const std::vector<float>& x, int64_t rows, int64_t cols) {
   return q;
 }
 
-Quantized cols_rtne(const std::vector<float>& w, int64_t rows, int64_t cols) {
+Quantized cols_rtne(const AlignedVector<float>& w, int64_t rows, int64_t cols) {
   Quantized q{std::vector<int8_t>(w.size() + 1, kGuardCode),
-              std::vector<float>(static_cast<size_t>(cols) + 1, kGuardScale)};
+              AlignedVector<float>(static_cast<size_t>(cols) + 1, kGuardScale)};
   quantize_cols_rtne(std::span(q.codes).first(w.size()),
                      std::span(q.scales).first(static_cast<size_t>(cols)), w, rows, cols, "W");
   EXPECT_EQ(q.codes.back(), kGuardCode)
@@ -113,7 +114,7 @@ TEST(ForwardQuant, KernelBlocksStartingMidRangeGiveTheWholeRangesValues) {
   const int64_t rows = 13, cols = 37;
   const auto x = random_matrix(rows, cols, 11);
   std::vector<int8_t> row_codes(rows * cols), col_codes(rows * cols);
-  std::vector<float> row_scales(rows), col_scales(cols);
+  AlignedVector<float> row_scales(rows), col_scales(cols);
   ASSERT_TRUE(kernels::ref::quantize_rows_rtne(row_codes.data(), row_scales.data(), x.data(), 0, rows, cols));
   ASSERT_TRUE(kernels::ref::absmax_cols(col_scales.data(), x.data(), 0, rows, cols, 0, cols));
   for (float& s : col_scales) s = kernels::ref::absmax_to_scale(s);
@@ -125,7 +126,7 @@ TEST(ForwardQuant, KernelBlocksStartingMidRangeGiveTheWholeRangesValues) {
       const std::string ctx = std::string(isa_name(isa)) + " rows [" + std::to_string(r0) + ", " +
                               std::to_string(r1) + ")";
       std::vector<int8_t> codes(rows * cols + 1, kGuardCode), ccodes(rows * cols + 1, kGuardCode);
-      std::vector<float> scales(rows + 1, kGuardScale);
+      AlignedVector<float> scales(rows + 1, kGuardScale);
       ASSERT_TRUE(k.quantize_rows_rtne(codes.data(), scales.data(), x.data(), r0, r1, cols)) << ctx;
       k.quantize_cols_rtne(ccodes.data(), x.data(), col_scales.data(), r0, r1, cols);
       for (int64_t r = 0; r <= rows; ++r) {
@@ -142,10 +143,10 @@ TEST(ForwardQuant, KernelBlocksStartingMidRangeGiveTheWholeRangesValues) {
     }
     for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {2, 11}}) {
       // The column maxima of these rows, from the reference over every column.
-      std::vector<float> want(cols);
+      AlignedVector<float> want(cols);
       ASSERT_TRUE(kernels::ref::absmax_cols(want.data(), x.data(), r0, r1, cols, 0, cols));
       for (auto [c0, c1] : {std::pair<int64_t, int64_t>{1, cols}, {3, 4}, {5, 22}, {9, 33}, {17, 36}}) {
-        std::vector<float> colmax(cols + 1, kGuardScale);
+        AlignedVector<float> colmax(cols + 1, kGuardScale);
         ASSERT_TRUE(k.absmax_cols(colmax.data(), x.data(), r0, r1, cols, c0, c1));
         for (int64_t c = 0; c <= cols; ++c) {
           const bool inside = c >= c0 && c < c1;
@@ -183,7 +184,7 @@ TEST(ForwardQuant, FollowsTheSpecFormula) {
 
 TEST(ForwardQuant, TiesRoundToEvenAndExtremesMapTo127) {
   // absmax 127 -> scale 1, so x/scale = x exactly.
-  const std::vector<float> x = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 126.5f, 127.0f, -127.0f};
+  const AlignedVector<float> x = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 126.5f, 127.0f, -127.0f};
   for (Isa isa : testing::runnable_isas()) {
     ScopedIsa scoped(isa);
     const Quantized q = rows_rtne(x, 1, static_cast<int64_t>(x.size()));
@@ -194,7 +195,7 @@ TEST(ForwardQuant, TiesRoundToEvenAndExtremesMapTo127) {
 }
 
 TEST(ForwardQuant, ZeroRowsAndColumnsGetScaleOne) {
-  const std::vector<float> x(6 * 20, 0.0f);
+  const AlignedVector<float> x(6 * 20, 0.0f);
   for (Isa isa : testing::runnable_isas()) {
     ScopedIsa scoped(isa);
     const Quantized r = rows_rtne(x, 6, 20);
@@ -211,10 +212,10 @@ TEST(ForwardQuant, NonFiniteInputNamesTheTensorAndPosition) {
     ScopedIsa scoped(isa);
     for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                       -std::numeric_limits<float>::infinity()}) {
-      std::vector<float> x(5 * 33, 1.0f);
+      AlignedVector<float> x(5 * 33, 1.0f);
       x[3 * 33 + 31] = bad;
       std::vector<int8_t> codes(x.size());
-      std::vector<float> sx(5), sw(33);
+      AlignedVector<float> sx(5), sw(33);
       try {
         quantize_rows_rtne(codes, sx, x, 5, 33, "blocks.2.attn.q.X");
         FAIL() << "expected s3r::Error";
@@ -228,9 +229,9 @@ TEST(ForwardQuant, NonFiniteInputNamesTheTensorAndPosition) {
 }
 
 TEST(ForwardQuant, MismatchedSizesAreRejected) {
-  std::vector<float> x(12, 1.0f);
+  AlignedVector<float> x(12, 1.0f);
   std::vector<int8_t> codes(12), short_codes(11);
-  std::vector<float> scales(3), wrong_scales(4);
+  AlignedVector<float> scales(3), wrong_scales(4);
   EXPECT_THROW(quantize_rows_rtne(codes, scales, x, 3, 5, "X"), Error);       // 12 != 15
   EXPECT_THROW(quantize_rows_rtne(short_codes, scales, x, 3, 4, "X"), Error);
   EXPECT_THROW(quantize_rows_rtne(codes, wrong_scales, x, 3, 4, "X"), Error);

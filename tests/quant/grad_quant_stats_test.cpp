@@ -14,11 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include "check_util.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/quant/grad_quant.hpp"
 #include "s3r/quant/thresholds.hpp"
 #include "s3r/rng/threefry.hpp"
-#include "check_util.hpp"
 #include "test_util.hpp"
 
 namespace s3r {
@@ -40,7 +41,7 @@ constexpr int kDraws = 4000;  // keys per statistical test (SE of a mean <= 0.5 
 // G (T, N) row-major, the forward scales sx (T) and sw (N), S tokens per example.
 struct Problem {
   int64_t T = 0, N = 0, S = 0;
-  std::vector<float> g, sx, sw;
+  AlignedVector<float> g, sx, sw;
 };
 
 float sym_uniform(Key key, uint64_t i) { return uniform23(random_bits32(key, i)) * 2.0f - 1.0f; }
@@ -88,8 +89,8 @@ float step_of(const Problem& p) {
 }
 
 // x = G'/D in f32, the value the quantizer rounds (T, N).
-std::vector<float> scaled(const Problem& p, float D) {
-  std::vector<float> x(static_cast<size_t>(p.T * p.N));
+AlignedVector<float> scaled(const Problem& p, float D) {
+  AlignedVector<float> x(static_cast<size_t>(p.T * p.N));
   for (int64_t t = 0; t < p.T; ++t) {
     for (int64_t n = 0; n < p.N; ++n) x[t * p.N + n] = folded(p, t, n) / D;
   }
@@ -136,7 +137,7 @@ void quantize(QuantizedGrad& out, const Problem& p, GradRounding mode, Key key, 
 
 // E = D*(Q - x) of element i of code tensor q: Q - x is exact in double, the product is
 // rounded once (relative 2^-53).
-double error_of(const QuantizedGrad& out, int q, const std::vector<float>& x, int64_t i) {
+double error_of(const QuantizedGrad& out, int q, const AlignedVector<float>& x, int64_t i) {
   return static_cast<double>(out.step) *
          (static_cast<double>(out.codes[q][i]) - static_cast<double>(x[i]));
 }
@@ -156,7 +157,7 @@ std::vector<Element> row_elements(int q, int64_t t, int64_t N) {
 // E of `elements` over `draws` keys draw_key(seed, d); row d (of draws x elements) is draw d.
 std::vector<double> sample_errors(const Problem& p, GradRounding mode, uint32_t seed, int draws,
                                   const std::vector<Element>& elements) {
-  const std::vector<float> x = scaled(p, step_of(p));
+  const AlignedVector<float> x = scaled(p, step_of(p));
   std::vector<double> s;
   s.reserve(static_cast<size_t>(draws) * elements.size());
   QuantizedGrad out;
@@ -283,7 +284,7 @@ StatBounds stat_bounds(double D, int64_t S, int64_t N) {
 }
 
 void check_error_stats(Checker& chk, const std::string& ctx, const Problem& p,
-                       const QuantizedGrad& out, int q, const std::vector<float>& x) {
+                       const QuantizedGrad& out, int q, const AlignedVector<float>& x) {
   const int64_t T = p.T, N = p.N, S = p.S, B = T / S;
   const ErrorStats& st = out.stats[q];
   if (st.token_mean.size() != static_cast<size_t>(T) ||
@@ -349,7 +350,7 @@ void check_error_stats(Checker& chk, const std::string& ctx, const Problem& p,
 TEST(GradQuantStats, MeanOfDequantizedCodesConvergesToFoldedGradient) {
   const Problem p = fixed_problem();
   const float D = step_of(p);
-  const std::vector<float> x = scaled(p, D);
+  const AlignedVector<float> x = scaled(p, D);
   for (GradRounding mode : {GradRounding::kSr, GradRounding::kS3r, GradRounding::kS3rBcast}) {
     const int count = quantization_count(mode);
     std::vector<double> sum[2];
@@ -401,7 +402,7 @@ TEST(GradQuantStats, MeanOfDequantizedCodesConvergesToFoldedGradient) {
 TEST(GradQuantStats, RtneIsDeterministicRneAndBiased) {
   const Problem p = fixed_problem();
   const float D = step_of(p);
-  const std::vector<float> x = scaled(p, D);
+  const AlignedVector<float> x = scaled(p, D);
   QuantizedGrad a, b;
   quantize(a, p, GradRounding::kRtne, draw_key(1234, 0), false);
   quantize(b, p, GradRounding::kRtne, draw_key(1234, 1), false);
@@ -461,7 +462,7 @@ TEST(GradQuantStats, SevenBitThresholdBiasIsAtMostOneIn256) {
 TEST(GradQuantStats, SharedTokenThresholdCovarianceMatchesLemma2) {
   const Problem p = fixed_problem();
   const double D = step_of(p);
-  const std::vector<float> x = scaled(p, static_cast<float>(D));
+  const AlignedVector<float> x = scaled(p, static_cast<float>(D));
   const int64_t N = p.N;
   // Token 0, token 1 (same Threefry word, next byte) and token 4 (next word, next example).
   std::vector<Element> elements;
@@ -511,7 +512,7 @@ TEST(GradQuantStats, SharedTokenThresholdCovarianceMatchesLemma2) {
 TEST(GradQuantStats, SharedExampleThresholdCovarianceMatchesLemma2) {
   const Problem p = fixed_problem();  // S = 4: tokens 0 and 1 share a threshold, 0 and 4 do not
   const double D = step_of(p);
-  const std::vector<float> x = scaled(p, static_cast<float>(D));
+  const AlignedVector<float> x = scaled(p, static_cast<float>(D));
   const int64_t N = p.N;
   std::vector<Element> elements;
   for (int64_t t : {0, 1, 4}) {
@@ -535,7 +536,7 @@ TEST(GradQuantStats, SharedExampleThresholdCovarianceMatchesLemma2) {
 TEST(GradQuantStats, IndependentThresholdsGiveZeroCovariance) {
   const Problem p = fixed_problem();
   const double D = step_of(p);
-  const std::vector<float> x = scaled(p, static_cast<float>(D));
+  const AlignedVector<float> x = scaled(p, static_cast<float>(D));
   const int64_t N = p.N;
   std::vector<Element> elements = row_elements(0, 0, N);  // codes for dX, then for dW
   const auto dw = row_elements(1, 0, N);
@@ -608,7 +609,7 @@ double sample_variance(const std::vector<double>& v) {
 TEST(GradQuantStats, CenteringByTokenMeanLowersVarianceAndCovarianceEqually) {
   const Problem p = fixed_problem();
   const float D = step_of(p);
-  const std::vector<float> x = scaled(p, D);
+  const AlignedVector<float> x = scaled(p, D);
   const int64_t T = p.T, N = p.N;
   const double eps_c = stat_bounds(D, p.S, N).c;  // |c[t] - mean_n E[t,n]| (see stat_bounds)
 
@@ -698,7 +699,7 @@ TEST(GradQuantStats, StructuredResidualHasZeroRowAndColumnSums) {
             const std::string ctx = str(isa_name(isa), ", ", threads, " threads, ",
                                         to_string(mode), ", B = ", kB, ", S = ", S, ", N = ", N);
             chk.near(D, out.step, 0.0, [&] { return ctx + ": step D"; });
-            const std::vector<float> x = scaled(p, D);
+            const AlignedVector<float> x = scaled(p, D);
             for (int q = 0; q < quantization_count(mode); ++q) {
               check_error_stats(chk, str(ctx, ", quantization ", q), p, out, q, x);
             }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/quant/grad_quant.hpp"
 
@@ -17,7 +18,7 @@ namespace s3r::grad_quant_testing {
 
 struct Problem {
   int64_t T, N, S;
-  std::vector<float> g, sx, sw;
+  AlignedVector<float> g, sx, sw;
   std::vector<bf16> g_bf16;
 };
 

@@ -15,10 +15,11 @@
 #include <vector>
 
 #include "kernels/dispatch.hpp"
+#include "quant/grad_quant_support.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/isa.hpp"
 #include "s3r/dist/communicator.hpp"
 #include "s3r/quant/thresholds.hpp"
-#include "quant/grad_quant_support.hpp"
 #include "test_util.hpp"
 
 namespace s3r {
@@ -149,7 +150,7 @@ TEST(GradQuant, KernelBlocksStartingMidExampleGiveTheWholeExamplesCodes) {
     // each, column sums (N) of the block.
     struct Out {
       std::vector<int8_t> codes[2];
-      std::vector<float> rows[2], cols[2];
+      AlignedVector<float> rows[2], cols[2];
       Out() {
         for (int q = 0; q < 2; ++q) {
           codes[q].assign(T * N + 1, kGuardCode);
@@ -246,7 +247,7 @@ TEST(GradQuant, CodesFollowTheSpecFormulas) {
 // collective is unused by quantize_gradient.
 class TwoRankMax final : public dist::Communicator {
  public:
-  explicit TwoRankMax(int rank, std::vector<float> other = {}) : rank_(rank), other_(std::move(other)) {}
+  explicit TwoRankMax(int rank, AlignedVector<float> other = {}) : rank_(rank), other_(std::move(other)) {}
   int rank() const override { return rank_; }
   int size() const override { return 2; }
   void max(std::span<float> x) override {
@@ -260,12 +261,12 @@ class TwoRankMax final : public dist::Communicator {
   void broadcast_bytes(std::span<std::byte>, int) override { unused(); }
   void barrier() override { unused(); }
   [[noreturn]] void stop_every_rank(int) override { unused(); }
-  std::vector<float> mine;
+  AlignedVector<float> mine;
 
  private:
   [[noreturn]] static void unused() { throw std::logic_error("TwoRankMax: not a collective of quantize_gradient"); }
   int rank_;
-  std::vector<float> other_;
+  AlignedVector<float> other_;
 };
 
 // Data parallel (SPEC section 6): rows [o, o + T/2) quantized as a rank's share (first_token = o,
@@ -413,12 +414,12 @@ TEST(GradQuant, BadInputIsRejectedWithANamedArgument) {
   EXPECT_NE(call(p.g, 6, 10, p.sx, p.sw, 4).find("not a multiple of the example length S = 4"),
             std::string::npos);
   EXPECT_NE(call(p.g, 6, 10, p.sx, p.sw, 0).find("S must be >= 1"), std::string::npos);
-  std::vector<float> bad_sx = p.sx;
+  AlignedVector<float> bad_sx = p.sx;
   bad_sx[2] = 0.0f;
   EXPECT_NE(call(p.g, 6, 10, bad_sx, p.sw, 3).find("sx[2]"), std::string::npos);
-  std::vector<float> huge = p.g;
+  AlignedVector<float> huge = p.g;
   huge[0] = 3e38f;
-  std::vector<float> big_scales(6, 1e30f);
+  AlignedVector<float> big_scales(6, 1e30f);
   EXPECT_NE(call(huge, 6, 10, big_scales, p.sw, 3).find("overflows"), std::string::npos);
   EXPECT_THROW(parse_grad_rounding("s3r_bcast"), Error);
   EXPECT_EQ(parse_grad_rounding("s3r-bcast"), GradRounding::kS3rBcast);

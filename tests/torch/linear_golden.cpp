@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/nn/quant_linear.hpp"
 #include "s3r/nn/recipe.hpp"
 #include "s3r/rng/threefry.hpp"
@@ -27,9 +28,9 @@ int main(int argc, char** argv) try {
   const auto seed = static_cast<uint32_t>(std::stoul(argv[6])), step = static_cast<uint32_t>(std::stoul(argv[7])),
              layer = static_cast<uint32_t>(std::stoul(argv[8]));
   const uint64_t first_token = std::stoull(argv[9]);
-  std::vector<float> x(T * K), w(K * N), g(T * N), y(T * N), dx(T * K), dw(K * N);
+  s3r::AlignedVector<float> x(T * K), w(K * N), g(T * N), y(T * N), dx(T * K), dw(K * N);
   std::ifstream in(argv[10], std::ios::binary);
-  for (std::vector<float>* v : {&x, &w, &g}) in.read(reinterpret_cast<char*>(v->data()), 4 * v->size());
+  for (s3r::AlignedVector<float>* v : {&x, &w, &g}) in.read(reinterpret_cast<char*>(v->data()), 4 * v->size());
   if (!in || in.peek() != EOF) throw s3r::Error(std::string(argv[10]) + ": not T K + K N + T N floats");
 
   s3r::nn::LinearInput xin;
@@ -46,7 +47,9 @@ int main(int argc, char** argv) try {
   s3r::nn::linear_backward(dx, dw, g, xin, win, config, ws);
 
   std::ofstream out(argv[11], std::ios::binary);
-  for (const std::vector<float>* v : {&y, &dx, &dw}) out.write(reinterpret_cast<const char*>(v->data()), 4 * v->size());
+  for (const s3r::AlignedVector<float>* v : {&y, &dx, &dw}) {
+    out.write(reinterpret_cast<const char*>(v->data()), 4 * v->size());
+  }
   return out ? 0 : 1;
 } catch (const std::exception& e) {
   std::cerr << "s3r_linear_golden: " << e.what() << "\n";

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/io/folder_lock.hpp"
 #include "temp_dir.hpp"
@@ -253,7 +254,7 @@ TEST(Trainer, ARunThatGoesBadKeepsTheGoodCheckpoint) {
       for (int64_t i = 0; i < p.size; ++i) model.params()[p.offset + i] = 1e18f;
     }
   }
-  std::vector<float> m(model.params().size(), 0.0f), v(model.params().size(), 0.0f);
+  AlignedVector<float> m(model.params().size(), 0.0f), v(model.params().size(), 0.0f);
   ckpt::CheckpointInfo info;
   static_cast<ckpt::RunConfig&>(info) = ckpt::RunConfig{o.model, o.recipe, o.seed};
   info.step = 4;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <span>
 #include <vector>
+#include "s3r/core/aligned_vector.hpp"
 
 namespace s3r::dist {
 
@@ -21,7 +22,7 @@ using LeafFill = std::function<void(int64_t leaf, std::span<float> out)>;
 // out = tree sum of the partials of leaves [0, leaves); `scratch` holds one buffer of out's size
 // per tree level below the root (reused across calls). leaves >= 1.
 void tree_sum_leaves(std::span<float> out, int64_t leaves, const LeafFill& fill,
-                     std::vector<std::vector<float>>& scratch);
+                     std::vector<AlignedVector<float>>& scratch);
 
 // a[i] += b[i], threaded over fixed blocks (bit-identical for any thread count).
 void add_into(std::span<float> a, std::span<const float> b);

@@ -19,8 +19,9 @@
 #include <span>
 #include <vector>
 
-#include "s3r/model/model.hpp"
 #include "s3r/ckpt/checkpoint.hpp"
+#include "s3r/core/aligned_vector.hpp"
+#include "s3r/model/model.hpp"
 
 namespace s3r::infer {
 
@@ -54,7 +55,7 @@ class Decoder {
   // Appends `tokens` (at least one; position() + size <= context()) and returns the logits (V)
   // of the next token after the last one. With all_logits, also the logits after each of the
   // tokens, (n, V) row-major. Throws s3r::Error on an id outside the vocabulary or a full cache.
-  std::span<const float> feed(std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
+  std::span<const float> feed(std::span<const int32_t> tokens, AlignedVector<float>* all_logits = nullptr);
 
  private:
   struct Impl;

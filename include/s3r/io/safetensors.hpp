@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <vector>
+#include "s3r/core/aligned_vector.hpp"
 
 namespace s3r::io {
 
@@ -29,7 +30,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
 struct SafetensorsFile {
   struct Tensor {
     std::vector<int64_t> shape;
-    std::vector<float> data;
+    AlignedVector<float> data;
   };
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;

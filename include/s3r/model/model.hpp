@@ -26,12 +26,13 @@
 #include <string_view>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/dist/communicator.hpp"
 #include "s3r/model/config.hpp"
 #include "s3r/model/layers.hpp"
 #include "s3r/model/params.hpp"
-#include "s3r/nn/quant_linear.hpp"
 #include "s3r/nn/moe.hpp"
+#include "s3r/nn/quant_linear.hpp"
 #include "s3r/nn/recipe.hpp"
 #include "s3r/nn/swiglu.hpp"
 #include "s3r/rng/threefry.hpp"
@@ -169,17 +170,18 @@ class Model {
   std::span<const float> gain(int64_t offset, int64_t n);
   // out (T, C) = rmsnorm(raw) with the post-norm at `norm` (Gemma), forward and backward: d_raw
   // (zeroed here) from d_out.
-  void post_norm_forward(std::vector<float>& out, std::vector<float>& rstd, const std::vector<float>& raw, int64_t norm);
-  void post_norm_backward(std::vector<float>& d_raw, const std::vector<float>& d_out, const std::vector<float>& raw,
-                          const std::vector<float>& rstd, int64_t norm);
+  void post_norm_forward(AlignedVector<float>& out, AlignedVector<float>& rstd, const AlignedVector<float>& raw,
+                         int64_t norm);
+  void post_norm_backward(AlignedVector<float>& d_raw, const AlignedVector<float>& d_out,
+                          const AlignedVector<float>& raw, const AlignedVector<float>& rstd, int64_t norm);
   void embed_forward();
   void head_forward();
-  void ffn_forward(Block& b, std::vector<float>& out);
+  void ffn_forward(Block& b, AlignedVector<float>& out);
   // A mixture of experts' parameters (model_moe.cpp), its forward (out = the FFN's output) and
   // backward (d_out into dxn_).
   void add_moe_params(Block& b, int64_t layer);
-  void moe_forward(Block& b, std::vector<float>& out);
-  void moe_backward(int64_t layer, const std::vector<float>& d_out);
+  void moe_forward(Block& b, AlignedVector<float>& out);
+  void moe_backward(int64_t layer, const AlignedVector<float>& d_out);
   void clear_accumulated_grads();
   void ffn_backward(int64_t layer);
   void attention_backward(int64_t layer);
@@ -193,21 +195,21 @@ class Model {
   nn::LinearMode mode_, head_mode_;  // the projections', the LM head's
   nn::Correction correction_;
   std::vector<ParamInfo> table_;
-  std::vector<float> params_, grads_;
+  AlignedVector<float> params_, grads_;
   int64_t tok_emb_ = 0, final_norm_ = 0, lm_head_ = 0;
   int64_t tokens_forwarded_ = 0;
   std::vector<Block> blocks_;
 
   // Activations and scratch (allocated once).
   std::vector<int32_t> inputs_, targets_;
-  std::vector<float> x_final_, xn_final_, rstd_final_;
-  std::vector<float> logits_;  // (T, V): the logits, then (cross_entropy_fused) their gradient
-  std::vector<float> dx_, dxn_;              // (T, C)
-  std::vector<float> dq_, datt_;             // (T, Cq)
-  std::vector<float> dk_, dv_;               // (T, Ckv)
-  std::vector<float> dq_raw_, dk_raw_;       // QK-norm: d(q), d(k) before their norms
-  std::vector<float> d_post_;                // post-norms: d(output) before its norm (T, C)
-  std::vector<float> gain_;                  // gain(): 1 + w of the norm at hand
+  AlignedVector<float> x_final_, xn_final_, rstd_final_;
+  AlignedVector<float> logits_;  // (T, V): the logits, then (cross_entropy_fused) their gradient
+  AlignedVector<float> dx_, dxn_;              // (T, C)
+  AlignedVector<float> dq_, datt_;             // (T, Cq)
+  AlignedVector<float> dk_, dv_;               // (T, Ckv)
+  AlignedVector<float> dq_raw_, dk_raw_;       // QK-norm: d(q), d(k) before their norms
+  AlignedVector<float> d_post_;                // post-norms: d(output) before its norm (T, C)
+  AlignedVector<float> gain_;                  // gain(): 1 + w of the norm at hand
   float embed_scale_ = 1.0f;                 // sqrt(C) with embed_scale, else 1
   Key step_key_{};                           // the running backward's step key
   nn::BatchPlacement place_;                 // ... and this batch's place in the step

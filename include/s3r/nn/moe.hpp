@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/nn/quant_linear.hpp"
 #include "s3r/nn/swiglu.hpp"
 
@@ -60,15 +61,15 @@ struct MoeState {
   uint64_t first_token = 0;
   LinearInput router_in;
   LinearWeight router_w;
-  std::vector<float> probs;                // (T, E) softmax of the router's logits
-  std::vector<float> lse;                  // (T) logsumexp of the logits (z-loss)
+  AlignedVector<float> probs;                // (T, E) softmax of the router's logits
+  AlignedVector<float> lse;                  // (T) logsumexp of the logits (z-loss)
   std::vector<int32_t> expert_of;          // (T, k) the chosen experts, in slot order
-  std::vector<float> weight;               // (T, k) their renormalized weights
+  AlignedVector<float> weight;               // (T, k) their renormalized weights
   std::vector<int64_t> expert_offsets;     // (E + 1) expert e's sorted rows [off[e], off[e + 1])
   std::vector<int64_t> position;           // (T k) row r's place in the sorted order
   std::vector<uint64_t> row_ids;           // (T k) sorted place -> global row id first_token k + r
   std::vector<int64_t> example_offsets;    // (E, B + 1) per expert, its rows of each example
-  std::vector<float> x_sorted, y_sorted;   // (T k, C) the experts' inputs and outputs
+  AlignedVector<float> x_sorted, y_sorted;   // (T k, C) the experts' inputs and outputs
   std::vector<SwigluState> experts;        // (E)
   double aux_loss = 0.0, z_loss = 0.0;     // this batch's sums (before the coefficients' means)
   std::vector<double> aux_per_example;     // (B) each example's load-balancing loss (aux_loss: their sum in order)
@@ -79,8 +80,8 @@ struct MoeState {
 // Buffers that live only inside one call (shared by every block of a model).
 struct MoeScratch {
   SwigluScratch ffn;
-  std::vector<float> dy_sorted, dx_sorted;  // (T k, C)
-  std::vector<float> dlogits;               // (T, E)
+  AlignedVector<float> dy_sorted, dx_sorted;  // (T k, C)
+  AlignedVector<float> dlogits;               // (T, E)
   LinearWorkspace router_ws;
 };
 

@@ -38,9 +38,9 @@ struct LinearInput {
   int64_t tokens = 0;            // T
   int64_t features = 0;          // K
   AlignedVector<int8_t> codes;   // (T, K) int8 modes: Xq (64-byte aligned: read in place by AMX)
-  std::vector<float> scales;     // (T)    int8 modes: sx
+  AlignedVector<float> scales;     // (T)    int8 modes: sx
   std::vector<bf16> bf16_values; // (T, K) bf16 mode with native bf16 products (else empty)
-  std::vector<float> f32_values; // (T, K) f32 mode; bf16 mode with f32-emulated bf16 products:
+  AlignedVector<float> f32_values; // (T, K) f32 mode; bf16 mode with f32-emulated bf16 products:
                                  // X rounded to bf16 and widened back (exact), read by products
   int64_t row_phase = 0;         // float modes: the rows' place in the products' tile grid (Y and
                                  // dX; gemm::MatmulShape::row_phase), kept by prepare_input
@@ -52,10 +52,10 @@ struct LinearWeight {
   int64_t in = 0;                 // K
   int64_t out = 0;                // N
   AlignedVector<int8_t> codes;    // (K, N) int8 modes: Wq
-  std::vector<float> scales;      // (N)    int8 modes: sw
-  std::vector<float> code_row_sums;  // (K) int8 modes: rowsum(Wq)[k] = sum_n Wq[k, n] (exact)
+  AlignedVector<float> scales;      // (N)    int8 modes: sw
+  AlignedVector<float> code_row_sums;  // (K) int8 modes: rowsum(Wq)[k] = sum_n Wq[k, n] (exact)
   std::vector<bf16> bf16_values;  // (K, N) bf16 mode with native bf16 products (else empty)
-  std::vector<float> f32_values;  // (K, N) f32 mode; bf16 mode with f32-emulated bf16 products:
+  AlignedVector<float> f32_values;  // (K, N) f32 mode; bf16 mode with f32-emulated bf16 products:
                                   // W rounded to bf16 and widened back (exact), read by products
 };
 
@@ -119,18 +119,18 @@ struct LinearWorkspace {
   const BackwardProbe* probe = nullptr;  // diagnostics only (s3r/nn/backward_probe.hpp)
   QuantizedGrad grad;                 // codes, D and statistics of G
   std::vector<int32_t> acc;           // (T, K) int32 accumulators of the dX product
-  std::vector<float> col_scale;       // (N) D / sw
-  std::vector<float> wa;              // (B, K) Wq a_b
-  std::vector<float> delta;           // (T) c[t] - m[b]
-  std::vector<float> u_local;         // (2 B, K) this process's u_b (rows 0..B-1) and v_b (B..2B-1)
-  std::vector<float> u_all;           // (2 Bg, K) every rank's u_b and v_b (Bg: the group's examples)
-  std::vector<float> u;               // (Bg + 1, K) dW correction left factor
-  std::vector<float> a_all;           // (Bg, N) every rank's channel means a_b
-  std::vector<float> a_scaled;        // (Bg + 1, N) dW correction right factor
+  AlignedVector<float> col_scale;       // (N) D / sw
+  AlignedVector<float> wa;              // (B, K) Wq a_b
+  AlignedVector<float> delta;           // (T) c[t] - m[b]
+  AlignedVector<float> u_local;         // (2 B, K) this process's u_b (rows 0..B-1) and v_b (B..2B-1)
+  AlignedVector<float> u_all;           // (2 Bg, K) every rank's u_b and v_b (Bg: the group's examples)
+  AlignedVector<float> u;               // (Bg + 1, K) dW correction left factor
+  AlignedVector<float> a_all;           // (Bg, N) every rank's channel means a_b
+  AlignedVector<float> a_scaled;        // (Bg + 1, N) dW correction right factor
   std::vector<int32_t> dw_acc;        // (K, N) int32 dW sums, added over a group of ranks
-  std::vector<std::vector<float>> tree_scratch;  // float dW: one (K, N) per leaf-tree level
+  std::vector<AlignedVector<float>> tree_scratch;  // float dW: one (K, N) per leaf-tree level
   QuantizedGrad grad_dw;              // probe->dw_rounding: the second quantization, for dW
-  std::vector<float> x_dequant, w_dequant;  // probe->exact_grad: sx Xq (T, K) and sw Wq (K, N)
+  AlignedVector<float> x_dequant, w_dequant;  // probe->exact_grad: sx Xq (T, K) and sw Wq (K, N)
 };
 
 // `name` names the tensor in error messages (e.g. "blocks.3.ffn.gate.X").

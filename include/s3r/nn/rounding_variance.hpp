@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <vector>
+#include "s3r/core/aligned_vector.hpp"
 
 namespace s3r::nn {
 
@@ -30,7 +31,7 @@ class SquaredDeviation {
   std::vector<double> mean() const;
 
  private:
-  std::vector<float> reference_;
+  AlignedVector<float> reference_;
   std::vector<double> sum_;
   int64_t samples_ = 0;
 };
@@ -56,7 +57,7 @@ class ShareAccumulator {
 
  private:
   double c2_, bias2_;
-  std::vector<float> shares_;  // share_i of the coordinates with v > 0, in the order added
+  AlignedVector<float> shares_;  // share_i of the coordinates with v > 0, in the order added
   double numerator_ = 0, denominator_ = 0;
   int64_t zero_v_ = 0;
 };

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/nn/quant_linear.hpp"
 
 namespace s3r::nn {
@@ -36,7 +37,7 @@ struct SwigluState {
   int64_t tokens = 0, width = 0, ffn_width = 0;  // T, C, F
   LinearInput x_in, hidden_in;
   LinearWeight gate_w, up_w, down_w;
-  std::vector<float> h1, h3;    // (T, F): X W1, X W3
+  AlignedVector<float> h1, h3;    // (T, F): X W1, X W3
   PhaseTimes* times = nullptr;  // when set, forward and backward add their phase times here
 };
 
@@ -44,8 +45,8 @@ struct SwigluState {
 // calls, so one scratch may serve every block of a model (blocks run one at a time), which keeps
 // a model's memory at one block's worth of them instead of one per block.
 struct SwigluScratch {
-  std::vector<float> hidden;              // (T, F) silu(h1) * h3, before hidden_in is prepared
-  std::vector<float> d_hidden, dh1, dh3;  // (T, F)
+  AlignedVector<float> hidden;              // (T, F) silu(h1) * h3, before hidden_in is prepared
+  AlignedVector<float> d_hidden, dh1, dh3;  // (T, F)
   LinearWorkspace ws;
 };
 

@@ -79,9 +79,9 @@ struct GradQuantConfig {
 
 // Mean rounding errors of one quantization (SPEC section 4), in gradient units (times D).
 struct ErrorStats {
-  std::vector<float> token_mean;    // c: (T)      c[t]   = (1/N) sum_n E[t,n]
-  std::vector<float> channel_mean;  // a: (B, N)   a[b,n] = (1/S) sum_s E[b*S+s,n]
-  std::vector<float> grand_mean;    // m: (B)      m[b]   = (1/(S*N)) sum_{s,n} E[b*S+s,n]
+  AlignedVector<float> token_mean;    // c: (T)      c[t]   = (1/N) sum_n E[t,n]
+  AlignedVector<float> channel_mean;  // a: (B, N)   a[b,n] = (1/S) sum_s E[b*S+s,n]
+  AlignedVector<float> grand_mean;    // m: (B)      m[b]   = (1/(S*N)) sum_{s,n} E[b*S+s,n]
   // (with RaggedRows: means over the rows of example b instead of its S tokens)
 };
 
@@ -95,7 +95,7 @@ struct QuantizedGrad {
   int count = 1;                   // quantization_count(mode)
   AlignedVector<int8_t> codes[2];  // (T, N) int8 row-major (64-byte aligned); [1] only under sr
   ErrorStats stats[2];             // filled when want_stats; [1] only under sr
-  std::vector<float> workspace;    // internal: per-block column error sums, reused across calls
+  AlignedVector<float> workspace;    // internal: per-block column error sums, reused across calls
 
   int64_t examples() const { return example_count; }
   // The codes (and their statistics) that feed dX = D/sx * Q Wq^T and dW = D/sw * Xq^T Q.

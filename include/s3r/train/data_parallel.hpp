@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/dist/communicator.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/rng/threefry.hpp"
@@ -77,8 +78,8 @@ class StepRunner {
   dist::Communicator& world_;
   StepPlan plan_;
   std::vector<double> leaf_loss_, all_leaf_loss_;
-  std::vector<std::vector<float>> stack_;  // micro-batch tree: pending left nodes per level
-  std::vector<float> carry_;
+  std::vector<AlignedVector<float>> stack_;  // micro-batch tree: pending left nodes per level
+  AlignedVector<float> carry_;
   // The whole-batch way: runs of consecutive parameters whose gradient is a float partial.
   std::vector<std::pair<int64_t, int64_t>> partial_runs_;
   int64_t tokens_trained_ = 0, tokens_evaluated_ = 0;

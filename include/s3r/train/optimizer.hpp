@@ -19,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/dist/communicator.hpp"
 #include "s3r/model/model.hpp"
 #include "s3r/optim/adamw.hpp"
@@ -43,7 +44,7 @@ class Optimizer {
   // set_moments.
   struct Whole {
     std::span<float> m, v;
-    std::vector<float> storage;
+    AlignedVector<float> storage;
     Whole() = default;
     Whole(Whole&&) = default;  // moves keep the spans' storage; copies would not
     Whole& operator=(Whole&&) = default;
@@ -62,12 +63,12 @@ class Optimizer {
   // Rank r's share of m (which = 0) or v (1), between rank r's own moments and the whole copy
   // on rank 0 (whole_on_rank0, the arena's layout; read on rank 0 only), broadcast from `root`:
   // r to gather, 0 to scatter. Every rank calls it with the same r, which and root.
-  void move_share(int r, int which, float* whole_on_rank0, int root, std::vector<float>& passing);
+  void move_share(int r, int which, float* whole_on_rank0, int root, AlignedVector<float>& passing);
 
   model::Model& model_;
   dist::Communicator& world_;
   bool shard_;
-  std::vector<float> m_, v_;           // whole, or this rank's share
+  AlignedVector<float> m_, v_;           // whole, or this rank's share
   std::vector<optim::ParamRef> refs_;  // whole tensors, or the parts of them in this rank's share
   std::vector<int64_t> share_;         // R + 1 arena offsets: rank r's share is [share_[r], share_[r+1])
   std::vector<int64_t> chunks_;        // R + 1 offsets into the list of the norm's chunks
