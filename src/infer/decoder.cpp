@@ -69,6 +69,15 @@ struct Decoder::Impl {
   std::vector<double> scores;
   nn::MoeState moe_state;  // a mixture of experts: one block at a time
   nn::MoeScratch moe_scratch;
+
+  // The steps of feed() for n tokens at positions pos, pos + 1, ...: the scratch grown for them,
+  // x += each block's attention and FFN, and the head's logits (all rows, or the last).
+  void resize(int64_t n);
+  void attention_block(Layer& L, int64_t l, int64_t pos, int64_t n);
+  void ffn_block(const Layer& L, int64_t n);
+  void head_logits(int64_t n, bool all_rows);
+  // y (n, C) = rmsnorm(y) with the post-norm gains g (Gemma), in place; no-op without them.
+  void post_norm(AlignedVector<float>& y, const AlignedVector<float>& g, int64_t n);
 };
 
 namespace {
@@ -205,86 +214,101 @@ Decoder::Decoder(const LoadedCheckpoint& w, Precision precision, int64_t context
 
 Decoder::~Decoder() = default;
 
-std::span<const float> Decoder::feed(std::span<const int32_t> tokens, AlignedVector<float>* all_logits) {
+void Decoder::Impl::resize(int64_t n) {
+  const int64_t C = cfg.width, Cq = cfg.q_width(), Ckv = cfg.kv_width(), F = cfg.ffn_width;
+  for (auto* b : {&x, &xn, &o, &ff}) b->resize(static_cast<size_t>(n * C));
+  for (auto* b : {&q, &att}) b->resize(static_cast<size_t>(n * Cq));
+  for (auto* b : {&k, &v}) b->resize(static_cast<size_t>(n * Ckv));
+  for (auto* b : {&h1, &h3, &hidden}) b->resize(static_cast<size_t>(n * F));
+  rstd.resize(static_cast<size_t>(n));
+}
+
+void Decoder::Impl::post_norm(AlignedVector<float>& y, const AlignedVector<float>& g, int64_t n) {
+  if (g.empty()) return;
+  const int64_t C = cfg.width;
+  post_raw.assign(y.begin(), y.begin() + n * C);
+  model::rmsnorm_forward(std::span<float>(y.data(), size_t(n * C)), std::span<float>(rstd.data(), size_t(n)),
+                         post_raw, g, C, cfg.norm_eps);
+}
+
+void Decoder::Impl::attention_block(Layer& L, int64_t l, int64_t pos, int64_t n) {
   using P = model::Projection;
+  const int64_t C = cfg.width, Cq = cfg.q_width(), Ckv = cfg.kv_width();
+  const int64_t NH = cfg.heads, NKV = cfg.kv_heads, HD = cfg.head_dim();
+  const std::string p = "blocks." + std::to_string(l) + ".";
+  model::rmsnorm_forward(xn, rstd, x, L.attn_norm, C, cfg.norm_eps);
+  nn::prepare_input(in, xn, n, C, mode, p + "attn.X");
+  nn::linear_forward(q, in, L[P::kQ]);
+  nn::linear_forward(k, in, L[P::kK]);
+  nn::linear_forward(v, in, L[P::kV]);
+  if (!L.q_norm.empty()) {  // QK-norm: RMSNorm over each head's HD elements, as the model does
+    for (auto [y, g, heads] : {std::tuple{&q, &L.q_norm, NH}, std::tuple{&k, &L.k_norm, NKV}}) {
+      qk_raw.assign(y->begin(), y->end());
+      qk_rstd.resize(static_cast<size_t>(n * heads));
+      model::rmsnorm_forward(*y, qk_rstd, qk_raw, *g, HD, cfg.norm_eps);
+    }
+  }
+  rope_at(q, pos, n, NH, HD, L.rope_theta);
+  rope_at(k, pos, n, NKV, HD, L.rope_theta);
+  std::copy(k.begin(), k.end(), L.k_cache.begin() + pos * Ckv);
+  std::copy(v.begin(), v.end(), L.v_cache.begin() + pos * Ckv);
+  cached_attention(att, q, L.k_cache, L.v_cache, pos, n, cfg, L.window);
+  nn::prepare_input(in, att, n, Cq, mode, p + "attn.o.X");
+  nn::linear_forward(o, in, L[P::kO]);
+  post_norm(o, L.attn_post, n);
+  for (int64_t i = 0; i < n * C; ++i) x[i] += o[i];  // x is now the block's x_mid
+}
+
+void Decoder::Impl::ffn_block(const Layer& L, int64_t n) {
+  using P = model::Projection;
+  const int64_t C = cfg.width, F = cfg.ffn_width;
+  model::rmsnorm_forward(xn, rstd, x, L.ffn_norm, C, cfg.norm_eps);
+  if (cfg.traits().moe) {
+    nn::moe_forward(ff, xn, L.moe, {n, C, F, cfg.experts, cfg.experts_used, n}, mode, 0, moe_state, moe_scratch);
+  } else {
+    nn::prepare_input(in, xn, n, C, mode, "ffn.X");
+    nn::linear_forward(h1, in, L[P::kGate]);
+    nn::linear_forward(h3, in, L[P::kUp]);
+    const auto& kernels = kernels::active_kernels();
+    (cfg.traits().gelu ? kernels.geglu_forward_ew : kernels.swiglu_forward_ew)(hidden.data(), h1.data(), h3.data(),
+                                                                                0, n * F);  // act(h1) * h3
+    nn::prepare_input(hid_in, hidden, n, F, mode, "ffn.hidden");
+    nn::linear_forward(ff, hid_in, L[P::kDown]);
+    post_norm(ff, L.ffn_post, n);
+  }
+  for (int64_t i = 0; i < n * C; ++i) x[i] += ff[i];
+}
+
+void Decoder::Impl::head_logits(int64_t n, bool all_rows) {
+  const int64_t C = cfg.width, first = all_rows ? 0 : n - 1, rows = n - first;
+  std::span<const float> last_x(x.data() + first * C, static_cast<size_t>(rows * C));
+  std::span<float> xn_rows(xn.data(), static_cast<size_t>(rows * C));
+  model::rmsnorm_forward(xn_rows, std::span<float>(rstd.data(), size_t(rows)), last_x, final_norm, C, cfg.norm_eps);
+  nn::prepare_input(in, xn_rows, rows, C, head_mode, "lm_head.X");
+  logits.resize(static_cast<size_t>(rows * cfg.vocab));
+  nn::linear_forward(logits, in, head);
+}
+
+std::span<const float> Decoder::feed(std::span<const int32_t> tokens, AlignedVector<float>* all_logits) {
   Impl& m = *impl_;
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t C = m.cfg.width, Cq = m.cfg.q_width(), Ckv = m.cfg.kv_width(), F = m.cfg.ffn_width, V = m.cfg.vocab;
-  const int64_t NH = m.cfg.heads, NKV = m.cfg.kv_heads, HD = m.cfg.head_dim();
+  const int64_t n = static_cast<int64_t>(tokens.size()), C = m.cfg.width, V = m.cfg.vocab;
   if (n < 1) throw Error("decoder: no tokens to feed");
   if (pos_ + n > context_) {
     throw Error("decoder: " + std::to_string(pos_) + " + " + std::to_string(n) + " tokens exceed the context of " +
                 std::to_string(context_) + " positions");
   }
-  for (auto* b : {&m.x, &m.xn, &m.o, &m.ff}) b->resize(static_cast<size_t>(n * C));
-  for (auto* b : {&m.q, &m.att}) b->resize(static_cast<size_t>(n * Cq));
-  for (auto* b : {&m.k, &m.v}) b->resize(static_cast<size_t>(n * Ckv));
-  for (auto* b : {&m.h1, &m.h3, &m.hidden}) b->resize(static_cast<size_t>(n * F));
-  m.rstd.resize(static_cast<size_t>(n));
+  m.resize(n);
   model::embedding_forward(m.x, tokens, {m.tok_emb, size_t(V * C)}, V, C);
   if (m.embed_scale != 1.0f) model::scale_in_place(m.x, m.embed_scale);
-  const auto& kernels = kernels::active_kernels();
-  const model::FamilyTraits& fam = m.cfg.traits();
-  // y (n, C) = rmsnorm(y) with the post-norm gains g (Gemma), in place; no-op without them.
-  const auto post_norm = [&](AlignedVector<float>& y, const AlignedVector<float>& g) {
-    if (g.empty()) return;
-    m.post_raw.assign(y.begin(), y.begin() + n * C);
-    model::rmsnorm_forward(std::span<float>(y.data(), size_t(n * C)), std::span<float>(m.rstd.data(), size_t(n)),
-                           m.post_raw, g, C, m.cfg.norm_eps);
-  };
   for (int64_t l = 0; l < m.cfg.layers; ++l) {
-    Impl::Layer& L = m.layers[l];
-    const std::string p = "blocks." + std::to_string(l) + ".";
-    model::rmsnorm_forward(m.xn, m.rstd, m.x, L.attn_norm, C, m.cfg.norm_eps);
-    nn::prepare_input(m.in, m.xn, n, C, m.mode, p + "attn.X");
-    nn::linear_forward(m.q, m.in, L[P::kQ]);
-    nn::linear_forward(m.k, m.in, L[P::kK]);
-    nn::linear_forward(m.v, m.in, L[P::kV]);
-    if (!L.q_norm.empty()) {  // QK-norm: RMSNorm over each head's HD elements, as the model does
-      for (auto [x, g, heads] : {std::tuple{&m.q, &L.q_norm, NH}, std::tuple{&m.k, &L.k_norm, NKV}}) {
-        m.qk_raw.assign(x->begin(), x->end());
-        m.qk_rstd.resize(static_cast<size_t>(n * heads));
-        model::rmsnorm_forward(*x, m.qk_rstd, m.qk_raw, *g, HD, m.cfg.norm_eps);
-      }
-    }
-    rope_at(m.q, pos_, n, NH, HD, L.rope_theta);
-    rope_at(m.k, pos_, n, NKV, HD, L.rope_theta);
-    std::copy(m.k.begin(), m.k.end(), L.k_cache.begin() + pos_ * Ckv);
-    std::copy(m.v.begin(), m.v.end(), L.v_cache.begin() + pos_ * Ckv);
-    cached_attention(m.att, m.q, L.k_cache, L.v_cache, pos_, n, m.cfg, L.window);
-    nn::prepare_input(m.in, m.att, n, Cq, m.mode, p + "attn.o.X");
-    nn::linear_forward(m.o, m.in, L[P::kO]);
-    post_norm(m.o, L.attn_post);
-    for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.o[i];  // x is now the block's x_mid
-    model::rmsnorm_forward(m.xn, m.rstd, m.x, L.ffn_norm, C, m.cfg.norm_eps);
-    if (fam.moe) {
-      nn::moe_forward(m.ff, m.xn, L.moe, {n, C, F, m.cfg.experts, m.cfg.experts_used, n}, m.mode, 0, m.moe_state,
-                      m.moe_scratch);
-      for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.ff[i];
-      continue;
-    }
-    nn::prepare_input(m.in, m.xn, n, C, m.mode, "ffn.X");
-    nn::linear_forward(m.h1, m.in, L[P::kGate]);
-    nn::linear_forward(m.h3, m.in, L[P::kUp]);
-    (fam.gelu ? kernels.geglu_forward_ew : kernels.swiglu_forward_ew)(m.hidden.data(), m.h1.data(), m.h3.data(), 0,
-                                                                       n * F);  // act(h1) * h3
-    nn::prepare_input(m.hid_in, m.hidden, n, F, m.mode, "ffn.hidden");
-    nn::linear_forward(m.ff, m.hid_in, L[P::kDown]);
-    post_norm(m.ff, L.ffn_post);
-    for (int64_t i = 0; i < n * C; ++i) m.x[i] += m.ff[i];
+    m.attention_block(m.layers[l], l, pos_, n);
+    m.ffn_block(m.layers[l], n);
   }
   pos_ += n;
   // The head on every row when all logits are wanted, else on the last one only.
-  const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
-  std::span<const float> last_x(m.x.data() + first * C, static_cast<size_t>(rows * C));
-  std::span<float> xn_rows(m.xn.data(), static_cast<size_t>(rows * C));
-  model::rmsnorm_forward(xn_rows, std::span<float>(m.rstd.data(), size_t(rows)), last_x, m.final_norm, C,
-                         m.cfg.norm_eps);
-  nn::prepare_input(m.in, xn_rows, rows, C, m.head_mode, "lm_head.X");
-  m.logits.resize(static_cast<size_t>(rows * V));
-  nn::linear_forward(m.logits, m.in, m.head);
+  m.head_logits(n, all_logits != nullptr);
   if (all_logits) all_logits->assign(m.logits.begin(), m.logits.end());
-  return {m.logits.data() + (rows - 1) * V, static_cast<size_t>(V)};
+  return {m.logits.data() + m.logits.size() - V, static_cast<size_t>(V)};
 }
 
 int32_t argmax(std::span<const float> logits) {
