@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,72 @@ std::vector<double> log_softmax(std::span<const float> z) {
   return out;
 }
 
+// The prompt's ids: the document-start token (unless --raw) and the prompt's; checked against the
+// model's context of S positions.
+std::vector<int32_t> prompt_ids(const Options& o, const data::Tokenizer& tok, const std::vector<int32_t>& prompt,
+                                int64_t S) {
+  std::vector<int32_t> ids;
+  if (!o.raw && tok.document_start_id() >= 0) ids.push_back(tok.document_start_id());
+  ids.insert(ids.end(), prompt.begin(), prompt.end());
+  if (ids.empty()) throw Error("generate: the prompt is empty and --raw leaves no start token; give a --prompt");
+  if (static_cast<int64_t>(ids.size()) > S) {
+    throw Error("generate: the prompt is " + std::to_string(ids.size()) + " tokens, more than the model's context of " +
+                std::to_string(S) + " (its training sequence length)");
+  }
+  return ids;
+}
+
+// --dump-logprobs: the next-token log-probabilities after each prompt token (for comparisons with
+// other implementations: tests/llama, tests/peer); all_logits holds the prompt's (ids, V) logits.
+void write_logprobs(const Options& o, const std::vector<int32_t>& ids, bool document_start,
+                    const AlignedVector<float>& all_logits, int64_t V, infer::Precision precision) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t t = 0; t < ids.size(); ++t) {
+    rows.push_back(log_softmax({all_logits.data() + t * V, static_cast<size_t>(V)}));
+  }
+  const nlohmann::json j = {{"prompt", o.prompt}, {"document_start", document_start}, {"prompt_ids", ids},
+                            {"precision", infer::to_string(precision)}, {"logprobs", rows}};
+  io::write_file_atomic(o.dump_logprobs, [&](std::ostream& f) { f << j.dump() << "\n"; });
+}
+
+// Up to --max-tokens new tokens after the prompt (ids, whose last logits are `logits`), streamed
+// to stdout as text; when the context fills, its second half is kept and fed again.
+std::vector<int32_t> generate_tokens(const Options& o, infer::Decoder& decoder, infer::Sampler& sampler,
+                                     const data::Tokenizer& tok, const std::vector<int32_t>& ids,
+                                     const std::vector<int32_t>& prompt, std::span<const float> logits) {
+  std::vector<int32_t> generated;
+  std::string printed = tok.decode(prompt);
+  std::cout << o.prompt << std::flush;
+  for (int64_t i = 0; i < o.max_tokens; ++i) {
+    const int32_t next = sampler.sample(logits);
+    if (next == tok.eos_id() && !o.ignore_eos) break;
+    generated.push_back(next);
+    // Stream the new text: decode the prompt and everything generated so far and print what is
+    // new (a piece may start with a space, which SentencePiece drops at the start of a text, or
+    // complete a multi-byte character).
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), generated.begin(), generated.end());
+    const std::string text = tok.decode(all);
+    if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+      std::cout << text.substr(printed.size()) << std::flush;
+      printed = text;
+    }
+    if (i + 1 == o.max_tokens) break;
+    if (decoder.position() == decoder.context()) {
+      // The context is full: keep its second half and go on from there.
+      std::vector<int32_t> context = ids;
+      context.insert(context.end(), generated.begin(), generated.end());
+      const std::vector<int32_t> keep(context.end() - decoder.context() / 2, context.end());
+      decoder.reset();
+      logits = decoder.feed(keep);
+      continue;
+    }
+    logits = decoder.feed(std::span<const int32_t>(&next, 1));
+  }
+  std::cout << "\n" << std::flush;
+  return generated;
+}
+
 void run(const Options& o) {
   const infer::Precision precision = infer::parse_precision(o.precision);
   infer::SamplingOptions so;
@@ -54,63 +121,18 @@ void run(const Options& o) {
   const infer::LoadedCheckpoint ckpt = infer::load_for_inference(o.checkpoint);
   const auto tok = infer::tokenizer_for(ckpt.info, o.tokenizer, "", "generate");
   const int64_t S = ckpt.info.model.seq_len;
-  std::vector<int32_t> ids;
-  if (!o.raw && tok->document_start_id() >= 0) ids.push_back(tok->document_start_id());
   const std::vector<int32_t> prompt = tok->encode(o.prompt);
-  ids.insert(ids.end(), prompt.begin(), prompt.end());
-  if (ids.empty()) throw Error("generate: the prompt is empty and --raw leaves no start token; give a --prompt");
-  if (static_cast<int64_t>(ids.size()) > S) {
-    throw Error("generate: the prompt is " + std::to_string(ids.size()) + " tokens, more than the model's context of " +
-                std::to_string(S) + " (its training sequence length)");
-  }
+  const std::vector<int32_t> ids = prompt_ids(o, *tok, prompt, S);
   infer::Decoder decoder(ckpt, precision, S);
   const auto t0 = std::chrono::steady_clock::now();
   AlignedVector<float> all_logits;
-  std::span<const float> logits = decoder.feed(ids, o.dump_logprobs.empty() ? nullptr : &all_logits);
+  const std::span<const float> logits = decoder.feed(ids, o.dump_logprobs.empty() ? nullptr : &all_logits);
   const auto t1 = std::chrono::steady_clock::now();
   if (!o.dump_logprobs.empty()) {
-    // The next-token log-probabilities after each prompt token (for comparisons with other
-    // implementations: tests/llama, tests/peer).
-    const int64_t V = decoder.vocab();
-    nlohmann::json rows = nlohmann::json::array();
-    for (size_t t = 0; t < ids.size(); ++t) {
-      rows.push_back(log_softmax({all_logits.data() + t * V, static_cast<size_t>(V)}));
-    }
-    const nlohmann::json j = {{"prompt", o.prompt}, {"document_start", !o.raw && tok->document_start_id() >= 0},
-                              {"prompt_ids", ids}, {"precision", infer::to_string(precision)}, {"logprobs", rows}};
-    io::write_file_atomic(o.dump_logprobs, [&](std::ostream& f) { f << j.dump() << "\n"; });
+    write_logprobs(o, ids, !o.raw && tok->document_start_id() >= 0, all_logits, decoder.vocab(), precision);
   }
-  std::vector<int32_t> generated;
-  std::string printed = tok->decode(prompt);
-  std::cout << o.prompt << std::flush;
-  for (int64_t i = 0; i < o.max_tokens; ++i) {
-    const int32_t next = sampler.sample(logits);
-    if (next == tok->eos_id() && !o.ignore_eos) break;
-    generated.push_back(next);
-    // Stream the new text: decode the prompt and everything generated so far and print what is
-    // new (a piece may start with a space, which SentencePiece drops at the start of a text, or
-    // complete a multi-byte character).
-    std::vector<int32_t> all = prompt;
-    all.insert(all.end(), generated.begin(), generated.end());
-    const std::string text = tok->decode(all);
-    if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
-      std::cout << text.substr(printed.size()) << std::flush;
-      printed = text;
-    }
-    if (i + 1 == o.max_tokens) break;
-    if (decoder.position() == decoder.context()) {
-      // The context is full: keep its second half and go on from there.
-      std::vector<int32_t> context = ids;
-      context.insert(context.end(), generated.begin(), generated.end());
-      const std::vector<int32_t> keep(context.end() - S / 2, context.end());
-      decoder.reset();
-      logits = decoder.feed(keep);
-      continue;
-    }
-    logits = decoder.feed(std::span<const int32_t>(&next, 1));
-  }
+  const std::vector<int32_t> generated = generate_tokens(o, decoder, sampler, *tok, ids, prompt, logits);
   const auto t2 = std::chrono::steady_clock::now();
-  std::cout << "\n" << std::flush;
   const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
   const double gen_s = std::chrono::duration<double>(t2 - t1).count();
   if (o.print_ids) {
