@@ -223,95 +223,114 @@ struct Bounds {
   DVec out, lse, dq, dk, dv;
 };
 
+// error_bounds for one (batch b, head h), in three passes over its rows: the forward (out, lse;
+// the scores sv), ds with its error (and dv's), then dq and dk from ds.
+struct HeadBounds {
+  const Shape& s;
+  const DVec &q, &k, &v, &dout;
+  const RefForward& ref;
+  Bounds& e;
+  int64_t b, h;
+  const double* P;  // the head's probabilities (S, S) and log-sum-exps (S)
+  const double* L;
+  DVec ds_err, sv, ds, rho;
+
+  HeadBounds(const Shape& s_, const DVec& q_, const DVec& k_, const DVec& v_, const DVec& dout_,
+             const RefForward& ref_, Bounds& e_, int64_t b_, int64_t h_)
+      : s(s_), q(q_), k(k_), v(v_), dout(dout_), ref(ref_), e(e_), b(b_), h(h_),
+        P(ref.p.data() + (b * s.NH + h) * s.S * s.S), L(ref.lse.data() + (b * s.NH + h) * s.S),
+        ds_err(static_cast<size_t>(s.S * s.S)), sv(static_cast<size_t>(s.S * s.S)),
+        ds(static_cast<size_t>(s.S * s.S)), rho(static_cast<size_t>(s.S)) {}
+
+  double abs_dot(const DVec& a, const DVec& c, int64_t i, int64_t j) const {
+    double acc = 0.0;
+    for (int64_t d = 0; d < s.HD; ++d) acc += std::fabs(a[at(s, b, i, h, d)] * c[at(s, b, j, h, d)]);
+    return acc;
+  }
+
+  void forward_row(int64_t i) {
+    const int64_t S = s.S, HD = s.HD;
+    const double sc = s.scale();
+    const int64_t nb = i / 32 + 1;
+    double m = -INFINITY;
+    for (int64_t j = s.first_key(i); j <= i; ++j) {
+      sv[i * S + j] = sc * dot(s, q, k, b, h, i, j);
+      m = std::max(m, sv[i * S + j]);
+    }
+    double R = 0.0;
+    for (int64_t j = s.first_key(i); j <= i; ++j) R = std::max(R, m - sv[i * S + j]);
+    double lse_err = 0.0;
+    for (int64_t j = s.first_key(i); j <= i; ++j) {
+      const double dsc = (HD + 1) * kU * sc * abs_dot(q, k, i, j) + kU * std::fabs(sv[i * S + j]);
+      rho[j] = dsc + (nb + 1) * (kExpErr + 2 * kU) + kU * (m - sv[i * S + j]) + nb * kU * R;
+      lse_err += P[i * S + j] * rho[j];
+    }
+    e.lse[(b * s.NH + h) * S + i] = lse_err + (S + nb + 1) * kU + kU * std::fabs(L[i]);
+    for (int64_t d = 0; d < HD; ++d) {
+      const double o = ref.out[at(s, b, i, h, d)];
+      double a = 0.0, c = 0.0;
+      for (int64_t j = s.first_key(i); j <= i; ++j) {
+        const double vj = v[at(s, b, j, h, d)];
+        a += (P[i * S + j] * rho[j] + kExpFloor) * std::fabs(vj - o);
+        c += P[i * S + j] * std::fabs(vj);
+      }
+      e.out[at(s, b, i, h, d)] = a + (S + nb + 1) * kU * (c + std::fabs(o)) + (S + 2) * kTiny;
+    }
+  }
+
+  void ds_row(int64_t i) {
+    const int64_t S = s.S, HD = s.HD;
+    const double sc = s.scale();
+    const double dlse = e.lse[(b * s.NH + h) * S + i];
+    double D = 0.0, D_err = 0.0;
+    for (int64_t j = s.first_key(i); j <= i; ++j) D += P[i * S + j] * dot(s, dout, v, b, h, i, j);
+    for (int64_t d = 0; d < HD; ++d) D_err += std::fabs(dout[at(s, b, i, h, d)]) * e.out[at(s, b, i, h, d)];
+    D_err += kU * std::fabs(D);
+    for (int64_t j = 0; j < S; ++j) {
+      const size_t ij = static_cast<size_t>(i * S + j);
+      if (j > i || j < s.first_key(i)) {
+        ds[ij] = ds_err[ij] = 0.0;
+        continue;
+      }
+      const double dsc = (HD + 1) * kU * sc * abs_dot(q, k, i, j) + kU * std::fabs(sv[ij]);
+      const double pi = dsc + dlse + kExpErr + kU * std::fabs(sv[ij] - L[i]) + 2 * kU;
+      const double g = dot(s, dout, v, b, h, i, j) - D;
+      const double dp_err = (HD + 1) * kU * abs_dot(dout, v, i, j);
+      ds[ij] = P[ij] * g * sc;
+      ds_err[ij] = sc * P[ij] * (pi * std::fabs(g) + dp_err + D_err + 3 * kU * std::fabs(g)) +
+                   sc * kExpFloor * (std::fabs(g) + dp_err + D_err) + kU * std::fabs(ds[ij]) + 3 * kTiny;
+      for (int64_t d = 0; d < HD; ++d) {
+        const double pd = P[ij] * std::fabs(dout[at(s, b, i, h, d)]);
+        e.dv[at(s, b, j, h, d)] +=
+            pd * pi + (S + 1) * kU * pd + kExpFloor * std::fabs(dout[at(s, b, i, h, d)]) + kTiny;
+      }
+    }
+  }
+
+  void dq_dk_row(int64_t i) {
+    const int64_t S = s.S;
+    for (int64_t j = s.first_key(i); j <= i; ++j) {
+      const size_t ij = static_cast<size_t>(i * S + j);
+      for (int64_t d = 0; d < s.HD; ++d) {
+        const double kj = std::fabs(k[at(s, b, j, h, d)]), qi = std::fabs(q[at(s, b, i, h, d)]);
+        e.dq[at(s, b, i, h, d)] += ds_err[ij] * kj + (S + 1) * kU * std::fabs(ds[ij]) * kj + kTiny;
+        e.dk[at(s, b, j, h, d)] += ds_err[ij] * qi + (S + 1) * kU * std::fabs(ds[ij]) * qi + kTiny;
+      }
+    }
+  }
+};
+
 inline Bounds error_bounds(const Shape& s, const DVec& q, const DVec& k, const DVec& v, const DVec& dout,
-                    const RefForward& ref) {
+                           const RefForward& ref) {
   Bounds e{DVec(s.acts(), 0.0), DVec(s.rows(), 0.0), DVec(s.acts(), 0.0), DVec(s.acts(), 0.0),
            DVec(s.acts(), 0.0)};
-  const int64_t S = s.S, HD = s.HD;
-  const double sc = s.scale();
-  DVec ds_err(static_cast<size_t>(S * S)), sv(static_cast<size_t>(S * S)),
-      ds(static_cast<size_t>(S * S));
-  DVec rho(static_cast<size_t>(S));
   for (int64_t b = 0; b < s.B; ++b) {
     for (int64_t h = 0; h < s.NH; ++h) {
-      const double* P = ref.p.data() + (b * s.NH + h) * S * S;
-      const double* L = ref.lse.data() + (b * s.NH + h) * S;
-      auto abs_dot = [&](const DVec& a, const DVec& c, int64_t i, int64_t j) {
-        double acc = 0.0;
-        for (int64_t d = 0; d < HD; ++d)
-          acc += std::fabs(a[at(s, b, i, h, d)] * c[at(s, b, j, h, d)]);
-        return acc;
-      };
-      for (int64_t i = 0; i < S; ++i) {  // forward, row i
-        const int64_t nb = i / 32 + 1;
-        double m = -INFINITY;
-        for (int64_t j = s.first_key(i); j <= i; ++j) {
-          sv[i * S + j] = sc * dot(s, q, k, b, h, i, j);
-          m = std::max(m, sv[i * S + j]);
-        }
-        double R = 0.0;
-        for (int64_t j = s.first_key(i); j <= i; ++j) R = std::max(R, m - sv[i * S + j]);
-        double lse_err = 0.0;
-        for (int64_t j = s.first_key(i); j <= i; ++j) {
-          const double dsc =
-              (HD + 1) * kU * sc * abs_dot(q, k, i, j) + kU * std::fabs(sv[i * S + j]);
-          rho[j] = dsc + (nb + 1) * (kExpErr + 2 * kU) + kU * (m - sv[i * S + j]) + nb * kU * R;
-          lse_err += P[i * S + j] * rho[j];
-        }
-        e.lse[(b * s.NH + h) * S + i] = lse_err + (S + nb + 1) * kU + kU * std::fabs(L[i]);
-        for (int64_t d = 0; d < HD; ++d) {
-          const double o = ref.out[at(s, b, i, h, d)];
-          double a = 0.0, c = 0.0;
-          for (int64_t j = s.first_key(i); j <= i; ++j) {
-            const double vj = v[at(s, b, j, h, d)];
-            a += (P[i * S + j] * rho[j] + kExpFloor) * std::fabs(vj - o);
-            c += P[i * S + j] * std::fabs(vj);
-          }
-          e.out[at(s, b, i, h, d)] = a + (S + nb + 1) * kU * (c + std::fabs(o)) + (S + 2) * kTiny;
-        }
-      }
+      HeadBounds head(s, q, k, v, dout, ref, e, b, h);
+      for (int64_t i = 0; i < s.S; ++i) head.forward_row(i);
       if (dout.empty()) continue;
-      for (int64_t i = 0; i < S; ++i) {  // backward: ds and its error, row i
-        const double dlse = e.lse[(b * s.NH + h) * S + i];
-        double D = 0.0, D_err = 0.0;
-        for (int64_t j = s.first_key(i); j <= i; ++j) D += P[i * S + j] * dot(s, dout, v, b, h, i, j);
-        for (int64_t d = 0; d < HD; ++d) {
-          D_err += std::fabs(dout[at(s, b, i, h, d)]) * e.out[at(s, b, i, h, d)];
-        }
-        D_err += kU * std::fabs(D);
-        for (int64_t j = 0; j < S; ++j) {
-          const size_t ij = static_cast<size_t>(i * S + j);
-          if (j > i || j < s.first_key(i)) {
-            ds[ij] = ds_err[ij] = 0.0;
-            continue;
-          }
-          const double dsc = (HD + 1) * kU * sc * abs_dot(q, k, i, j) + kU * std::fabs(sv[ij]);
-          const double pi = dsc + dlse + kExpErr + kU * std::fabs(sv[ij] - L[i]) + 2 * kU;
-          const double g = dot(s, dout, v, b, h, i, j) - D;
-          const double dp_err = (HD + 1) * kU * abs_dot(dout, v, i, j);
-          ds[ij] = P[ij] * g * sc;
-          ds_err[ij] = sc * P[ij] * (pi * std::fabs(g) + dp_err + D_err + 3 * kU * std::fabs(g)) +
-                       sc * kExpFloor * (std::fabs(g) + dp_err + D_err) + kU * std::fabs(ds[ij]) +
-                       3 * kTiny;
-          for (int64_t d = 0; d < HD; ++d) {
-            const double pd = P[ij] * std::fabs(dout[at(s, b, i, h, d)]);
-            e.dv[at(s, b, j, h, d)] += pd * pi + (S + 1) * kU * pd +
-                                       kExpFloor * std::fabs(dout[at(s, b, i, h, d)]) + kTiny;
-          }
-        }
-      }
-      for (int64_t i = 0; i < S; ++i) {
-        for (int64_t j = s.first_key(i); j <= i; ++j) {
-          const size_t ij = static_cast<size_t>(i * S + j);
-          for (int64_t d = 0; d < HD; ++d) {
-            const double kj = std::fabs(k[at(s, b, j, h, d)]), qi = std::fabs(q[at(s, b, i, h, d)]);
-            e.dq[at(s, b, i, h, d)] +=
-                ds_err[ij] * kj + (S + 1) * kU * std::fabs(ds[ij]) * kj + kTiny;
-            e.dk[at(s, b, j, h, d)] +=
-                ds_err[ij] * qi + (S + 1) * kU * std::fabs(ds[ij]) * qi + kTiny;
-          }
-        }
-      }
+      for (int64_t i = 0; i < s.S; ++i) head.ds_row(i);
+      for (int64_t i = 0; i < s.S; ++i) head.dq_dk_row(i);
     }
   }
   return e;
