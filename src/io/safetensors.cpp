@@ -66,14 +66,18 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
   });
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) fail(path, "cannot open: " + ec.message());
-  if (size < 8) fail(path, "is " + std::to_string(size) + " bytes, too short for a header");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open for reading");
-  uint64_t n = 0;
+namespace {
+
+// One tensor's entry of the header, validated.
+struct Entry {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// The header's JSON object, after the 8-byte length (checked against the file's size and the
+// format's limit); n: the header's length.
+nlohmann::json read_header(const std::string& path, std::ifstream& in, uintmax_t size, uint64_t& n) {
   in.read(reinterpret_cast<char*>(&n), 8);
   if (!in) fail(path, "cannot read the 8-byte header length");
   if (n > size - 8) fail(path, "header length " + std::to_string(n) + " exceeds the file (truncated?)");
@@ -93,91 +97,90 @@ SafetensorsFile read_safetensors(const std::string& path) {
   if (!header.is_object()) {
     fail(path, std::string("header is a JSON ") + header.type_name() + ", expected an object");
   }
-  const uint64_t data_size = size - 8 - n;
+  return header;
+}
 
-  // Validate every entry before allocating anything: types, shapes (overflow-checked), offsets
-  // within the data, and the offsets tiling the data exactly (the format forbids holes and
-  // overlaps, so no byte of the file goes unaccounted for).
-  struct Entry {
-    std::string name;
-    std::vector<int64_t> shape;
-    uint64_t begin = 0, end = 0;
-  };
-  std::vector<Entry> entries;
-  SafetensorsFile file;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) {
-        fail(path, std::string("\"__metadata__\" is a JSON ") + entry.type_name() +
-                       ", expected an object of strings");
-      }
-      for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) {
-          fail(path, "\"__metadata__\" field '" + k + "' is a JSON " + v.type_name() +
-                         ", expected a string");
-        }
-        file.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    const std::string what = "tensor '" + name + "'";
-    if (!entry.is_object()) fail(path, what + " is a JSON " + entry.type_name() + ", expected an object");
-    const auto dtype = entry.find("dtype");
-    if (dtype == entry.end()) fail(path, what + " has no \"dtype\"");
-    if (!dtype->is_string()) fail(path, what + ": \"dtype\" is a JSON " + dtype->type_name() + ", expected a string");
-    if (dtype->get<std::string>() != "F32") {
-      fail(path, what + " has dtype \"" + dtype->get<std::string>() + "\"; s3r reads only F32");
-    }
-    Entry e;
-    e.name = name;
-    const auto shape = entry.find("shape");
-    if (shape == entry.end()) fail(path, what + " has no \"shape\"");
-    if (!shape->is_array()) fail(path, what + ": \"shape\" is a JSON " + shape->type_name() + ", expected an array of non-negative integers");
-    // Elements: the product of the dimensions. The product of the non-zero ones must fit in
-    // int64 (so that any caller's product of any subset does too) and the bytes in uint64.
-    uint64_t nonzero_product = 1;
-    bool has_zero = false;
-    for (size_t i = 0; i < shape->size(); ++i) {
-      const nlohmann::json& d = (*shape)[i];
-      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
-        fail(path, what + ": \"shape\"[" + std::to_string(i) + "] is " + brief(d) +
-                       ", expected a non-negative integer");
-      }
-      const uint64_t dim = d.get<uint64_t>();
-      if (dim == 0) {
-        has_zero = true;
-      } else if (nonzero_product > kMaxElements / dim) {
-        fail(path, what + ": \"shape\" " + brief(*shape) + " holds more than 2^61 values (corrupt?)");
-      } else {
-        nonzero_product *= dim;
-      }
-      e.shape.push_back(static_cast<int64_t>(dim));
-    }
-    const uint64_t bytes = has_zero ? 0 : nonzero_product * sizeof(float);
-    const auto offsets = entry.find("data_offsets");
-    if (offsets == entry.end()) fail(path, what + " has no \"data_offsets\"");
-    if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
-        !(*offsets)[1].is_number_unsigned()) {
-      fail(path, what + ": \"data_offsets\" is " + brief(*offsets) +
-                     ", expected [begin, end], two non-negative integers");
-    }
-    e.begin = (*offsets)[0].get<uint64_t>();
-    e.end = (*offsets)[1].get<uint64_t>();
-    if (e.end < e.begin) {
-      fail(path, what + " has data offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                     "]: the end is before the begin");
-    }
-    if (e.end > data_size) {
-      fail(path, what + " has data offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                     "] outside the file's " + std::to_string(data_size) + " data bytes (truncated?)");
-    }
-    if (e.end - e.begin != bytes) {
-      fail(path, what + " has data offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                     "] (" + std::to_string(e.end - e.begin) + " bytes), but its shape " + brief(*shape) +
-                     " of F32 needs " + std::to_string(bytes) + " bytes");
-    }
-    entries.push_back(std::move(e));
+// "__metadata__": an object of strings.
+void read_metadata(const std::string& path, const nlohmann::json& entry, std::map<std::string, std::string>& out) {
+  if (!entry.is_object()) {
+    fail(path, std::string("\"__metadata__\" is a JSON ") + entry.type_name() + ", expected an object of strings");
   }
+  for (const auto& [k, v] : entry.items()) {
+    if (!v.is_string()) {
+      fail(path, "\"__metadata__\" field '" + k + "' is a JSON " + v.type_name() + ", expected a string");
+    }
+    out[k] = v.get<std::string>();
+  }
+}
+
+// The dimensions of "shape" into e.shape; returns the F32 bytes they hold. The product of the
+// non-zero dimensions must fit in int64 (so that any caller's product of any subset does too)
+// and the bytes in uint64.
+uint64_t read_shape(const std::string& path, const std::string& what, const nlohmann::json& shape, Entry& e) {
+  if (!shape.is_array()) {
+    fail(path, what + ": \"shape\" is a JSON " + shape.type_name() + ", expected an array of non-negative integers");
+  }
+  uint64_t nonzero_product = 1;
+  bool has_zero = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const nlohmann::json& d = shape[i];
+    if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
+      fail(path, what + ": \"shape\"[" + std::to_string(i) + "] is " + brief(d) + ", expected a non-negative integer");
+    }
+    const uint64_t dim = d.get<uint64_t>();
+    if (dim == 0) {
+      has_zero = true;
+    } else if (nonzero_product > kMaxElements / dim) {
+      fail(path, what + ": \"shape\" " + brief(shape) + " holds more than 2^61 values (corrupt?)");
+    } else {
+      nonzero_product *= dim;
+    }
+    e.shape.push_back(static_cast<int64_t>(dim));
+  }
+  return has_zero ? 0 : nonzero_product * sizeof(float);
+}
+
+// A tensor's entry: an F32 dtype, its shape, and data offsets within the data_size bytes that
+// match the shape's bytes.
+Entry read_entry(const std::string& path, const std::string& name, const nlohmann::json& entry, uint64_t data_size) {
+  const std::string what = "tensor '" + name + "'";
+  if (!entry.is_object()) fail(path, what + " is a JSON " + entry.type_name() + ", expected an object");
+  const auto dtype = entry.find("dtype");
+  if (dtype == entry.end()) fail(path, what + " has no \"dtype\"");
+  if (!dtype->is_string()) fail(path, what + ": \"dtype\" is a JSON " + dtype->type_name() + ", expected a string");
+  if (dtype->get<std::string>() != "F32") {
+    fail(path, what + " has dtype \"" + dtype->get<std::string>() + "\"; s3r reads only F32");
+  }
+  Entry e;
+  e.name = name;
+  const auto shape = entry.find("shape");
+  if (shape == entry.end()) fail(path, what + " has no \"shape\"");
+  const uint64_t bytes = read_shape(path, what, *shape, e);
+  const auto offsets = entry.find("data_offsets");
+  if (offsets == entry.end()) fail(path, what + " has no \"data_offsets\"");
+  if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+      !(*offsets)[1].is_number_unsigned()) {
+    fail(path, what + ": \"data_offsets\" is " + brief(*offsets) +
+                   ", expected [begin, end], two non-negative integers");
+  }
+  e.begin = (*offsets)[0].get<uint64_t>();
+  e.end = (*offsets)[1].get<uint64_t>();
+  const std::string range = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+  if (e.end < e.begin) fail(path, what + " has data offsets " + range + ": the end is before the begin");
+  if (e.end > data_size) {
+    fail(path, what + " has data offsets " + range + " outside the file's " + std::to_string(data_size) +
+                   " data bytes (truncated?)");
+  }
+  if (e.end - e.begin != bytes) {
+    fail(path, what + " has data offsets " + range + " (" + std::to_string(e.end - e.begin) +
+                   " bytes), but its shape " + brief(*shape) + " of F32 needs " + std::to_string(bytes) + " bytes");
+  }
+  return e;
+}
+
+// The entries in the order of their data, which must tile the data_size bytes exactly (the format
+// forbids holes and overlaps, so no byte of the file goes unaccounted for).
+std::vector<const Entry*> data_order(const std::string& path, const std::vector<Entry>& entries, uint64_t data_size) {
   std::vector<const Entry*> order;
   for (const Entry& e : entries) order.push_back(&e);
   std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
@@ -187,13 +190,13 @@ SafetensorsFile read_safetensors(const std::string& path) {
   const Entry* previous = nullptr;
   for (const Entry* e : order) {
     if (e->begin < covered) {
-      fail(path, "tensor '" + e->name + "' (bytes [" + std::to_string(e->begin) + ", " +
-                     std::to_string(e->end) + ")) overlaps tensor '" + previous->name + "' (bytes [" +
-                     std::to_string(previous->begin) + ", " + std::to_string(previous->end) + "))");
+      fail(path, "tensor '" + e->name + "' (bytes [" + std::to_string(e->begin) + ", " + std::to_string(e->end) +
+                     ")) overlaps tensor '" + previous->name + "' (bytes [" + std::to_string(previous->begin) + ", " +
+                     std::to_string(previous->end) + "))");
     }
     if (e->begin > covered) {
-      fail(path, "data bytes [" + std::to_string(covered) + ", " + std::to_string(e->begin) +
-                     ") before tensor '" + e->name + "' belong to no tensor (the format forbids holes)");
+      fail(path, "data bytes [" + std::to_string(covered) + ", " + std::to_string(e->begin) + ") before tensor '" +
+                     e->name + "' belong to no tensor (the format forbids holes)");
     }
     covered = e->end;
     previous = e;
@@ -202,13 +205,38 @@ SafetensorsFile read_safetensors(const std::string& path) {
     fail(path, "data bytes [" + std::to_string(covered) + ", " + std::to_string(data_size) +
                    ") after the last tensor belong to no tensor (the format forbids holes)");
   }
+  return order;
+}
 
-  // Read each tensor straight into its buffer: at most the file's size in all.
-  for (const Entry* e : order) {
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) fail(path, "cannot open: " + ec.message());
+  if (size < 8) fail(path, "is " + std::to_string(size) + " bytes, too short for a header");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open for reading");
+  uint64_t n = 0;
+  const nlohmann::json header = read_header(path, in, size, n);
+  const uint64_t data_size = size - 8 - n;
+  // Every entry validated before anything is allocated.
+  std::vector<Entry> entries;
+  SafetensorsFile file;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      read_metadata(path, entry, file.metadata);
+    } else {
+      entries.push_back(read_entry(path, name, entry, data_size));
+    }
+  }
+  // Each tensor read straight into its buffer: at most the file's size in all.
+  for (const Entry* e : data_order(path, entries, data_size)) {
     SafetensorsFile::Tensor t;
     t.shape = e->shape;
     t.data.resize(static_cast<size_t>((e->end - e->begin) / sizeof(float)));
-    if (!t.data.empty()) in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(e->end - e->begin));
+    const auto bytes = static_cast<std::streamsize>(e->end - e->begin);
+    if (!t.data.empty()) in.read(reinterpret_cast<char*>(t.data.data()), bytes);
     if (!in) fail(path, "tensor '" + e->name + "': read failed (the file shrank while being read?)");
     file.tensors.emplace(e->name, std::move(t));
   }
