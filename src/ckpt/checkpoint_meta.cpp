@@ -238,11 +238,10 @@ nlohmann::json to_json(const TokenizerRecord& t) {
           {"eos_id", t.eos_id}, {"bos_id", t.bos_id}, {"unk_id", t.unk_id}, {"pad_id", t.pad_id}};
 }
 
-// A checkpoint folder checked whole: meta.json parses and has every field, and the tensor
-// files are there with their recorded size and checksum. Throws s3r::Error naming the file.
-CheckpointInfo inspect(const fs::path& dir) {
-  const fs::path meta_path = dir / "meta.json";
-  const std::string where = "'" + meta_path.string() + "'";
+namespace {
+
+// meta.json parsed, with its "format" checked.
+nlohmann::json read_meta(const fs::path& meta_path, const std::string& where) {
   std::ifstream f(meta_path);
   if (!f) throw Error("no checkpoint at " + where);
   nlohmann::json meta;
@@ -254,58 +253,46 @@ CheckpointInfo inspect(const fs::path& dir) {
   if (!meta.is_object() || !meta.contains("format") || meta["format"] != "s3r-checkpoint") {
     throw Error(where + " is not an s3r checkpoint (no \"format\": \"s3r-checkpoint\")");
   }
-  const auto version = field<int64_t>(meta, "version", where);
-  if (version < 1 || version > kVersion) {
-    throw Error(where + ": checkpoint version " + std::to_string(version) + "; this build reads versions 1 to " +
-                std::to_string(kVersion) + (version > kVersion ? " (written by a newer s3r: update s3r)" : ""));
+  return meta;
+}
+
+// Version 3 on: the forward's conventions, which this build computes exactly.
+void check_architecture(const nlohmann::json& meta, const std::string& where) {
+  if (!meta.contains("architecture") || !meta["architecture"].is_object()) {
+    throw Error(where + ": field \"architecture\" is missing");
   }
-  CheckpointInfo info;
-  info.version = static_cast<int>(version);
-  if (!meta.contains("config")) throw Error(where + ": field \"config\" is missing");
-  static_cast<RunConfig&>(info) = from_json(meta["config"], where);
-  info.step = field<int64_t>(meta, "step", where);
-  info.loader.epoch = field<int64_t>(meta, "loader_epoch", where);
-  info.loader.cursor = field<int64_t>(meta, "loader_cursor", where);
-  info.bad_steps = meta.contains("bad_steps") ? static_cast<int>(field<int64_t>(meta, "bad_steps", where)) : 0;
-  if (info.step < 0 || info.loader.epoch < 0 || info.loader.cursor < 0 || info.bad_steps < 0) {
-    throw Error(where + ": step, loader_epoch, loader_cursor and bad_steps must be >= 0");
+  const nlohmann::json& a = meta["architecture"];
+  const std::string a_where = where + " architecture";
+  if (!a.contains("rope") || field<std::string>(a["rope"], "layout", a_where + ".rope") != "adjacent-pairs") {
+    throw Error(a_where + ": RoPE layout is not \"adjacent-pairs\"; this build computes only that one");
   }
-  if (version >= 3) {
-    // The forward's conventions: this build computes exactly these.
-    if (!meta.contains("architecture") || !meta["architecture"].is_object()) {
-      throw Error(where + ": field \"architecture\" is missing");
-    }
-    const nlohmann::json& a = meta["architecture"];
-    const std::string a_where = where + " architecture";
-    if (!a.contains("rope") || field<std::string>(a["rope"], "layout", a_where + ".rope") != "adjacent-pairs") {
-      throw Error(a_where + ": RoPE layout is not \"adjacent-pairs\"; this build computes only that one");
-    }
-    if (field<std::string>(a, "matrix_orientation", a_where) != "in_out") {
-      throw Error(a_where + ": matrix_orientation is not \"in_out\"; this build stores matrices (in, out)");
-    }
+  if (field<std::string>(a, "matrix_orientation", a_where) != "in_out") {
+    throw Error(a_where + ": matrix_orientation is not \"in_out\"; this build stores matrices (in, out)");
   }
-  std::vector<std::string> files(std::begin(kFiles), std::end(kFiles));
-  if (version >= 3 && meta.contains("tokenizer") && !meta["tokenizer"].is_null()) {
-    const nlohmann::json& t = meta["tokenizer"];
-    const std::string t_where = where + " tokenizer";
-    TokenizerRecord r;
-    r.type = field<std::string>(t, "type", t_where);
-    r.vocab = field<int64_t>(t, "vocab", t_where);
-    r.bytes = static_cast<uint64_t>(field<int64_t>(t, "bytes", t_where));
-    r.crc32 = static_cast<uint32_t>(field<int64_t>(t, "crc32", t_where));
-    for (auto [key, dst] : {std::pair{"eos_id", &r.eos_id}, {"bos_id", &r.bos_id}, {"unk_id", &r.unk_id},
-                            {"pad_id", &r.pad_id}}) {
-      *dst = field<int64_t>(t, key, t_where);
-    }
-    if (r.type != "sentencepiece") throw Error(t_where + ": type \"" + r.type + "\", not \"sentencepiece\"");
-    if (r.vocab != info.model.vocab) {
-      throw Error(t_where + ": " + std::to_string(r.vocab) + " pieces, but the model's V is " +
-                  std::to_string(info.model.vocab));
-    }
-    info.tokenizer = r;
-    info.tokenizer_model = (dir / kTokenizerFile).string();
-    files.push_back(kTokenizerFile);
+}
+
+// The "tokenizer" record t, checked against the model's vocabulary.
+TokenizerRecord read_tokenizer_record(const nlohmann::json& t, const std::string& where, int64_t vocab) {
+  const std::string t_where = where + " tokenizer";
+  TokenizerRecord r;
+  r.type = field<std::string>(t, "type", t_where);
+  r.vocab = field<int64_t>(t, "vocab", t_where);
+  r.bytes = static_cast<uint64_t>(field<int64_t>(t, "bytes", t_where));
+  r.crc32 = static_cast<uint32_t>(field<int64_t>(t, "crc32", t_where));
+  for (auto [key, dst] : {std::pair{"eos_id", &r.eos_id}, {"bos_id", &r.bos_id}, {"unk_id", &r.unk_id},
+                          {"pad_id", &r.pad_id}}) {
+    *dst = field<int64_t>(t, key, t_where);
   }
+  if (r.type != "sentencepiece") throw Error(t_where + ": type \"" + r.type + "\", not \"sentencepiece\"");
+  if (r.vocab != vocab) {
+    throw Error(t_where + ": " + std::to_string(r.vocab) + " pieces, but the model's V is " + std::to_string(vocab));
+  }
+  return r;
+}
+
+// Each of the files is in dir, with the size and CRC-32 meta.json records (version 2 on).
+void check_files(const fs::path& dir, const std::vector<std::string>& files, const nlohmann::json& meta,
+                 int64_t version, const std::string& where) {
   for (const std::string& name : files) {
     const fs::path path = dir / name;
     if (!fs::is_regular_file(path)) throw Error("checkpoint file '" + path.string() + "' is missing");
@@ -326,6 +313,41 @@ CheckpointInfo inspect(const fs::path& dir) {
       throw Error("checkpoint file '" + path.string() + "' does not match its CRC-32 in meta.json (corrupt)");
     }
   }
+}
+
+}  // namespace
+
+// A checkpoint folder checked whole: meta.json parses and has every field, and the tensor
+// files are there with their recorded size and checksum. Throws s3r::Error naming the file.
+CheckpointInfo inspect(const fs::path& dir) {
+  const fs::path meta_path = dir / "meta.json";
+  // (appended: GCC 12 warns of an overlap, falsely, on "'" + path + "'" inlined here)
+  const std::string where = std::string("'").append(meta_path.string()).append("'");
+  const nlohmann::json meta = read_meta(meta_path, where);
+  const auto version = field<int64_t>(meta, "version", where);
+  if (version < 1 || version > kVersion) {
+    throw Error(where + ": checkpoint version " + std::to_string(version) + "; this build reads versions 1 to " +
+                std::to_string(kVersion) + (version > kVersion ? " (written by a newer s3r: update s3r)" : ""));
+  }
+  CheckpointInfo info;
+  info.version = static_cast<int>(version);
+  if (!meta.contains("config")) throw Error(where + ": field \"config\" is missing");
+  static_cast<RunConfig&>(info) = from_json(meta["config"], where);
+  info.step = field<int64_t>(meta, "step", where);
+  info.loader.epoch = field<int64_t>(meta, "loader_epoch", where);
+  info.loader.cursor = field<int64_t>(meta, "loader_cursor", where);
+  info.bad_steps = meta.contains("bad_steps") ? static_cast<int>(field<int64_t>(meta, "bad_steps", where)) : 0;
+  if (info.step < 0 || info.loader.epoch < 0 || info.loader.cursor < 0 || info.bad_steps < 0) {
+    throw Error(where + ": step, loader_epoch, loader_cursor and bad_steps must be >= 0");
+  }
+  if (version >= 3) check_architecture(meta, where);
+  std::vector<std::string> files(std::begin(kFiles), std::end(kFiles));
+  if (version >= 3 && meta.contains("tokenizer") && !meta["tokenizer"].is_null()) {
+    info.tokenizer = read_tokenizer_record(meta["tokenizer"], where, info.model.vocab);
+    info.tokenizer_model = (dir / kTokenizerFile).string();
+    files.push_back(kTokenizerFile);
+  }
+  check_files(dir, files, meta, version, where);
   return info;
 }
 
