@@ -99,7 +99,7 @@ def spread(ms):
             "n": len(ms)}
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="small", choices=("tiny", "small", "wide"))
     ap.add_argument("--arch", choices=("llama", "qwen3", "gemma3", "qwen3moe"), default="llama",
@@ -132,54 +132,63 @@ def main():
         print(f"side_by_side: warning: --warmup {args.warmup} < {PEER_WARMUP}: the peer's first timed steps include "
               "its slow early steps (its 2nd and 3rd steps take up to 2x its steady time), so the ratios favour s3r",
               file=sys.stderr)
-    flags = peer_env.cpu_flags()
-    cap_env = CAPS[args.cap][0] if args.cap else {}
+    return args
+
+
+def peer_modes(args, flags):
+    """The peer's modes: those of the capped CPU, f32 and bf16 where this CPU has native bf16, or
+    --peer-modes."""
     if args.peer_modes == "auto" and args.cap:
-        modes = CAPS[args.cap][1]
-    elif args.peer_modes == "auto":
-        modes = ["f32"] + (["bf16"] if peer_env.native_bf16(flags) else [])
-    else:
-        modes = [m for m in args.peer_modes.split(",") if m]
-    work = args.work or os.path.join(HERE, "..", "..", "results", "bench_peer",
-                                     args.preset + (f"-{args.arch}" if args.arch != "llama" else "") +
-                                     (f"-kv{args.kv_heads}" if args.kv_heads else "") +
-                                     (f"-{args.cap}" if args.cap else ""))
-    os.makedirs(work, exist_ok=True)
-    log = os.path.join(work, "log.txt")
-    open(log, "w").close()
+        return CAPS[args.cap][1]
+    if args.peer_modes == "auto":
+        return ["f32"] + (["bf16"] if peer_env.native_bf16(flags) else [])
+    return [m for m in args.peer_modes.split(",") if m]
+
+
+def commands(args):
+    """The peer's and s3r's benchmark commands, the same model shape on both sides."""
     peer = [sys.executable, os.path.join(HERE, "llama_peer.py"), "bench", "--preset", args.preset,
             "--threads", str(args.threads), "--warmup", str(args.warmup), "--repeats", str(args.repeats)]
     s3r = [args.s3r, "bench", "step", "--preset", args.preset, "--configs", args.configs, "--threads",
            str(args.threads), "--warmup", str(args.warmup), "--repeats", str(args.repeats)]
     peer += ["--arch", args.arch]
     s3r += ["--arch", args.arch]
-    if args.kv_heads is not None:  # the same model shape on both sides
+    if args.kv_heads is not None:
         peer += ["--kv-heads", str(args.kv_heads)]
         s3r += ["--kv-heads", str(args.kv_heads)]
-    start = datetime.datetime.now(datetime.timezone.utc)
-    load_start = loadavg()
-    print(f"side by side: preset {args.preset}{f' ({args.arch})' if args.arch != 'llama' else ''}"
-          f"{f' with {args.kv_heads} kv heads' if args.kv_heads else ''}, {args.rounds} rounds x {args.repeats} timed steps per configuration "
-          f"(+{args.warmup} warm-up per process), {args.threads} threads; peer modes {','.join(modes)}; "
-          f"s3r configs {args.configs}")
-    if args.cap:
-        print(f"capped: both sides as {CAPS[args.cap][2]} (" + " ".join(f"{k}={v}" for k, v in cap_env.items()) + ")")
-    probe = OtherLoad()
-    time.sleep(2.0)
-    idle_share = probe.share()
-    if idle_share > 0.1:
-        print(f"WARNING: other processes use {100 * idle_share:.0f}% of the CPUs before the start; timings will be noisy")
-    print(f"log: {log}")
-    sys.stdout.flush()
+    return peer, s3r
 
-    others = OtherLoad()
+
+def run_job(cmd, out, log, cap_env, retries, label):
+    """Runs one job; a job during which other processes took more than 10% of the CPUs is run
+    again (at most `retries` times) and the least disturbed run is kept. Returns (share of the
+    CPUs others took, its JSON result, seconds, reruns)."""
+    best, reruns = None, 0
+    for attempt in range(retries + 1):
+        job_load = OtherLoad()
+        secs = run(cmd, log, cap_env)
+        share = job_load.share()
+        with open(out) as f:
+            result = json.load(f)
+        if best is None or share < best[0]:
+            best = (share, result, secs)
+        if share <= 0.10:
+            break
+        if attempt < retries:
+            reruns += 1
+            print(f"{label} disturbed (other processes took {100 * share:.0f}% of the CPUs): again")
+    return best + (reruns,)
+
+
+def run_rounds(args, modes, peer, s3r, work, log, cap_env):
+    """The rounds of jobs, in a rotating order (no job always first). Returns the peer's results
+    per mode, s3r's results, and the number of disturbed jobs run again."""
     jobs = [("peer", m) for m in modes] + [("s3r", None)]
     peer_runs = {m: [] for m in modes}
     s3r_runs = []
     reruns = 0
     for r in range(args.rounds):
-        order = jobs[r % len(jobs):] + jobs[:r % len(jobs)]  # rotate: no job always first
-        for kind, mode in order:
+        for kind, mode in jobs[r % len(jobs):] + jobs[:r % len(jobs)]:
             if kind == "peer":
                 out = os.path.join(work, f"peer-{mode}-{r}.json")
                 cmd = peer + ["--mode", mode, "--json", out]
@@ -187,32 +196,18 @@ def main():
                 out = os.path.join(work, f"s3r-{r}.json")
                 # Peak memory (one child process per configuration) once, in the first round.
                 cmd = s3r + ["--json", out] + ([] if r == 0 else ["--no-memory"])
-            # A job during which other processes took more than 10% of the CPUs is run again
-            # (at most --retries times; the least disturbed run is kept).
-            best = None
-            for attempt in range(args.retries + 1):
-                job_load = OtherLoad()
-                secs = run(cmd, log, cap_env)
-                share = job_load.share()
-                with open(out) as f:
-                    result = json.load(f)
-                if best is None or share < best[0]:
-                    best = (share, result, secs)
-                if share <= 0.10:
-                    break
-                if attempt < args.retries:
-                    reruns += 1
-                    print(f"round {r + 1}/{args.rounds}: {kind}{' ' + mode if mode else ''} disturbed "
-                          f"(other processes took {100 * share:.0f}% of the CPUs): again")
-            share, result, secs = best
+            label = f"round {r + 1}/{args.rounds}: {kind}{' ' + mode if mode else ''}"
+            share, result, secs, again = run_job(cmd, out, log, cap_env, args.retries, label)
+            reruns += again
             (peer_runs[mode] if kind == "peer" else s3r_runs).append(result)
-            print(f"round {r + 1}/{args.rounds}: {kind}{' ' + mode if mode else ''} done ({secs:.0f} s"
-                  f"{f', others took {100 * share:.0f}% of the CPUs' if share > 0.02 else ''})")
+            print(f"{label} done ({secs:.0f} s{f', others took {100 * share:.0f}% of the CPUs' if share > 0.02 else ''})")
             sys.stdout.flush()
-    load_end = loadavg()
-    other_share = others.share()
+    return peer_runs, s3r_runs, reruns
 
-    tokens = (peer_runs[modes[0]][0]["tokens_per_step"] if modes else s3r_runs[0]["tokens_per_step"])
+
+def pooled_rows(modes, peer_runs, s3r_runs, tokens):
+    """One row per configuration, its steps pooled over the rounds, with its speed relative to the
+    peer's fastest mode; returns (rows, that mode's row or None)."""
     rows = []
     for m in modes:
         ms = [t for run_ in peer_runs[m] for t in run_["ms"]]
@@ -231,7 +226,72 @@ def main():
     best = max(peer_rows, key=lambda row: row["tokens_per_s"]) if peer_rows else None
     for row in rows:
         row["vs_peer_best"] = row["tokens_per_s"] / best["tokens_per_s"] if best else None
+    return rows, best
 
+
+def print_table(args, rows, best):
+    hdr = f"{'configuration':<20} {'tokens/s':>9} {'median ms':>10} {'min-max ms':>15} {'IQR ms':>15} " \
+          f"{'peak MB':>8} {'vs peer best':>13}"
+    print(hdr)
+    print("-" * len(hdr))
+    for row in rows:
+        mem = f"{row['peak_rss_bytes'] / 1e6:.0f}" if row.get("peak_rss_bytes") else "-"
+        vs = f"{row['vs_peer_best']:.2f}x" if row["vs_peer_best"] else "-"
+        print(f"{row['configuration']:<20} {row['tokens_per_s']:>9.0f} {row['median_ms']:>10.1f} "
+              f"{row['min_ms']:>7.0f}-{row['max_ms']:<7.0f} {row['q1_ms']:>7.0f}-{row['q3_ms']:<7.0f} {mem:>8} {vs:>13}")
+    n = rows[0]["n"] if rows else 0
+    print(f"(per configuration {n} timed steps: {args.rounds} rounds x {args.repeats}, each process after {args.warmup} "
+          f"warm-up steps; peer: full step forward, backward, clip, AdamW, zero_grad on a fixed random batch;\n"
+          f" s3r: `s3r bench step`, the same step in s3r. vs peer best: tokens/s over the peer's fastest mode"
+          f"{' (' + best['configuration'] + ')' if best else ''}. peak MB: peak resident set of a process running "
+          f"that configuration alone\n (peer: Python + torch included; s3r: one child per configuration))")
+
+
+def write_json(path, result):
+    tmp = path + ".tmp"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, path)
+    print(f"json: {path}")
+
+
+def main():
+    args = parse_args()
+    flags = peer_env.cpu_flags()
+    cap_env = CAPS[args.cap][0] if args.cap else {}
+    modes = peer_modes(args, flags)
+    work = args.work or os.path.join(HERE, "..", "..", "results", "bench_peer",
+                                     args.preset + (f"-{args.arch}" if args.arch != "llama" else "") +
+                                     (f"-kv{args.kv_heads}" if args.kv_heads else "") +
+                                     (f"-{args.cap}" if args.cap else ""))
+    os.makedirs(work, exist_ok=True)
+    log = os.path.join(work, "log.txt")
+    open(log, "w").close()
+    peer, s3r = commands(args)
+    start = datetime.datetime.now(datetime.timezone.utc)
+    load_start = loadavg()
+    print(f"side by side: preset {args.preset}{f' ({args.arch})' if args.arch != 'llama' else ''}"
+          f"{f' with {args.kv_heads} kv heads' if args.kv_heads else ''}, {args.rounds} rounds x {args.repeats} timed steps per configuration "
+          f"(+{args.warmup} warm-up per process), {args.threads} threads; peer modes {','.join(modes)}; "
+          f"s3r configs {args.configs}")
+    if args.cap:
+        print(f"capped: both sides as {CAPS[args.cap][2]} (" + " ".join(f"{k}={v}" for k, v in cap_env.items()) + ")")
+    probe = OtherLoad()
+    time.sleep(2.0)
+    idle_share = probe.share()
+    if idle_share > 0.1:
+        print(f"WARNING: other processes use {100 * idle_share:.0f}% of the CPUs before the start; timings will be noisy")
+    print(f"log: {log}")
+    sys.stdout.flush()
+
+    others = OtherLoad()
+    peer_runs, s3r_runs, reruns = run_rounds(args, modes, peer, s3r, work, log, cap_env)
+    load_end = loadavg()
+    other_share = others.share()
+
+    tokens = (peer_runs[modes[0]][0]["tokens_per_step"] if modes else s3r_runs[0]["tokens_per_step"])
+    rows, best = pooled_rows(modes, peer_runs, s3r_runs, tokens)
     p0 = peer_runs[modes[0]][0] if modes else {}
     machine = f"{peer_env.cpu_model()}, {os.cpu_count()} CPUs ({peer_env.isa_tiers(flags)})" + (
         f", CAPPED as {CAPS[args.cap][2]}: not that CPU" if args.cap else "")
@@ -251,38 +311,20 @@ def main():
           f"({100 * idle_share:.1f}% just before; {reruns} disturbed jobs run again); load average "
           f"{load_start:.2f} before, {load_end:.2f} after")
     print()
-    hdr = f"{'configuration':<20} {'tokens/s':>9} {'median ms':>10} {'min-max ms':>15} {'IQR ms':>15} " \
-          f"{'peak MB':>8} {'vs peer best':>13}"
-    print(hdr)
-    print("-" * len(hdr))
-    for row in rows:
-        mem = f"{row['peak_rss_bytes'] / 1e6:.0f}" if row.get("peak_rss_bytes") else "-"
-        vs = f"{row['vs_peer_best']:.2f}x" if row["vs_peer_best"] else "-"
-        print(f"{row['configuration']:<20} {row['tokens_per_s']:>9.0f} {row['median_ms']:>10.1f} "
-              f"{row['min_ms']:>7.0f}-{row['max_ms']:<7.0f} {row['q1_ms']:>7.0f}-{row['q3_ms']:<7.0f} {mem:>8} {vs:>13}")
-    n = rows[0]["n"] if rows else 0
-    print(f"(per configuration {n} timed steps: {args.rounds} rounds x {args.repeats}, each process after {args.warmup} "
-          f"warm-up steps; peer: full step forward, backward, clip, AdamW, zero_grad on a fixed random batch;\n"
-          f" s3r: `s3r bench step`, the same step in s3r. vs peer best: tokens/s over the peer's fastest mode"
-          f"{' (' + best['configuration'] + ')' if best else ''}. peak MB: peak resident set of a process running "
-          f"that configuration alone\n (peer: Python + torch included; s3r: one child per configuration))")
+    print_table(args, rows, best)
     if other_share > 0.05:
         print(f"WARNING: the machine was not idle (other processes took {100 * other_share:.0f}% of the CPUs); "
               "rerun on an idle machine for numbers to quote")
     if args.json:
-        result = {"preset": args.preset, "arch": args.arch, "kv_heads": args.kv_heads, "cap": args.cap, "cap_env": cap_env, "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
-                  "warmup": args.warmup, "tokens_per_step": tokens, "machine": machine,
-                  "s3r_machine": s3r_runs[0].get("machine"), "peer_env": {k: p0.get(k) for k in (
-                      "torch", "blas", "blas_libraries", "env_notes", "torch_build", "malloc")} if p0 else {},
-                  "onednn_bf16_matmul": peer_runs["bf16"][0].get("onednn_bf16_matmul") if "bf16" in peer_runs else None,
-                  "start_utc": start.isoformat(), "load_average": [load_start, load_end],
-                  "other_processes_cpu_share": other_share, "disturbed_reruns": reruns, "rows": rows}
-        tmp = args.json + ".tmp"
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, args.json)
-        print(f"json: {args.json}")
+        write_json(args.json, {
+            "preset": args.preset, "arch": args.arch, "kv_heads": args.kv_heads, "cap": args.cap, "cap_env": cap_env,
+            "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats, "warmup": args.warmup,
+            "tokens_per_step": tokens, "machine": machine, "s3r_machine": s3r_runs[0].get("machine"),
+            "peer_env": {k: p0.get(k) for k in (
+                "torch", "blas", "blas_libraries", "env_notes", "torch_build", "malloc")} if p0 else {},
+            "onednn_bf16_matmul": peer_runs["bf16"][0].get("onednn_bf16_matmul") if "bf16" in peer_runs else None,
+            "start_utc": start.isoformat(), "load_average": [load_start, load_end],
+            "other_processes_cpu_share": other_share, "disturbed_reruns": reruns, "rows": rows})
 
 
 if __name__ == "__main__":
