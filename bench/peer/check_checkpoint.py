@@ -189,6 +189,46 @@ def parse_args(s3r_forward):
     return args
 
 
+class Refusal(Exception):
+    """The run, its data or the options cannot be checked (exit 2, with this message)."""
+
+
+def load_run(args, s3r_forward, s3r_files):
+    """The checkpoint's config, step, flat tensors and parameters, the validation tokens and the
+    val_loss s3r logged at that step; Refusal where they are unreadable or do not fit together."""
+    try:
+        meta = s3r_files.read_meta(args.run)
+        cfg = meta["config"]
+        step = int(meta["step"])
+        flat = s3r_files.read_safetensors(os.path.join(args.run, "checkpoint", "model.safetensors"))
+        tokens, vocab = s3r_files.read_shard(os.path.join(args.data, "val.bin"))
+        logged = s3r_files.logged_val_loss(args.run, step)
+        nkv = s3r_forward.kv_heads(cfg)
+        params = s3r_forward.unflatten(flat, cfg)  # checks the family, the window, the tensors' shapes
+    except (OSError, ValueError, KeyError, s3r_files.FormatError) as e:
+        raise Refusal(f"cannot read the run or the data: {e}") from e
+    if logged is None:
+        raise Refusal(f"{args.run}/metrics.jsonl has no val_loss for the checkpoint's step {step}")
+    if vocab != cfg["vocab"]:
+        raise Refusal(f"val.bin's vocabulary {vocab} differs from the model's {cfg['vocab']}")
+    if cfg["mode"] not in ("f32", "bf16") + s3r_forward.INT8_MODES:
+        raise Refusal(f"unknown mode '{cfg['mode']}' in meta.json")
+    refusal = inapplicable(args.inject, cfg, nkv, s3r_forward)
+    if refusal:
+        raise Refusal(f"--inject {args.inject} {refusal}")
+    return cfg, step, flat, params, nkv, tokens, logged
+
+
+def validation_batches(args, tokens, cfg, threefry):
+    """The windows' starts of each validation batch, as s3r's loader draws them (in order with
+    --inject window-order)."""
+    B, S = cfg["batch"], cfg["seq_len"]
+    if args.inject == "window-order":
+        windows = (len(tokens) - 1) // S
+        return [[((i * B + b) % windows) * S for b in range(B)] for i in range(args.eval_batches)]
+    return threefry.loader_batches(tokens, S, 0x5EED, B, args.eval_batches)
+
+
 def main():
     # BLAS and thread settings go into the environment before torch loads (peer_env re-executes).
     pre = argparse.ArgumentParser(add_help=False)
@@ -205,38 +245,12 @@ def main():
 
     torch.set_num_threads(args.threads)
     try:
-        meta = s3r_files.read_meta(args.run)
-        cfg = meta["config"]
-        step = int(meta["step"])
-        flat = s3r_files.read_safetensors(os.path.join(args.run, "checkpoint", "model.safetensors"))
-        tokens, vocab = s3r_files.read_shard(os.path.join(args.data, "val.bin"))
-        logged = s3r_files.logged_val_loss(args.run, step)
-        nkv = s3r_forward.kv_heads(cfg)
-        params = s3r_forward.unflatten(flat, cfg)  # checks the family, the window, the tensors' shapes
-    except (OSError, ValueError, KeyError, s3r_files.FormatError) as e:
-        print(f"check_checkpoint: cannot read the run or the data: {e}", file=sys.stderr)
+        cfg, step, flat, params, nkv, tokens, logged = load_run(args, s3r_forward, s3r_files)
+    except Refusal as e:
+        print(f"check_checkpoint: {e}", file=sys.stderr)
         return 2
-    if logged is None:
-        print(f"check_checkpoint: {args.run}/metrics.jsonl has no val_loss for the checkpoint's step {step}",
-              file=sys.stderr)
-        return 2
-    if vocab != cfg["vocab"]:
-        print(f"check_checkpoint: val.bin's vocabulary {vocab} differs from the model's {cfg['vocab']}", file=sys.stderr)
-        return 2
-    mode = cfg["mode"]
-    if mode not in ("f32", "bf16") + s3r_forward.INT8_MODES:
-        print(f"check_checkpoint: unknown mode '{mode}' in meta.json", file=sys.stderr)
-        return 2
-    refusal = inapplicable(args.inject, cfg, nkv, s3r_forward)
-    if refusal:
-        print(f"check_checkpoint: --inject {args.inject} {refusal}", file=sys.stderr)
-        return 2
-    B, S = cfg["batch"], cfg["seq_len"]
-    if args.inject == "window-order":
-        windows = (len(tokens) - 1) // S
-        batches = [[((i * B + b) % windows) * S for b in range(B)] for i in range(args.eval_batches)]
-    else:
-        batches = threefry.loader_batches(tokens, S, 0x5EED, B, args.eval_batches)
+    mode, S = cfg["mode"], cfg["seq_len"]
+    batches = validation_batches(args, tokens, cfg, threefry)
     tok = torch.from_numpy(tokens)
     offs = torch.arange(S + 1)
 
@@ -251,11 +265,8 @@ def main():
     theta = float(torch.tensor(cfg.get("rope_theta", 10000.0), dtype=torch.float32))
     tables = s3r_forward.rope_tables_for(cfg, S, bug)
     t0 = time.time()
-    total = 0.0
-    for starts in batches:
-        inputs, targets = batch_tensors(starts)
-        total += s3r_forward.mean_loss(params, cfg, mode, inputs, targets, bug=bug, tables=tables)
-    ours = total / len(batches)
+    ours = sum(s3r_forward.mean_loss(params, cfg, mode, *batch_tensors(starts), bug=bug, tables=tables)
+               for starts in batches) / len(batches)
     elapsed = time.time() - t0
 
     int8_head = mode in s3r_forward.INT8_MODES and cfg.get("lm_head", "default") == "int8"
