@@ -160,6 +160,35 @@ class Model:
         return None
 
 
+def sparse_moe(m, w, h, l, inject, stats):
+    """Qwen3MoeSparseMoeBlock of layer l on h (S, C); `stats` gets the smallest routing margin."""
+    import torch
+
+    p = f"model.layers.{l}.mlp."
+    probs = (h @ w[p + "gate.weight"].T).softmax(-1)  # (S, E)
+    # Stable sort: of equal probabilities the lower expert comes first (s3r's rule).
+    order = torch.sort(probs, dim=-1, descending=inject != "moe-topk-last", stable=True).indices
+    chosen = order[:, :m.k]  # (S, k)
+    weights = probs.gather(1, chosen)
+    if m.E > m.k:
+        ranked = probs.gather(1, torch.sort(probs, dim=-1, descending=True, stable=True).indices)
+        margin = float((ranked[:, m.k - 1] - ranked[:, m.k]).min())
+        stats["margin"] = min(stats.get("margin", margin), margin)
+    if m.norm_topk and inject != "moe-no-renorm":
+        weights = weights / weights.sum(-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(m.E):
+        tok, slot = (chosen == e).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        q = f"{p}experts.{e}."
+        x = h[tok]
+        y = (torch.nn.functional.silu(x @ w[q + "gate_proj.weight"].T) * (x @ w[q + "up_proj.weight"].T)) \
+            @ w[q + "down_proj.weight"].T
+        out.index_add_(0, tok, y * weights[tok, slot, None])
+    return out
+
+
 def hf_logprobs(m, w, ids, inject, stats):
     """(S, V) float64 log-probabilities of the next token after each of `ids`; `stats` gets the
     smallest routing margin (qwen3_moe)."""
@@ -215,31 +244,6 @@ def hf_logprobs(m, w, ids, inject, stats):
         act = torch.nn.functional.gelu(gate, approximate="tanh") if m.gemma else torch.nn.functional.silu(gate)
         return (act * up) @ w[p + "down_proj.weight"].T
 
-    def sparse_moe(h, l):  # Qwen3MoeSparseMoeBlock
-        p = f"model.layers.{l}.mlp."
-        probs = (h @ w[p + "gate.weight"].T).softmax(-1)  # (S, E)
-        # Stable sort: of equal probabilities the lower expert comes first (s3r's rule).
-        order = torch.sort(probs, dim=-1, descending=inject != "moe-topk-last", stable=True).indices
-        chosen = order[:, :m.k]  # (S, k)
-        weights = probs.gather(1, chosen)
-        if m.E > m.k:
-            ranked = probs.gather(1, torch.sort(probs, dim=-1, descending=True, stable=True).indices)
-            margin = float((ranked[:, m.k - 1] - ranked[:, m.k]).min())
-            stats["margin"] = min(stats.get("margin", margin), margin)
-        if m.norm_topk and inject != "moe-no-renorm":
-            weights = weights / weights.sum(-1, keepdim=True)
-        out = torch.zeros_like(h)
-        for e in range(m.E):
-            tok, slot = (chosen == e).nonzero(as_tuple=True)
-            if tok.numel() == 0:
-                continue
-            q = f"{p}experts.{e}."
-            x = h[tok]
-            y = (torch.nn.functional.silu(x @ w[q + "gate_proj.weight"].T) * (x @ w[q + "up_proj.weight"].T)) \
-                @ w[q + "down_proj.weight"].T
-            out.index_add_(0, tok, y * weights[tok, slot, None])
-        return out
-
     x = w["model.embed_tokens.weight"][ids]  # (S, C)
     if m.gemma:  # the buffer torch.tensor(hidden_size ** 0.5) is float32, cast to the weights' dtype
         x = x * torch.tensor(m.C ** 0.5).to(torch.float64)
@@ -252,7 +256,8 @@ def hf_logprobs(m, w, ids, inject, stats):
             x = x + norm(f, w[p + "post_feedforward_layernorm.weight"])
         else:
             x = x + attention(norm(x, w[p + "input_layernorm.weight"]), l)
-            x = x + (sparse_moe if m.moe else mlp)(norm(x, w[p + "post_attention_layernorm.weight"]), l)
+            h = norm(x, w[p + "post_attention_layernorm.weight"])
+            x = x + (sparse_moe(m, w, h, l, inject, stats) if m.moe else mlp(h, l))
     head = w["model.embed_tokens.weight"] if m.tied else w["lm_head.weight"]
     logits = norm(x, w["model.norm.weight"]) @ head.T
     cap = m.cfg.get("final_logit_softcapping") if m.gemma else None
