@@ -333,12 +333,11 @@ class Study:
                         return line.strip()[len("machine"):].strip()
         return "unknown"
 
-    def report(self):
-        a, out = self.args, self.out
-        rows, curves, sweep_rows = [], {}, []
-        finals = {}
-        by_seed = {}  # name -> {seed: final loss}, for the paired comparison
-        for name in a.configs:
+    def collect(self):
+        """The finished runs: (configuration, best lr, final losses of its seeds) rows, the
+        validation curves to plot, the sweep's rows, and each configuration's losses by seed."""
+        rows, curves, sweep_rows, by_seed = [], {}, [], {}
+        for name in self.args.configs:
             for r in self.sweep_runs(name):
                 if r.done():
                     v = r.result()[0]
@@ -346,58 +345,71 @@ class Study:
             runs = [r for r in self.seed_runs(name) if r.done()]
             vals = [r.result()[0] for r in runs]
             by_seed[name] = {r.seed: r.result()[0] for r in runs}
-            finals[name] = [v for v in vals if finite(v)]
             # Curves of diverged runs are left out of the plot (and its title says how many).
             curves[name] = ([r.result()[2] for r in runs if finite(r.result()[0])], len(runs))
             rows.append((name, self.best_lr(name), vals))
-        bf16 = finals.get("bf16", [])
-        sr = finals.get("sr", [])
+        return rows, curves, sweep_rows, by_seed
+
+    @staticmethod
+    def compare_row(name, lr, vals, bf16, sr, by_seed, notes):
+        """One configuration's markdown line and CSV row: mean, sd, the gap to bf16, Welch's test
+        and the paired test against sr; what it leaves out goes to `notes`."""
+        sr_seeds = by_seed.get("sr", {})
+        # Diverged runs (NaN) are counted, shown as nan, and excluded from every statistic.
+        ok = [v for v in vals if finite(v)]
+        mode, corr = {n: (m, c) for n, m, c in CONFIGS}[name][0:2]
+        mean = statistics.fmean(ok) if ok else float("nan")
+        sd = statistics.stdev(ok) if len(ok) > 1 else float("nan")
+        gap = mean - statistics.fmean(bf16) if ok and bf16 else float("nan")
+        w = welch(ok, sr) if name != "sr" else None
+        t, df, p = w if w else (float("nan"),) * 3
+        div = len(vals) - len(ok)
+        # Pair on the seeds both have and both finished with a finite loss.
+        common = sorted(set(by_seed[name]) & set(sr_seeds))
+        pairs = [k for k in common if finite(by_seed[name][k]) and finite(sr_seeds[k])]
+        pr = None
+        if name != "sr":
+            pr = paired([by_seed[name][k] for k in pairs], [sr_seeds[k] for k in pairs])
+        if div and not ok:
+            notes.append(f"{name}: all {div} seeds diverged (final validation loss NaN): no mean, sd, "
+                         f"gap or test")
+        elif div:
+            notes.append(f"{name}: {div} of {len(vals)} seeds diverged (final validation loss NaN); "
+                         f"mean, sd, gap and Welch's test use the other {len(ok)}")
+        if ok and name != "sr" and len(pairs) < len(common):
+            notes.append(f"{name}: the paired test vs sr leaves out seed(s) "
+                         f"{', '.join(str(k) for k in common if k not in pairs)} (diverged in {name} or sr)"
+                         f"{'' if pr else '; too few pairs left for it'}")
+        pd, psd, pt, _, pp = pr if pr else (float("nan"),) * 5
+        loss_cell = ("no finished run" if not vals else "diverged (NaN)" if not ok
+                     else f"{mean:.4f} +- {fmt(sd, '.4f') or 'n/a'}")
+        line = (f"| {name} | {'sweep not finished' if lr is None else f'{lr:g}'} | {loss_cell} | "
+                f"{len(ok)}{f' ({div} diverged, excluded)' if div else ''} | {fmt(gap, '+.4f')} | "
+                f"{'' if name == 'sr' else fmt(t, '+.2f')} | {'' if name == 'sr' else fmt(df, '.1f')} | "
+                f"{'' if name == 'sr' else fmt(p, '.3f')} | "
+                f"{'' if not pr else f'{pd:+.4f} +- {psd:.4f}'} | {fmt(pt, '+.2f')} | {fmt(pp, '.3f')} |")
+        row = [name, mode, corr, lr, fmt(mean, ".5f"), fmt(sd, ".5f"), len(ok), div,
+               fmt(gap, "+.5f"), fmt(t, "+.3f"), fmt(df, ".2f"), fmt(p, ".4f"),
+               fmt(pd, "+.5f"), fmt(psd, ".5f"), fmt(pt, "+.3f"), fmt(pp, ".4f"),
+               " ".join(fmt_loss(v) for v in vals)]
+        return line, row
+
+    def report(self):
+        a, out = self.args, self.out
+        rows, curves, sweep_rows, by_seed = self.collect()
+        finite_of = {name: [v for v in vals if finite(v)] for name, _, vals in rows}
+        bf16, sr = finite_of.get("bf16", []), finite_of.get("sr", [])
         md = ["| configuration | best lr | final validation loss (mean +- sd) | seeds | gap to bf16 | "
               "Welch t vs sr | df | p | paired diff vs sr (mean +- sd) | paired t | paired p |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
         table = [["configuration", "mode", "correction", "best_lr", "mean", "sd", "n_seeds",
                   "diverged", "gap_to_bf16", "welch_t_vs_sr", "welch_df", "welch_p",
                   "paired_diff_vs_sr", "paired_sd", "paired_t", "paired_p", "values"]]
-        sr_seeds = by_seed.get("sr", {})
         notes = []
         for name, lr, vals in rows:
-            # Diverged runs (NaN) are counted, shown as nan, and excluded from every statistic.
-            ok = [v for v in vals if finite(v)]
-            mode, corr = {n: (m, c) for n, m, c in CONFIGS}[name][0:2]
-            mean = statistics.fmean(ok) if ok else float("nan")
-            sd = statistics.stdev(ok) if len(ok) > 1 else float("nan")
-            gap = mean - statistics.fmean(bf16) if ok and bf16 else float("nan")
-            w = welch(ok, sr) if name != "sr" else None
-            t, df, p = w if w else (float("nan"),) * 3
-            div = len(vals) - len(ok)
-            # Pair on the seeds both have and both finished with a finite loss.
-            common = sorted(set(by_seed[name]) & set(sr_seeds))
-            pairs = [k for k in common if finite(by_seed[name][k]) and finite(sr_seeds[k])]
-            pr = None
-            if name != "sr":
-                pr = paired([by_seed[name][k] for k in pairs], [sr_seeds[k] for k in pairs])
-            if div and not ok:
-                notes.append(f"{name}: all {div} seeds diverged (final validation loss NaN): no mean, sd, "
-                             f"gap or test")
-            elif div:
-                notes.append(f"{name}: {div} of {len(vals)} seeds diverged (final validation loss NaN); "
-                             f"mean, sd, gap and Welch's test use the other {len(ok)}")
-            if ok and name != "sr" and len(pairs) < len(common):
-                notes.append(f"{name}: the paired test vs sr leaves out seed(s) "
-                             f"{', '.join(str(k) for k in common if k not in pairs)} (diverged in {name} or sr)"
-                             f"{'' if pr else '; too few pairs left for it'}")
-            pd, psd, pt, _, pp = pr if pr else (float("nan"),) * 5
-            loss_cell = ("no finished run" if not vals else "diverged (NaN)" if not ok
-                         else f"{mean:.4f} +- {fmt(sd, '.4f') or 'n/a'}")
-            md.append(f"| {name} | {'sweep not finished' if lr is None else f'{lr:g}'} | {loss_cell} | "
-                      f"{len(ok)}{f' ({div} diverged, excluded)' if div else ''} | {fmt(gap, '+.4f')} | "
-                      f"{'' if name == 'sr' else fmt(t, '+.2f')} | {'' if name == 'sr' else fmt(df, '.1f')} | "
-                      f"{'' if name == 'sr' else fmt(p, '.3f')} | "
-                      f"{'' if not pr else f'{pd:+.4f} +- {psd:.4f}'} | {fmt(pt, '+.2f')} | {fmt(pp, '.3f')} |")
-            table.append([name, mode, corr, lr, fmt(mean, ".5f"), fmt(sd, ".5f"), len(ok), div,
-                          fmt(gap, "+.5f"), fmt(t, "+.3f"), fmt(df, ".2f"), fmt(p, ".4f"),
-                          fmt(pd, "+.5f"), fmt(psd, ".5f"), fmt(pt, "+.3f"), fmt(pp, ".4f"),
-                          " ".join(fmt_loss(v) for v in vals)])
+            line, row = self.compare_row(name, lr, vals, bf16, sr, by_seed, notes)
+            md.append(line)
+            table.append(row)
         if notes:
             md += [""] + [f"Note: {n}." for n in notes]
         header = self.header()
