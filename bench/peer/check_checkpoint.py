@@ -14,7 +14,7 @@ folder's checkpoint in PyTorch and compares it with the val_loss that `s3r train
   DataLoader(val, S, 0x5eed): Fisher-Yates on Threefry words, bench/peer/threefry.py), N batches
   of B windows (N = `s3r train --eval-batches`, default 8);
 - forward: bench/peer/s3r_forward.py, s3r's numerics for the checkpoint's mode;
-- also the benchmark's peer model (llama_peer.py, plain PyTorch f32 ops) on the same weights and
+- also the benchmark's peer model (peer_model.py, plain PyTorch f32 ops) on the same weights and
   windows (for an f32 checkpoint it must agree too: the peer that `bench` times is this model).
 
 Tolerances (relative difference of the mean validation loss) and what limits them; measured
@@ -100,7 +100,7 @@ def inapplicable(inject, cfg, nkv, s3r_forward):
 
 
 def peer_loss(cfg, theta, nkv, inject, flat, batches):
-    """The benchmark's peer model (llama_peer.py, plain f32 PyTorch) on the checkpoint's weights:
+    """The benchmark's peer model (peer_model.py, plain f32 PyTorch) on the checkpoint's weights:
     its mean loss over `batches` [(inputs, targets)], with the peer's own bug if `inject` is one."""
     import torch
 

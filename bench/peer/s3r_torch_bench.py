@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""s3r's layers inside PyTorch against PyTorch's own: the peer decoder (llama_peer.py) with its
+"""s3r's layers inside PyTorch against PyTorch's own: the peer decoder (peer_model.py) with its
 projections as nn.Linear modules, one training step (forward, backward, clipping, AdamW) timed in
 three configurations in the same process, with the same threads, in interleaved rounds:
   torch-f32   nn.Linear, f32

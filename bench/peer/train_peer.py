@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Trains the PyTorch peer decoder (llama_peer.py, its projections as nn.Linear modules) as
+"""Trains the PyTorch peer decoder (peer_model.py, its projections as nn.Linear modules) as
 `s3r train` trains s3r's: the same token shard, the same batches (s3r's DataLoader order, from
 the seed), the same learning-rate schedule, AdamW settings and clipping. The projections run in
 plain PyTorch f32 (--recipe torch-f32) or through s3r's layers (s3r_torch.convert with the
