@@ -48,7 +48,7 @@ double estr(const ErrorStatsD& st, int64_t t, int64_t n, int64_t S, int64_t N);
 //   element of its E is within 3.01 u |G'| of the exact one; a mean of such elements, within
 //   3.01 u times the mean of |G'|.
 // - The rest is the rounding of the statistics themselves, bounded in units of D by
-//   tests/quant/grad_quant_stats_test.cpp (stat_bounds): (ceil(N/16) + 6) u for c and m (16-lane
+//   tests/quant/grad_stats_problem.hpp (stat_bounds): (ceil(N/16) + 6) u for c and m (16-lane
 //   f32 row sums), (min(S, 32) + 2) u for a (f32 block column sums).
 struct StatEps {
   std::vector<double> c, a, m;  // (T), (B, N), (B)
