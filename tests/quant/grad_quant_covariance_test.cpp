@@ -113,6 +113,16 @@ PairModel seven_bit_pair(float xi, float xj, bool shared) {
   return {up_probability_7bit(xi), up_probability_7bit(xj), shared};
 }
 
+// The dX codes of tokens 0, 1 and 4 (columns 0..N-1, N..2N-1, 2N..3N-1 of a sample).
+std::vector<Element> rows_0_1_4(int64_t N) {
+  std::vector<Element> elements;
+  for (int64_t t : {0, 1, 4}) {
+    const auto row = row_elements(0, t, N);
+    elements.insert(elements.end(), row.begin(), row.end());
+  }
+  return elements;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 1. Shared-threshold covariance (Lemma 2) and independent thresholds.
 
@@ -122,11 +132,7 @@ TEST(GradQuantStats, SharedTokenThresholdCovarianceMatchesLemma2) {
   const AlignedVector<float> x = scaled(p, static_cast<float>(D));
   const int64_t N = p.N;
   // Token 0, token 1 (same Threefry word, next byte) and token 4 (next word, next example).
-  std::vector<Element> elements;
-  for (int64_t t : {0, 1, 4}) {
-    const auto row = row_elements(0, t, N);
-    elements.insert(elements.end(), row.begin(), row.end());
-  }
+  const std::vector<Element> elements = rows_0_1_4(N);
   const size_t width = elements.size();
   const auto s = sample_errors(p, GradRounding::kS3r, 77, kDraws, elements);
 
@@ -171,11 +177,7 @@ TEST(GradQuantStats, SharedExampleThresholdCovarianceMatchesLemma2) {
   const double D = step_of(p);
   const AlignedVector<float> x = scaled(p, static_cast<float>(D));
   const int64_t N = p.N;
-  std::vector<Element> elements;
-  for (int64_t t : {0, 1, 4}) {
-    const auto row = row_elements(0, t, N);
-    elements.insert(elements.end(), row.begin(), row.end());
-  }
+  const std::vector<Element> elements = rows_0_1_4(N);
   const size_t width = elements.size();
   const auto s = sample_errors(p, GradRounding::kS3rBcast, 78, kDraws, elements);
   Checker chk(str("s3r-bcast, ", kDraws, " draws"));
