@@ -32,7 +32,7 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& shape, const
 
 // The AVX2 GEMM's blocks (mc, nc), in 6-row and 16-column micro-panels, for an output of
 // m_panels x n_panels of them on `threads` threads (each thread takes one contiguous run of the
-// blocks in row-major order): at most 16 x 16, at least four blocks per thread where the output
+// blocks in row-major order): at most 24 x 16, at least four blocks per thread where the output
 // allows, and among sizes down to half of that the ones whose largest run is the smallest.
 std::pair<int64_t, int64_t> plan_avx2_blocks(int64_t m_panels, int64_t n_panels, int64_t threads);
 // The blocks of the products packed by slice: at most 32 x 24 micro-panels, each dimension cut

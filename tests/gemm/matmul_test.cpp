@@ -28,7 +28,7 @@ using testing::bf16_backends;
 using testing::int8_backends;
 using testing::random_s8;
 
-// Shapes around s3r's own GEMMs' tiles and blocks (AVX2: 6 x 16 micro-tiles, 96 x 256 blocks, K
+// Shapes around s3r's own GEMMs' tiles and blocks (AVX2: 6 x 16 micro-tiles, blocks of up to 144 x 256, K
 // slices of 512; AMX: 32 x 32 blocks, k in steps of 64, A read in place when its rows are
 // contiguous and K is a multiple of 64, but for a last partial block: M = 64 and 77 at K = 192):
 // crossing each edge by one, with odd K. N = 515: on a CPU with AMX int8, oneDNN's
@@ -36,7 +36,7 @@ using testing::random_s8;
 std::vector<Case> blocked_cases() {
   std::vector<Case> c;
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{6, 16, 2}, {7, 17, 3}, {5, 15, 511},
-                         {97, 257, 513}, {7, 17, 1031}, {12, 32, 1024}, {33, 515, 70},
+                         {97, 257, 513}, {145, 40, 513}, {7, 17, 1031}, {12, 32, 1024}, {33, 515, 70},
                          {64, 33, 192}, {77, 31, 192},
                          // several chunks of B panels of the AMX/VNNI blocks (512 KB each: 7 and
                          // 4 blocks of 32 columns at these K), with edges in every dimension
