@@ -41,7 +41,8 @@ using kernels::kS8Nr;
 
 constexpr int64_t kKcPairs = 256;     // K slice: 512 codes
 constexpr int64_t kMcPanels = 24;     // rows of a block: 24 x 6 = 144 (each B micro-panel, from
-                                      // memory, serves 24 A panels; 96 rows: `wide`'s products 3% slower)
+                                      // memory, serves 24 A panels; with 96 rows, `wide`'s
+                                      // products were 1-3% slower)
 constexpr int64_t kNcPanels = 16;     // columns of a block: 16 x 16 = 256
 constexpr int64_t kSliceMinK = 2048;      // products packed by slice: K >= 2048 (four slices) ...
 constexpr int64_t kSliceMaxRows = 768;    // ... and M <= 768 (see gemm_avx2)
@@ -131,7 +132,7 @@ std::pair<int64_t, int64_t> search_avx2_blocks(int64_t m_panels, int64_t n_panel
   // products (43 x 48 micro-panels) left one thread 1280 micro-panels, the other 784 (a fifth of
   // the time idle); 12 blocks of 11 x 16 give 1056 and 1008. Smaller blocks where the split was
   // already even cost time: 9 x 16 instead of 16 x 16 made a 2048 x 2048 x 8192 product 7-12%
-  // slower; `wide`'s and W3's 342-panel outputs take 19 x 16 (18 block rows, even), 3% faster
+  // slower; `wide`'s and W3's 342-panel outputs take 19 x 16 (18 block rows, even), 1-3% faster
   // than 16 x 16.
   const int64_t even = (m_panels * n_panels + threads - 1) / threads;
   int64_t best = largest_share(m_panels, n_panels, mc, nc, threads);

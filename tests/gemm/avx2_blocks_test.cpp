@@ -50,7 +50,7 @@ TEST(Avx2Blocks, BlocksStayLargeWhereTheOutputIsLarge) {
   // W3's products (T 2048, H 2048, D 8192) on 2 threads: 24 x 16 blocks where they split within
   // 3% (1366 x 128 panels); where they do not, the largest blocks down to half that size whose
   // runs split evenly: the 342-panel rows of `wide`'s and W3's products as 18 rows of 19. Never
-  // smaller than 16 x 16 there: 9 x 16 blocks were 7-12% slower than 16 x 16, and 16 x 16 3%
+  // smaller than 16 x 16 there: 9 x 16 blocks were 7-12% slower than 16 x 16, and 16 x 16 1-3%
   // slower than 19 x 16 (`wide`'s products).
   EXPECT_EQ(plan_avx2_blocks(1366, 128, 2), std::make_pair(int64_t{24}, int64_t{16}));
   for (auto [m, n] : {std::pair<int64_t, int64_t>{342, 512}, {342, 128}, {342, 256}, {683, 48}}) {
