@@ -23,7 +23,7 @@
 namespace s3r::gemm {
 namespace {
 
-using namespace product_cases;  // Case, cases(), at_a, at_b, random_f32, shape_of
+using namespace product_cases;  // Case, cases(), describe, at_a, at_b, shape_of
 using testing::bf16_backends;
 using testing::int8_backends;
 using testing::random_s8;

@@ -113,29 +113,47 @@ PairModel seven_bit_pair(float xi, float xj, bool shared) {
   return {up_probability_7bit(xi), up_probability_7bit(xj), shared};
 }
 
-// The dX codes of tokens 0, 1 and 4 (columns 0..N-1, N..2N-1, 2N..3N-1 of a sample).
-std::vector<Element> rows_0_1_4(int64_t N) {
-  std::vector<Element> elements;
-  for (int64_t t : {0, 1, 4}) {
-    const auto row = row_elements(0, t, N);
-    elements.insert(elements.end(), row.begin(), row.end());
+// The dX errors of tokens 0, 1 and 4 of fixed_problem() over kDraws keys: columns 0..N-1,
+// N..2N-1 and 2N..3N-1 of `s` (token 1: the same Threefry word as token 0, next byte, same
+// example; token 4: the next word, the next example).
+struct TokenSample {
+  Problem p = fixed_problem();
+  double D = step_of(p);
+  AlignedVector<float> x = scaled(p, static_cast<float>(D));
+  int64_t N = p.N;
+  size_t width = 3 * static_cast<size_t>(N);
+  std::vector<double> s;
+  TokenSample(GradRounding mode, uint32_t seed) {
+    std::vector<Element> elements;
+    for (int64_t t : {0, 1, 4}) {
+      const auto row = row_elements(0, t, N);
+      elements.insert(elements.end(), row.begin(), row.end());
+    }
+    s = sample_errors(p, mode, seed, kDraws, elements);
   }
-  return elements;
+};
+
+// Token 0's errors against token 1's (sharing its threshold or not) and token 4's (never).
+void check_across_tokens(Checker& chk, const TokenSample& ts, bool shared_with_1) {
+  const int64_t N = ts.N;
+  for (size_t i = 0; i < static_cast<size_t>(N); ++i) {
+    for (size_t j = 0; j < static_cast<size_t>(N); ++j) {
+      check_covariance(chk, ts.s, ts.width, i, N + j, "E[t=0]", "E[t=1]",
+                       seven_bit_pair(ts.x[i], ts.x[N + j], shared_with_1), ts.D);
+      check_covariance(chk, ts.s, ts.width, i, 2 * N + j, "E[t=0]", "E[t=4]",
+                       seven_bit_pair(ts.x[i], ts.x[4 * N + j], false), ts.D);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // 1. Shared-threshold covariance (Lemma 2) and independent thresholds.
 
 TEST(GradQuantStats, SharedTokenThresholdCovarianceMatchesLemma2) {
-  const Problem p = fixed_problem();
-  const double D = step_of(p);
-  const AlignedVector<float> x = scaled(p, static_cast<float>(D));
-  const int64_t N = p.N;
-  // Token 0, token 1 (same Threefry word, next byte) and token 4 (next word, next example).
-  const std::vector<Element> elements = rows_0_1_4(N);
-  const size_t width = elements.size();
-  const auto s = sample_errors(p, GradRounding::kS3r, 77, kDraws, elements);
-
+  const TokenSample ts(GradRounding::kS3r, 77);
+  const double D = ts.D;
+  const int64_t N = ts.N;
+  const auto& x = ts.x;
   Checker chk(str("s3r, ", kDraws, " draws"));
   int detectable = 0;
   for (size_t i = 0; i < static_cast<size_t>(N); ++i) {
@@ -143,7 +161,7 @@ TEST(GradQuantStats, SharedTokenThresholdCovarianceMatchesLemma2) {
       const float xi = x[i], xj = x[j];
       const PairModel model = seven_bit_pair(xi, xj, true);
       const double expected = D * D * pair_moments(model).cov;  // D^2 (min(pt_i, pt_j) - pt_i pt_j)
-      check_covariance(chk, s, width, i, j, "E[t=0]", "E[t=0]", model, D);
+      check_covariance(chk, ts.s, ts.width, i, j, "E[t=0]", "E[t=0]", model, D);
       // The continuous formula: |pt - p| <= delta = 1/256 + ulp(|x| + 1)/2 (previous test);
       // |min(a,b) - min(a',b')| <= delta and |ab - a'b'| <= 2 delta, so within 3 delta D^2.
       const double pi = residual(xi), pj = residual(xj);
@@ -159,36 +177,17 @@ TEST(GradQuantStats, SharedTokenThresholdCovarianceMatchesLemma2) {
     }
   }
   // Different tokens have different thresholds: covariance 0.
-  for (size_t i = 0; i < static_cast<size_t>(N); ++i) {
-    for (size_t j = 0; j < static_cast<size_t>(N); ++j) {
-      check_covariance(chk, s, width, i, N + j, "E[t=0]", "E[t=1]",
-                       seven_bit_pair(x[i], x[N + j], false), D);
-      check_covariance(chk, s, width, i, 2 * N + j, "E[t=0]", "E[t=4]",
-                       seven_bit_pair(x[i], x[4 * N + j], false), D);
-    }
-  }
+  check_across_tokens(chk, ts, false);
   EXPECT_EQ(chk.failures(), 0) << chk.summary();
   // The test has power: on many pairs, independent thresholds (covariance 0) would fail.
   EXPECT_GE(detectable, N) << "pairs whose Lemma 2 covariance exceeds the tolerance of 0";
 }
 
 TEST(GradQuantStats, SharedExampleThresholdCovarianceMatchesLemma2) {
-  const Problem p = fixed_problem();  // S = 4: tokens 0 and 1 share a threshold, 0 and 4 do not
-  const double D = step_of(p);
-  const AlignedVector<float> x = scaled(p, static_cast<float>(D));
-  const int64_t N = p.N;
-  const std::vector<Element> elements = rows_0_1_4(N);
-  const size_t width = elements.size();
-  const auto s = sample_errors(p, GradRounding::kS3rBcast, 78, kDraws, elements);
+  // S = 4: tokens 0 and 1 share a threshold, 0 and 4 do not
+  const TokenSample ts(GradRounding::kS3rBcast, 78);
   Checker chk(str("s3r-bcast, ", kDraws, " draws"));
-  for (size_t i = 0; i < static_cast<size_t>(N); ++i) {
-    for (size_t j = 0; j < static_cast<size_t>(N); ++j) {
-      check_covariance(chk, s, width, i, N + j, "E[t=0]", "E[t=1]",
-                       seven_bit_pair(x[i], x[N + j], true), D);
-      check_covariance(chk, s, width, i, 2 * N + j, "E[t=0]", "E[t=4]",
-                       seven_bit_pair(x[i], x[4 * N + j], false), D);
-    }
-  }
+  check_across_tokens(chk, ts, true);
   EXPECT_EQ(chk.failures(), 0) << chk.summary();
 }
 
