@@ -198,12 +198,15 @@ Int8Choice choose_int8() {
   }
   const CpuFeatures& f = cpu_features();
   if (int8_available(Int8Backend::kAmx, nullptr)) return {Int8Backend::kAmx, "AMX-INT8 tiles"};
+  // s3r's own panels with the vpdpbusd block, ahead of oneDNN's VNNI kernels: under
+  // S3R_MAX_ISA=avx512_bf16 the step's GEMMs took 0.70x (`small`) and 0.85x (`wide`) their time
+  // (docs/BENCHMARKS.md); the dX epilogue is fused and the panels are 64-byte aligned.
+  if (int8_available(Int8Backend::kVnni, nullptr)) return {Int8Backend::kVnni, "AVX-512 VNNI panels"};
   std::string note;
-  if (f.has_int8_dot()) {
+  if (f.has_int8_dot()) {  // AVX-VNNI without AVX-512 (or an AVX-512-less build)
     const Int8SelfCheck& check = onednn_int8_self_check();
     if (check.passed) return {Int8Backend::kOnednn, "VNNI, self-check passed"};
     note = "oneDNN int8 failed its self-check: " + check.detail;
-    if (int8_available(Int8Backend::kVnni, nullptr)) return {Int8Backend::kVnni, note};
   } else {
     note = "no VNNI/AMX: oneDNN's int8 would saturate int16 sums";
   }

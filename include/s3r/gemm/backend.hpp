@@ -8,11 +8,11 @@
 //                later), where it is faster than oneDNN 2.6's AMX kernels at s3r's shapes
 //     vnni       the same panels and blocks with AVX-512 VNNI's vpdpbusd (B as codes + 128,
 //                each row corrected by its code sum: exact for K < 66000, longer K runs avx2):
-//                the choice on AVX-512 VNNI CPUs where oneDNN fails its self-check; elsewhere
-//                on request (at small's step it runs as fast as oneDNN's VNNI kernels)
+//                the choice on AVX-512 VNNI CPUs without AMX (Zen 4/5, Cascade/Ice Lake), where
+//                the step's GEMMs take 0.70-0.85x the time of oneDNN 2.6's VNNI kernels
 //     onednn     oneDNN's kernels: chosen only on CPUs with hardware int8 dot products (AVX-512
 //                VNNI, AVX-VNNI or AMX), and only after a self-check at first use (below); the
-//                choice on CPUs with VNNI but no AMX
+//                choice on CPUs with AVX-VNNI but no AVX-512 (Alder Lake and later clients)
 //     avx2       s3r's own GEMM: packed panels, an AVX2 register-tiled microkernel that widens
 //                codes to int16 and multiplies with vpmaddwd (exact for codes in [-127, 127]),
 //                OpenMP over output blocks; the choice on every other CPU with AVX2
