@@ -13,6 +13,7 @@
 
 #include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
+#include "test_util.hpp"
 
 namespace s3r::model {
 namespace {
@@ -74,6 +75,31 @@ TEST(Layers, RmsnormBackwardMatchesFiniteDifferences) {
   const Vec xd = to_double(x), wd = to_double(w);
   check("rmsnorm dx", xd, [&](const Vec& v) { return loss(v, wd); }, dx);
   check("rmsnorm dw", wd, [&](const Vec& v) { return loss(xd, v); }, dw);
+}
+
+// The gains' gradient is SPEC's sum, exactly: per column, over t in order, in double,
+// double(dy) * x * rstd, rounded to f32 once. Widths of several 64-column groups (the last one
+// partial) are cut into blocks by the thread count: a block that skipped, repeated or shifted
+// columns at some thread count shows here as a wrong column.
+TEST(Layers, RmsnormGainGradientIsTheOrderedDoubleSumOnAnyThreadCount) {
+  for (const int64_t C : {200, 64, 12}) {
+    const int64_t T = 37;
+    const auto x = random_vec(T * C, 11), w = random_vec(C, 12), dy = random_vec(T * C, 13);
+    AlignedVector<float> out(T * C), rstd(T);
+    rmsnorm_forward(out, rstd, x, w, C, 1e-5f);
+    std::vector<float> want(C);
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = 0.0;
+      for (int64_t t = 0; t < T; ++t) acc += static_cast<double>(dy[t * C + c]) * x[t * C + c] * rstd[t];
+      want[c] = static_cast<float>(acc);
+    }
+    for (int threads : {1, 2, 3, 5}) {
+      testing::ScopedThreads scoped(threads);
+      AlignedVector<float> dx(T * C), dw(C, 0.0f);
+      rmsnorm_backward(dx, dw, dy, x, w, rstd, C);
+      for (int64_t c = 0; c < C; ++c) ASSERT_EQ(dw[c], want[c]) << "C " << C << ", column " << c << ", " << threads << " threads";
+    }
+  }
 }
 
 TEST(Layers, RopeIsARotationAndItsBackwardItsTranspose) {
