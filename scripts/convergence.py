@@ -27,7 +27,6 @@ Usage: scripts/convergence.py [--out results/convergence] [--jobs 2] [--dry-run]
 """
 import argparse
 import concurrent.futures
-import csv
 import json
 import math
 import os
@@ -39,24 +38,12 @@ import threading
 import time
 from pathlib import Path
 
-from study_stats import paired, t_two_sided_p, welch  # noqa: F401 (t_two_sided_p: for the tests)
+# fmt, write_csv: for scripts/table1*.py, as convergence.fmt and convergence.write_csv
+from convergence_common import (CONFIGS, WIDTH_CONFIGS, as_loss, dumps, finite, fmt,  # noqa: F401
+                                fmt_loss, write_atomic, write_csv)
+from convergence_report import StudyReport
+from study_stats import paired, t_two_sided_p, welch  # noqa: F401 (for the tests, as convergence.*)
 
-# (name, --mode, --correction): the paper's nine configurations, in its order.
-CONFIGS = [
-    ("bf16", "bf16", "none"),
-    ("rtne", "rtne", "none"),
-    ("sr", "sr", "none"),
-    ("s3r", "s3r", "none"),
-    ("s3r+dx", "s3r", "dx"),
-    ("s3r+two-way", "s3r", "two-way"),
-    ("s3r-bcast", "s3r-bcast", "none"),
-    ("s3r-bcast+dx", "s3r-bcast", "dx"),
-    ("s3r-bcast+two-way", "s3r-bcast", "two-way"),
-]
-WIDTH_CONFIGS = ["sr", "s3r", "s3r+dx"]
-# Colours in val_curves.png (CONFIGS order): s3r-bcast and its corrections reuse the colours of
-# s3r and its corrections, dashed, so that each family reads as one.
-COLORS = ["#000000", "#e41a1c", "#377eb8", "#ff7f00", "#4daf4a", "#984ea3", "#ff7f00", "#4daf4a", "#984ea3"]
 REPO = Path(__file__).resolve().parent.parent
 # What `s3r train` says when it stops a run after consecutive non-finite steps.
 DIVERGED = "consecutive steps had a non-finite loss or gradient"
@@ -177,14 +164,6 @@ def options_of(argv):
     return out
 
 
-def as_loss(x):
-    """A loss read from JSON as a float: null (s3r's and this driver's NaN) and anything not a
-    number become NaN."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return float("nan")
-    return float(x)
-
-
 def read_val_curve(metrics):
     """[(step (1-based), validation loss or NaN)] from a run's metrics.jsonl (null: NaN)."""
     curve = []
@@ -199,38 +178,11 @@ def read_val_curve(metrics):
     return curve
 
 
-def json_safe(x):
-    """X with every non-finite float replaced by None, for strict JSON (null, as s3r writes)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    return x
-
-
-def dumps(x):
-    return json.dumps(json_safe(x), indent=1, allow_nan=False)
-
-
-def write_atomic(path, text):
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def finite(x):
-    return x is not None and math.isfinite(x)
-
 
 # ---------------------------------------------------------------------------------------------
-# The study: plan, schedule, report.
+# The study: plan and schedule (its report: convergence_report.py).
 
-class Study:
+class Study(StudyReport):
     def __init__(self, args):
         self.args = args
         self.out = args.out
@@ -349,197 +301,6 @@ class Study:
             curves[name] = ([r.result()[2] for r in runs if finite(r.result()[0])], len(runs))
             rows.append((name, self.best_lr(name), vals))
         return rows, curves, sweep_rows, by_seed
-
-    @staticmethod
-    def compare_row(name, lr, vals, bf16, sr, by_seed, notes):
-        """One configuration's markdown line and CSV row: mean, sd, the gap to bf16, Welch's test
-        and the paired test against sr; what it leaves out goes to `notes`."""
-        sr_seeds = by_seed.get("sr", {})
-        # Diverged runs (NaN) are counted, shown as nan, and excluded from every statistic.
-        ok = [v for v in vals if finite(v)]
-        mode, corr = {n: (m, c) for n, m, c in CONFIGS}[name][0:2]
-        mean = statistics.fmean(ok) if ok else float("nan")
-        sd = statistics.stdev(ok) if len(ok) > 1 else float("nan")
-        gap = mean - statistics.fmean(bf16) if ok and bf16 else float("nan")
-        w = welch(ok, sr) if name != "sr" else None
-        t, df, p = w if w else (float("nan"),) * 3
-        div = len(vals) - len(ok)
-        # Pair on the seeds both have and both finished with a finite loss.
-        common = sorted(set(by_seed[name]) & set(sr_seeds))
-        pairs = [k for k in common if finite(by_seed[name][k]) and finite(sr_seeds[k])]
-        pr = None
-        if name != "sr":
-            pr = paired([by_seed[name][k] for k in pairs], [sr_seeds[k] for k in pairs])
-        if div and not ok:
-            notes.append(f"{name}: all {div} seeds diverged (final validation loss NaN): no mean, sd, "
-                         f"gap or test")
-        elif div:
-            notes.append(f"{name}: {div} of {len(vals)} seeds diverged (final validation loss NaN); "
-                         f"mean, sd, gap and Welch's test use the other {len(ok)}")
-        if ok and name != "sr" and len(pairs) < len(common):
-            notes.append(f"{name}: the paired test vs sr leaves out seed(s) "
-                         f"{', '.join(str(k) for k in common if k not in pairs)} (diverged in {name} or sr)"
-                         f"{'' if pr else '; too few pairs left for it'}")
-        pd, psd, pt, _, pp = pr if pr else (float("nan"),) * 5
-        loss_cell = ("no finished run" if not vals else "diverged (NaN)" if not ok
-                     else f"{mean:.4f} +- {fmt(sd, '.4f') or 'n/a'}")
-        line = (f"| {name} | {'sweep not finished' if lr is None else f'{lr:g}'} | {loss_cell} | "
-                f"{len(ok)}{f' ({div} diverged, excluded)' if div else ''} | {fmt(gap, '+.4f')} | "
-                f"{'' if name == 'sr' else fmt(t, '+.2f')} | {'' if name == 'sr' else fmt(df, '.1f')} | "
-                f"{'' if name == 'sr' else fmt(p, '.3f')} | "
-                f"{'' if not pr else f'{pd:+.4f} +- {psd:.4f}'} | {fmt(pt, '+.2f')} | {fmt(pp, '.3f')} |")
-        row = [name, mode, corr, lr, fmt(mean, ".5f"), fmt(sd, ".5f"), len(ok), div,
-               fmt(gap, "+.5f"), fmt(t, "+.3f"), fmt(df, ".2f"), fmt(p, ".4f"),
-               fmt(pd, "+.5f"), fmt(psd, ".5f"), fmt(pt, "+.3f"), fmt(pp, ".4f"),
-               " ".join(fmt_loss(v) for v in vals)]
-        return line, row
-
-    def report(self):
-        a, out = self.args, self.out
-        rows, curves, sweep_rows, by_seed = self.collect()
-        finite_of = {name: [v for v in vals if finite(v)] for name, _, vals in rows}
-        bf16, sr = finite_of.get("bf16", []), finite_of.get("sr", [])
-        md = ["| configuration | best lr | final validation loss (mean +- sd) | seeds | gap to bf16 | "
-              "Welch t vs sr | df | p | paired diff vs sr (mean +- sd) | paired t | paired p |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
-        table = [["configuration", "mode", "correction", "best_lr", "mean", "sd", "n_seeds",
-                  "diverged", "gap_to_bf16", "welch_t_vs_sr", "welch_df", "welch_p",
-                  "paired_diff_vs_sr", "paired_sd", "paired_t", "paired_p", "values"]]
-        notes = []
-        for name, lr, vals in rows:
-            line, row = self.compare_row(name, lr, vals, bf16, sr, by_seed, notes)
-            md.append(line)
-            table.append(row)
-        if notes:
-            md += [""] + [f"Note: {n}." for n in notes]
-        header = self.header()
-        write_atomic(out / "table1.md", header + "\n".join(md) + "\n")
-        write_csv(out / "table1.csv", table)
-        write_csv(out / "lr_sweep.csv", [["configuration", "lr", "final_val_loss_seed0", "diverged"]] + sweep_rows)
-        width_md = self.width_report()
-        self.plot(curves)
-        study = {"argv": sys.argv, "machine": self.machine(), "options": {
-            k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-            "runs": [dict(json.loads((r.dir / "done.json").read_text()), dir=str(r.dir))
-                     for r in self.planned().values() if r.done()]}
-        write_atomic(out / "study.json", dumps(study))
-        print(header + "\n".join(md) + "\n")
-        if width_md:
-            print(width_md)
-        print(f"report: {out / 'table1.md'}, {out / 'table1.csv'}, {out / 'lr_sweep.csv'}, "
-              f"{out / 'width.md'}, {out / 'val_curves.png'}, {out / 'study.json'}")
-
-    def header(self):
-        a = self.args
-        return (f"Final validation loss after {a.steps} steps (preset {a.preset}"
-                f"{', S=' + str(a.seq_len) if a.seq_len else ''}{', B=' + str(a.batch) if a.batch else ''}"
-                f", C={a.width}, F={a.width * a.ffn_ratio:g}; lr sweep {' '.join(f'{x:g}' for x in a.lrs)} "
-                f"on seed 0, then {a.seeds} seeds at the best lr; validation on {a.eval_batches} fixed "
-                f"batches). Machine: {self.machine()}.\n\n")
-
-    def width_report(self):
-        runs = [r for r in self.width_runs() if r.done()]
-        if not runs:
-            return ""
-        by = {}
-        for r in runs:
-            by.setdefault(r.width or self.args.width, {})[r.config] = r.result()[0]
-        md = [f"Width sweep: seed 0, lr {self.width_lr():g} for every run, F = {self.args.ffn_ratio:g} C.\n",
-              "| width C | sr | s3r | s3r+dx | s3r - sr | s3r+dx - sr |", "|---|---|---|---|---|---|"]
-        rows = [["width", "sr", "s3r", "s3r+dx", "s3r_minus_sr", "s3r_dx_minus_sr", "diverged"]]
-        diverged_any = False
-        for w in sorted(by):
-            v = by[w]
-            # A run not (yet) done is "" (missing); a diverged one is NaN, shown as such; a
-            # difference with a diverged operand is left empty, never computed.
-            sr, s, sd = (v.get(c) for c in ("sr", "s3r", "s3r+dx"))
-            div = [c for c in ("sr", "s3r", "s3r+dx") if v.get(c) is not None and not finite(v[c])]
-            diverged_any = diverged_any or bool(div)
-            cell = lambda x: "" if x is None else ("diverged (NaN)" if not finite(x) else f"{x:.4f}")
-            diff = lambda x, y: x - y if finite(x) and finite(y) else float("nan")
-            md.append(f"| {w} | {cell(sr)} | {cell(s)} | {cell(sd)} | {fmt(diff(s, sr), '+.4f')} | "
-                      f"{fmt(diff(sd, sr), '+.4f')} |")
-            rows.append([w, fmt_loss(sr), fmt_loss(s), fmt_loss(sd), fmt(diff(s, sr), "+.5f"),
-                         fmt(diff(sd, sr), "+.5f"), " ".join(div)])
-        if diverged_any:
-            md.append("\nNote: diverged runs (NaN) have no difference to sr.")
-        text = "\n".join(md) + "\n"
-        write_atomic(self.out / "width.md", text)
-        write_csv(self.out / "width.csv", rows)
-        return text
-
-    def plot(self, curves):
-        """val_curves.png: mean over seeds per configuration with a +-1 sd band (gnuplot).
-        curves: name -> (curves of the runs with a finite final loss, number of runs)."""
-        data = self.out / "plot"
-        data.mkdir(exist_ok=True)
-        series = []
-        for name, (runs, total) in curves.items():
-            diverged = total - len(runs)
-            if not runs:
-                if diverged:
-                    print(f"plot: {name}: all {total} runs diverged (NaN); not drawn")
-                continue
-            steps = sorted(set.intersection(*[set(s for s, _ in c) for c in runs]))
-            path = data / f"{name}.dat"
-            gaps = []
-            with open(path, "w") as f:
-                for s in steps:
-                    vs = [dict(c)[s] for c in runs]
-                    if not all(finite(v) for v in vs):  # a NaN on the way: no point, not a mean
-                        gaps.append(s)
-                        continue
-                    m = statistics.fmean(vs)
-                    sd = statistics.stdev(vs) if len(vs) > 1 else 0.0
-                    f.write(f"{s} {m} {m - sd} {m + sd}\n")
-            if gaps:
-                print(f"plot: {name}: no point at step(s) {', '.join(map(str, gaps))}: a validation loss "
-                      f"there is NaN")
-            title = name + (f" ({diverged} of {total} diverged, not drawn)" if diverged else "")
-            if diverged:
-                print(f"plot: {name}: {diverged} of {total} runs diverged (NaN); the curve is the mean "
-                      f"of the other {len(runs)}")
-            series.append((name, path, title))
-        if not series or shutil.which("gnuplot") is None:
-            print("plot: gnuplot not available or no finished runs; curve data in", data)
-            return
-        png = self.out / "val_curves.png"
-        plots = []
-        for name, path, title in series:
-            color = COLORS[[c[0] for c in CONFIGS].index(name)]
-            dash = 2 if name.startswith("s3r-bcast") else 1  # the per-example family dashed
-            plots.append(f"'{path}' using 1:3:4 with filledcurves fs transparent solid 0.15 noborder "
-                         f"lc rgb '{color}' notitle")
-            plots.append(f"'{path}' using 1:2 with lines lw 2 dt {dash} lc rgb '{color}' title '{title}'")
-        half = self.args.steps // 2
-        script = (f"set terminal pngcairo size 1400,560; set output '{png}'; set multiplot layout 1,2; "
-                  f"set grid; set xlabel 'step'; set ylabel 'validation loss (nats)'; set key top right; "
-                  f"set title 'validation loss, mean +- sd over seeds'; plot {', '.join(plots)}; "
-                  f"set title 'second half (zoom)'; set key bottom left; set xrange [{half}:*]; set autoscale y; "
-                  f"plot {', '.join(plots)}; unset multiplot")
-        rc = subprocess.run(["gnuplot", "-e", script], capture_output=True, text=True)
-        if rc.returncode != 0:
-            print("plot: gnuplot failed:", rc.stderr.strip())
-
-
-def fmt(x, spec=".4f"):
-    """X formatted; "" for a missing or NaN statistic (not computed)."""
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def fmt_loss(x, spec=".5f"):
-    """A run's loss: "nan" when it diverged (so a CSV reader gets NaN), "" when missing."""
-    if x is None:
-        return ""
-    return "nan" if not finite(x) else format(x, spec)
-
-
-def write_csv(path, rows):
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        csv.writer(f).writerows(rows)
-    os.replace(tmp, path)
-
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
