@@ -144,16 +144,25 @@ threads)
   # Every logged number is the same for 1, 2 and 3 threads, in an int8, the bf16 and the f32 mode.
   # The shape (C = 256, F = 768, T = 1024) is one where oneDNN's bf16 kernels split the dW sums
   # over T by thread count on AVX-512 BF16 CPUs (s3r/gemm/matmul.cpp runs those in fixed tiles).
+  # Capped as AVX-512 VNNI without AMX, the int8 mode runs s3r's VNNI GEMM: skipped (77) on a CPU
+  # without AVX-512 VNNI, where the cap could not reach it.
+  if [ "${S3R_MAX_ISA:-}" = avx512_bf16 ] && ! grep -qw avx512_vnni /proc/cpuinfo; then
+    echo "skip ($case): this CPU has no AVX-512 VNNI, so S3R_MAX_ISA=avx512_bf16 cannot run s3r's VNNI GEMM"
+    exit 77
+  fi
   for mode in "s3r --correction dx" "bf16 --correction none" "f32 --correction none"; do
     for t in 1 2 3; do
       # shellcheck disable=SC2086
       OMP_NUM_THREADS=$t "$s3r" train "${common[@]}" --layers 1 --width 256 --heads 4 --ffn 768 --seq-len 128 \
         --batch 8 --steps 3 --eval-every 2 --eval-batches 1 --mode $mode --out "$work/${mode%% *}-$t" \
         > "$work/${mode%% *}-$t.log" 2>&1 || fail "$mode with $t threads failed: $(tail -3 "$work/${mode%% *}-$t.log")"
-      # Capped (S3R_MAX_ISA, the AVX2 rerun): the run must say it used that tier's kernels.
+      # Capped (S3R_MAX_ISA): the run must say it used that tier's kernels (avx512_bf16: the
+      # avx512 tier) and, as AVX-512 VNNI without AMX, s3r's VNNI GEMM.
       if [ -n "${S3R_MAX_ISA:-}" ]; then
-        grep -q "kernels $S3R_MAX_ISA;" "$work/${mode%% *}-$t.log" \
+        grep -q "kernels ${S3R_MAX_ISA%_bf16};" "$work/${mode%% *}-$t.log" \
           || fail "S3R_MAX_ISA=$S3R_MAX_ISA but the run's machine line says: $(grep machine "$work/${mode%% *}-$t.log")"
+        [ "$S3R_MAX_ISA" != avx512_bf16 ] || grep -q "GEMM int8 vnni" "$work/${mode%% *}-$t.log" \
+          || fail "S3R_MAX_ISA=avx512_bf16 but the int8 GEMM is not s3r's VNNI one: $(grep machine "$work/${mode%% *}-$t.log")"
       fi
       numbers "$work/${mode%% *}-$t/metrics.jsonl" > "$work/${mode%% *}-$t.txt"
     done
