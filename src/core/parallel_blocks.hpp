@@ -5,10 +5,17 @@
 // which thread runs it; then results are the same bits for any thread count. Where a kernel's
 // results depend on the block boundaries, the block size is part of its numerics, and the
 // caller says so.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 
 namespace s3r {
+
+// The threads a parallel_blocks call made here would use: 1 inside a parallel region (the loops
+// do not nest), else OpenMP's current count. For sizing blocks to the threads; a block's results
+// must still not depend on it.
+inline int64_t parallel_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
 // f(begin, end) for every block [begin, end) of [0, n); block >= 1.
 template <class F>

@@ -17,8 +17,6 @@
 // Integer sums are exact, so the result does not depend on the blocking or the thread count.
 #include "gemm/s8_gemm.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -351,7 +349,7 @@ void gemm_avx2(const int8_t* A, const int8_t* B, const MatmulShape& s, const Out
   throw Error("int8 GEMM: this build has no AVX2 kernels (configured with -DS3R_AVX2=OFF)");
 #endif
   check_depth(s.K);
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t threads = parallel_threads();
   // By slice where B packed whole would cost more than the packing the blocks repeat: at
   // `small`'s dW products (M 256 or 768, K 4096) 4-16% faster, at `wide`'s (M 1024 or 4096,
   // K 2048) 1-10% slower (2026-12-05, Emerald Rapids under S3R_MAX_ISA=avx2).
@@ -408,7 +406,7 @@ Panels pack_panels(const Operands& ops, int64_t M, int64_t N, int64_t K, bool vn
   const auto pack_b = vnni ? k512::pack_vnni_b : k512::pack_amx_b;
   // A k-major operand is packed in one task per thread, in whole fours of panels, so that each
   // task reads long runs of the operand's rows in order; others panel by panel.
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t threads = parallel_threads();
   const auto group_of = [&](const Operand& x, int64_t panels) -> int64_t {
     if (x.stride_k == 1) return 1;
     return std::max<int64_t>(4, (panels + 4 * threads - 1) / (4 * threads) * 4);
@@ -444,7 +442,7 @@ void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const O
   // One contiguous run of blocks per thread, in the order of block_at: row-major within a chunk
   // of columns, so that consecutive blocks share their A rows (and, for VNNI, their row sums).
   // Integer sums are exact, so neither the order nor the split (by thread count) is numerics.
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t threads = parallel_threads();
   const int64_t total = m_blocks * n_blocks;
   const kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
   // The blocks go by chunks of B panels that stay in L2 (kL2PanelBytes) while every block row of

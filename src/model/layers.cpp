@@ -3,8 +3,6 @@
 
 #include "s3r/dist/tree_sum.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -258,7 +256,7 @@ void rmsnorm_backward(std::span<float> din, std::span<float> dweight, std::span<
   // About one block of whole 64-column groups per thread and leaf, so that each row's slice is
   // one long run: blocks of 64 columns read 256 bytes per 4 KB row of `wide` and ran 2x longer.
   constexpr int64_t kColumns = 64;
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t threads = parallel_threads();
   const int64_t groups = (width + kColumns - 1) / kColumns;
   const int64_t blocks_per_leaf = std::min(groups, std::max<int64_t>(1, (threads + leaves - 1) / leaves));
   const int64_t block_width = (groups + blocks_per_leaf - 1) / blocks_per_leaf * kColumns;
