@@ -46,6 +46,10 @@ struct S8Epilogue {
   const float* col_scale = nullptr;  // (N) or null
   bool accumulate = false;           // f32 only
   const DxTerms* dx = nullptr;       // f32 only, without scales (then `accumulate` is dx's)
+  // f32 without accumulating: whole 64-byte lines of C may go by non-temporal stores, past the
+  // caches (the AVX-512 epilogue only; the same values). The caller fences (sfence) before the
+  // output is read by another thread.
+  bool stream = false;
 };
 #define S3R_DECLARE_S8_EPILOGUE                                                                 \
   void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, int64_t m0,    \

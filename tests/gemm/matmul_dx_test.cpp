@@ -1,7 +1,8 @@
 // The int8 linear layer's dX product with its epilogue fused (gemm/matmul_dx.hpp): in every int8
 // backend, on 1 and 2 threads, the bits of the reference epilogue applied to the exact int32 sums
 // (computed here), around the blocks of s3r's own GEMMs (AVX2: 6 x 16 tiles in blocks of up to 144 x 256;
-// AMX/VNNI: 32 x 32 blocks), with and without S3R-EC's term, overwriting and accumulating.
+// AMX/VNNI: 32 x 32 blocks; outputs over 1 MB, which the VNNI GEMM stores past the caches), with
+// and without S3R-EC's term, overwriting and accumulating.
 #include "gemm/matmul_dx.hpp"
 
 #include <gtest/gtest.h>
@@ -34,7 +35,8 @@ TEST(MatmulDx, FusedEqualsTheReferenceEpilogueOfTheExactSums) {
   // (T, K, N, S): T tokens of S per example; K the output's columns, N the summed dimension.
   for (auto [T, K, N, S] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1, 1, 1}, {7, 17, 3, 7},
                             {37, 50, 70, 37}, {70, 300, 130, 35}, {97, 257, 513, 97}, {145, 40, 513, 29}, {64, 64, 128, 16},
-                            {40, 50, 2049, 20}}) {  // AVX2: packed by K slice (T <= 768, N >= 2048)
+                            {40, 50, 2049, 20},   // AVX2: packed by K slice (T <= 768, N >= 2048)
+                            {300, 1040, 70, 60}, {300, 1001, 70, 100}}) {  // VNNI: over 1 MB, streamed
     const auto g = testing::random_s8(T * N, 11), w = testing::random_s8(K * N, 12);
     // the exact sums of G W^T, W stored (K, N)
     std::vector<int32_t> sums(T * K);

@@ -33,6 +33,7 @@ using testing::random_s8;
 // contiguous and K is a multiple of 64, but for a last partial block: M = 64 and 77 at K = 192):
 // crossing each edge by one, with odd K. N = 515: on a CPU with AMX int8, oneDNN's
 // products with a transposed A and N >= 512 run on a row-major copy of A (gemm/onednn_matmul.cpp).
+// Outputs of 300 x 1001 and 300 x 1040: over 1 MB, stored past the caches by the VNNI GEMM.
 std::vector<Case> blocked_cases() {
   std::vector<Case> c;
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{6, 16, 2}, {7, 17, 3}, {5, 15, 511},
@@ -43,7 +44,11 @@ std::vector<Case> blocked_cases() {
                          {40, 300, 2100}, {40, 200, 4096},
                          // AVX2: packed by K slice (M <= 768, K >= 2048), odd K, blocks split over
                          // the threads
-                         {101, 40, 2049}}) {
+                         {101, 40, 2049},
+                         // VNNI: outputs over the threads' L2 share (512 KB each) go by
+                         // non-temporal stores where a row's 16 floats fill a 64-byte line:
+                         // aligned rows (N = 1040, a last half block), and rows mostly off lines
+                         {300, 1040, 70}, {300, 1001, 70}}) {
     for (auto [ta, tb] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, false},
                           std::pair{true, true}}) {
       c.push_back({M, N, K, ta, tb});

@@ -5,6 +5,7 @@
 // Each runs where the CPU has its instructions (AVX-512; AMX-INT8 granted by the OS; AVX-512
 // VNNI); elsewhere it says it was skipped and why.
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <cstring>
 #include <random>
@@ -190,7 +191,8 @@ TEST(PanelKernels, VnniBlockAndRowSumsMatchTheReference) {
 
 // The AVX-512 and AVX2 epilogues (the AVX2 GEMM's, gemm/s8_gemm.cpp) against the reference, bit
 // for bit: every combination of scales and accumulation, and int32 output, with column counts
-// around both vector widths.
+// around both vector widths; from a column off the cache lines, and from one on them with
+// `stream` (non-temporal stores of the whole lines).
 TEST(PanelKernels, EpilogueMatchesTheReferenceBitForBit) {
   using Epilogue = void (*)(const S8Epilogue&, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t);
   std::vector<std::pair<const char*, Epilogue>> tiers;
@@ -226,12 +228,16 @@ TEST(PanelKernels, EpilogueMatchesTheReferenceBitForBit) {
           e.accumulate = (variant & 4) != 0;
         }
         e.ldc = N;
-        ref::gemm_s8_epilogue(e, acc.data(), ld_acc, 7, rows, 13, cols);
+        // Columns from 16: whole 64-byte lines of C, which `stream` stores past the caches.
+        const int64_t n0 = variant % 2 == 0 ? 16 : 13;
+        ref::gemm_s8_epilogue(e, acc.data(), ld_acc, 7, rows, n0, cols);
         e.f32 = e.f32 ? got.data() : nullptr;
         e.s32 = e.s32 ? got32.data() : nullptr;
-        epilogue(e, acc.data(), ld_acc, 7, rows, 13, cols);
+        e.stream = n0 == 16;
+        epilogue(e, acc.data(), ld_acc, 7, rows, n0, cols);
+        _mm_sfence();
         ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-            << tier << ", variant " << variant << ", " << rows << " x " << cols;
+            << tier << ", variant " << variant << ", " << rows << " x " << cols << " from column " << n0;
         ASSERT_EQ(want32, got32) << tier << ", " << rows << " x " << cols;
       }
     }

@@ -9,6 +9,10 @@
 #include "s3r/core/bf16.hpp"
 #include "s3r/rng/threefry.hpp"
 
+namespace s3r::kernels {
+struct DxTerms;
+}  // namespace s3r::kernels
+
 namespace s3r::kernels::avx512 {
 
 // Lanes 0..15.
@@ -32,6 +36,21 @@ using AllLanes8 = std::integral_constant<__mmask8, 0xFF>;
 // results to the bit; but masked loads and stores cost about twice as much as plain ones in a
 // streaming loop on AMD Zen 5 (grad_absmax over a 12 MB gradient, two threads: 13 GB/s with
 // masked loads, 29 GB/s with plain ones), so the row and range loops of this folder use these.
+// Stores v to p's lanes in k: a non-temporal store where `stream` is set and v fills a whole
+// 64-byte line (the line goes to memory without being read first, and leaves the caches), else a
+// masked store.
+inline void store_ps(float* p, __mmask16 k, __m512 v, bool stream) {
+  if (stream && k == 0xFFFF && reinterpret_cast<uintptr_t>(p) % 64 == 0) {
+    _mm512_stream_ps(p, v);
+  } else {
+    _mm512_mask_storeu_ps(p, k, v);
+  }
+}
+
+// kernels.hpp's dx_epilogue (linear_avx512.cpp), its rows stored by store_ps with `stream`.
+void dx_epilogue_rows(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
+                      int64_t k0, int64_t k1, const DxTerms& d, bool stream);
+
 template <class Body>
 inline void for_each_vector16(int64_t begin, int64_t end, Body&& body) {
   int64_t i = begin;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/avx512/common_avx512.hpp"
 #include "kernels/gemm_s8.hpp"
 #include "kernels/kernels.hpp"
 
@@ -213,7 +214,8 @@ void pack_vnni_b(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_
 
 void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, int64_t m0,
                       int64_t rows, int64_t n0, int64_t cols) {
-  if (e.dx != nullptr) return dx_epilogue(e.f32, e.ldc, acc, ld_acc, m0, m0 + rows, n0, n0 + cols, *e.dx);
+  if (e.dx != nullptr) return dx_epilogue_rows(e.f32, e.ldc, acc, ld_acc, m0, m0 + rows, n0, n0 + cols, *e.dx, e.stream);
+  const bool stream = e.stream && !e.accumulate;
   for (int64_t i = 0; i < rows; ++i) {
     const int32_t* a = acc + i * ld_acc;
     const int64_t m = m0 + i;
@@ -231,7 +233,7 @@ void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, i
       if (cs != nullptr) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, cs + j));
       if (row) v = _mm512_mul_ps(v, rs);
       if (e.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c + j), v);
-      _mm512_mask_storeu_ps(c + j, k, v);
+      store_ps(c + j, k, v, stream);
     }
   }
 }

@@ -31,8 +31,9 @@ void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t
   }
 }
 
-void dx_epilogue(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
-                 int64_t k0, int64_t k1, const DxTerms& d) {
+void dx_epilogue_rows(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
+                      int64_t k0, int64_t k1, const DxTerms& d, bool stream) {
+  stream = stream && !d.accumulate;
   for (int64_t t = t0; t < t1; ++t) {
     const float inv_s = 1.0f / d.sx[t];
     const __m512 inv = _mm512_set1_ps(inv_s);
@@ -49,9 +50,14 @@ void dx_epilogue(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int
         v = _mm512_sub_ps(v, _mm512_mul_ps(corr, inv));
       }
       if (d.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, row + k), v);
-      _mm512_mask_storeu_ps(row + k, m, v);
+      store_ps(row + k, m, v, stream);
     });
   }
+}
+
+void dx_epilogue(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
+                 int64_t k0, int64_t k1, const DxTerms& d) {
+  dx_epilogue_rows(dx, ldx, acc, ld_acc, t0, t1, k0, k1, d, false);
 }
 
 }  // namespace s3r::kernels::avx512
