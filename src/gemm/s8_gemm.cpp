@@ -448,9 +448,11 @@ void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const O
   const int64_t total = m_blocks * n_blocks;
   kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
   // VNNI: an output larger than the threads' share of L2 goes to memory by non-temporal stores,
-  // without the read of each line a store to it would cost first: on AMD Zen 4 the products of
-  // `small` (outputs of 4-12 MB) took 15% less time, the step 7-16% (2026-12-05). AMX: not
-  // measured, so not used there.
+  // without the read of each line a store to it would cost first: on an AMD Zen 4 the GEMMs of
+  // `small` (outputs of 4-12 MB) took 169-198 against 226-268 ms per step, while the host's
+  // memory was busy the step 10-15% less; in a calm spell their consumers, reading the outputs
+  // from memory, gave most of it back (2026-12-05; docs/TRAINING.md). AMX: not measured, so
+  // not used there.
   epi.stream = vnni && M * N * int64_t{sizeof(float)} > threads * kL2PanelBytes;
   // The blocks go by chunks of B panels that stay in L2 (kL2PanelBytes) while every block row of
   // A meets them; sweeping all of B once per block row read it from L3 when it was larger than L2
