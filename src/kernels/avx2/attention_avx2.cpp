@@ -16,6 +16,23 @@ namespace {
 constexpr int64_t kB = kAttnBlock;
 
 
+// body(j, e_j) for the keys j < jn in order, e_j = exp_poly8(p[j * 32] - sub): eight exps at a time
+// (exp_poly8_n), the last jn % 8 one by one.
+template <class Body>
+inline void exp_keys(const float* p, __m256 sub, int64_t jn, Body&& body) {
+  constexpr int kXn = 8;
+  int64_t j = 0;
+  for (; j + kXn <= jn; j += kXn) {
+    __m256 e[kXn];
+#pragma GCC unroll 8
+    for (int c = 0; c < kXn; ++c) e[c] = _mm256_sub_ps(_mm256_loadu_ps(p + (j + c) * kB), sub);
+    exp_poly8_n<kXn>(e);
+#pragma GCC unroll 8
+    for (int c = 0; c < kXn; ++c) body(j + c, e[c]);
+  }
+  for (; j < jn; ++j) body(j, exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB), sub)));
+}
+
 // Lanes r (of the 8 starting at lane0) with t <= r < t + w: all-ones, else zero. With t = the
 // key's index minus the block's first row (j0 + j - i0) and w = window_or_all(W): the rows for
 // which the key is unmasked (causal, inside the window).
@@ -189,12 +206,11 @@ void online_softmax_lanes(float* p, float* ms, float* ls, float* alpha, int64_t 
   const __m256 mn = _mm256_max_ps(mb, m);
   const __m256 a = exp_poly8(_mm256_sub_ps(m, mn));
   __m256 sum = _mm256_setzero_ps();
-  for (int64_t j = 0; j < jn; ++j) {
-    __m256 e = exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB), mn));
+  exp_keys(p, mn, jn, [&](int64_t j, __m256 e) {
     if constexpr (kMasked) e = _mm256_and_ps(lanes_unmasked(g, dj + j, W), e);
     _mm256_storeu_ps(p + j * kB, e);
     sum = _mm256_add_ps(sum, e);
-  }
+  });
   _mm256_storeu_ps(ls, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(ls), a), sum));
   _mm256_storeu_ps(ms, mn);
   _mm256_storeu_ps(alpha, a);
@@ -307,15 +323,14 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
       for (int64_t g = 0; g < kB; g += 8) {
         const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
         const __m256 Lg = _mm256_loadu_ps(L + i0 + g), Dg = _mm256_loadu_ps(D + i0 + g);
-        for (int64_t j = 0; j < jn; ++j) {
+        exp_keys(p + g, Lg, jn, [&](int64_t j, __m256 e) {
           const __m256 keep = lanes_unmasked(g, j0 + j - i0, W);
-          const __m256 e =
-              _mm256_and_ps(keep, exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * kB + g), Lg)));
+          e = _mm256_and_ps(keep, e);
           _mm256_storeu_ps(p + j * kB + g, e);
           const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(ds + j * kB + g), Dg);
           _mm256_storeu_ps(ds + j * kB + g,
                            _mm256_and_ps(keep, _mm256_mul_ps(_mm256_mul_ps(e, dp), sc)));
-        }
+        });
       }
       const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
       const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;

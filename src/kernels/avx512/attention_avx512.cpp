@@ -21,6 +21,23 @@ namespace {
 constexpr int64_t kB = kAttnBlock;
 
 
+// body(j, e_j) for the keys j < jn in order, e_j = exp_poly16(p[j * 32] - sub): four exps at a
+// time (exp_poly16_n: independent chains for the out-of-order core), the last jn % 4 one by one.
+template <class Body>
+inline void exp_keys(const float* p, __m512 sub, int64_t jn, Body&& body) {
+  constexpr int kXn = 4;
+  int64_t j = 0;
+  for (; j + kXn <= jn; j += kXn) {
+    __m512 e[kXn];
+#pragma GCC unroll 4
+    for (int c = 0; c < kXn; ++c) e[c] = _mm512_sub_ps(_mm512_loadu_ps(p + (j + c) * kB), sub);
+    exp_poly16_n<kXn>(e);
+#pragma GCC unroll 4
+    for (int c = 0; c < kXn; ++c) body(j + c, e[c]);
+  }
+  for (; j < jn; ++j) body(j, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB), sub)));
+}
+
 // st[j * 32 + r] = (fma chain over d of a[j * lda + d] * bt[d * ldb + r]) * scale, j < JT, for
 // the 16 NH lanes r from st / bt (NH = 2: all 32 rows of the block; NH = 1: one half).
 template <int JT, int NH>
@@ -221,13 +238,11 @@ void online_softmax_masked(float* p, float* ms, float* ls, float* alpha, int64_t
     const __m512 mn = _mm512_max_ps(mb, m);
     const __m512 a = exp_poly16(_mm512_sub_ps(m, mn));
     __m512 sum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < jn; ++j) {
-      const __mmask16 keep = unmasked(r, j, W);
-      const __m512 e = _mm512_maskz_mov_ps(
-          keep, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), mn)));
+    exp_keys(p + half, mn, jn, [&](int64_t j, __m512 e) {
+      e = _mm512_maskz_mov_ps(unmasked(r, j, W), e);
       _mm512_storeu_ps(p + j * kB + half, e);
       sum = _mm512_add_ps(sum, e);  // (the skipped keys would add +0)
-    }
+    });
     _mm512_storeu_ps(ls + half, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(ls + half), a), sum));
     _mm512_storeu_ps(ms + half, mn);
     _mm512_storeu_ps(alpha + half, a);
@@ -261,13 +276,18 @@ void online_softmax_full(float* p, float* ms, float* ls, float* alpha) {
     sum[hv] = _mm512_mul_ps(_mm512_loadu_ps(ls + 16 * hv), a);  // l * alpha, lsum added below
   }
   __m512 lsum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (int64_t j = 0; j < kB; ++j) {
-#pragma GCC unroll 2
-    for (int hv = 0; hv < 2; ++hv) {
-      float* pj = p + j * kB + 16 * hv;
-      const __m512 e = exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(pj), mn[hv]));
-      _mm512_storeu_ps(pj, e);
-      lsum[hv] = _mm512_add_ps(lsum[hv], e);
+  constexpr int kKeys = 4;  // keys per round: eight exps at once (exp_poly16_n)
+  for (int64_t j = 0; j < kB; j += kKeys) {
+    __m512 e[2 * kKeys];
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * kKeys; ++c) {
+      e[c] = _mm512_sub_ps(_mm512_loadu_ps(p + (j + c / 2) * kB + 16 * (c % 2)), mn[c % 2]);
+    }
+    exp_poly16_n<2 * kKeys>(e);
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * kKeys; ++c) {  // key j + c / 2, half c % 2: each half's sum in key order
+      _mm512_storeu_ps(p + (j + c / 2) * kB + 16 * (c % 2), e[c]);
+      lsum[c % 2] = _mm512_add_ps(lsum[c % 2], e[c]);
     }
   }
 #pragma GCC unroll 2
@@ -367,15 +387,14 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
         const __m512i r =
             _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(i0 + half - j0)));
         const __m512 Lh = _mm512_loadu_ps(L + i0 + half), Dh = _mm512_loadu_ps(D + i0 + half);
-        for (int64_t j = 0; j < jn; ++j) {
+        exp_keys(p + half, Lh, jn, [&](int64_t j, __m512 e) {
           const __mmask16 keep = unmasked(r, j, W);
-          const __m512 e = _mm512_maskz_mov_ps(
-              keep, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB + half), Lh)));
+          e = _mm512_maskz_mov_ps(keep, e);
           _mm512_storeu_ps(p + j * kB + half, e);
           const __m512 g = _mm512_sub_ps(_mm512_loadu_ps(ds + j * kB + half), Dh);
           _mm512_storeu_ps(ds + j * kB + half,
                            _mm512_maskz_mov_ps(keep, _mm512_mul_ps(_mm512_mul_ps(e, g), sc)));
-        }
+        });
       }
       const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
       const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;

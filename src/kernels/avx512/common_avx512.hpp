@@ -147,22 +147,42 @@ inline __m512 round_floor(__m512 v) {
   return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
 }
 
-// ref::exp_poly on 16 lanes (the same operations; max/min return their second operand when one
-// is NaN, so a NaN passes through as in the reference's comparisons).
+// ref::exp_poly on N vectors of 16 lanes at once, in place, each step for all N before the next
+// (the AVX2 tier's exp_poly8_n says why); the same operations on every lane (max/min return their
+// second operand when one is NaN, so a NaN passes through as in the reference's comparisons).
+template <int N>
+inline void exp_poly16_n(__m512* v) {
+  __m512 n[N], r[N], p[N];
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) {
+    v[i] = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), v[i]));
+    n[i] = round_floor(_mm512_add_ps(_mm512_mul_ps(v[i], _mm512_set1_ps(1.44269504088896341f)),
+                                     _mm512_set1_ps(0.5f)));
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) r[i] = _mm512_sub_ps(v[i], _mm512_mul_ps(n[i], _mm512_set1_ps(0.693359375f)));
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) r[i] = _mm512_sub_ps(r[i], _mm512_mul_ps(n[i], _mm512_set1_ps(-2.12194440e-4f)));
+  constexpr float kCoef[] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
+                             5.0000001201e-1f};
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) p[i] = _mm512_set1_ps(1.9875691500e-4f);
+#pragma GCC unroll 5
+  for (const float c : kCoef) {
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) p[i] = _mm512_add_ps(_mm512_mul_ps(p[i], r[i]), _mm512_set1_ps(c));
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) {
+    p[i] = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p[i], _mm512_mul_ps(r[i], r[i])), r[i]),
+                         _mm512_set1_ps(1.0f));
+    v[i] = _mm512_scalef_ps(p[i], n[i]);  // p * 2^n, exact like ldexp
+  }
+}
+// ref::exp_poly on 16 lanes.
 inline __m512 exp_poly16(__m512 x) {
-  x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
-  const __m512 n = round_floor(
-      _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(0.5f)));
-  __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
-  r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);  // p * 2^n, exact like ldexp
+  exp_poly16_n<1>(&x);
+  return x;
 }
 
 }  // namespace s3r::kernels::avx512
