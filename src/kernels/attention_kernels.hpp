@@ -107,7 +107,9 @@ inline int64_t attention_backward_scratch(int64_t seq_len, int64_t head_dim) {
 
 #define S3R_DECLARE_ATTENTION_KERNELS                                                             \
   /* Query block `block` of one head: rows [32 block, min(32 block + 32, S)) of out (row stride   \
-     h.ld, HD columns written) and of lse (S) are written. scratch: attention_forward_scratch. */ \
+     h.ld, HD columns written) and of lse (S) are written. scratch: attention_forward_scratch.   \
+     The vector tiers prefetch block + 1's rows and stream out's rows where they are whole lines \
+     (kernels/attention_rows.hpp), fencing before they return. */                                \
   void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,          \
                                float* scratch);                                                   \
   /* The whole head: dq (S rows, stride h.ld), dk, dv (S rows, stride h.ld_dkv), HD columns,     \

@@ -114,12 +114,17 @@ void flash_attention_forward(std::span<float> out, std::span<float> lse, std::sp
   const int64_t blocks = (d.S + kernels::kAttnBlock - 1) / kernels::kAttnBlock;
   const int64_t tasks = d.B * d.NH * blocks;
   // Query block `blk` of head (b, h) is one task; its arithmetic does not depend on which
-  // thread runs it. Later blocks cost more (more keys): handed out dynamically to balance them.
-  parallel_blocks_dynamic(tasks, 1, [&](int64_t task, int64_t) {
-    const int64_t blk = task % blocks, bh = task / blocks, b = bh / d.NH, h = bh % d.NH;
+  // thread runs it. Handed out dynamically: later blocks cost more (more keys). With at least
+  // four heads per thread, a head's blocks go together, in order, so that each block's kernel
+  // prefetches rows its thread reads next (kernels/attention_rows.hpp); with fewer, one by one.
+  const int64_t per_task = static_cast<int64_t>(heads_total) >= 4 * parallel_threads() ? blocks : 1;
+  parallel_blocks_dynamic(tasks, per_task, [&](int64_t t0, int64_t t1) {
     float* scratch = thread_scratch(kernels::attention_forward_scratch(d.HD));
-    kern.forward_block(out.data() + b * d.S * d.C() + h * d.HD, lse.data() + bh * d.S,
-                       head_of(d, q.data(), k.data(), v.data(), b, h), blk, scratch);
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t blk = task % blocks, bh = task / blocks, b = bh / d.NH, h = bh % d.NH;
+      kern.forward_block(out.data() + b * d.S * d.C() + h * d.HD, lse.data() + bh * d.S,
+                         head_of(d, q.data(), k.data(), v.data(), b, h), blk, scratch);
+    }
   });
 }
 

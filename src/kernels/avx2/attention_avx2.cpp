@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/attention_kernels.hpp"
+#include "kernels/attention_rows.hpp"
 #include "kernels/avx2/common_avx2.hpp"
 #include "kernels/transpose_f32_block.hpp"
 
@@ -266,6 +267,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   for (int64_t j0 = jfirst; j0 <= i0; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
+    prefetch_next_block(h, i0, j0, jfirst);
     score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
     const bool full = pair_unmasked(i0, ni, j0, W);
     for (int64_t g = 0; g < kB; g += 8) {  // lanes g..g+7 of the 32 query rows
@@ -280,13 +282,21 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
     accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == jfirst, alpha,
                diagonal ? Range::kKeysUpToGroup : Range::kAll);
   }
+  const bool lines = out_rows_are_lines(out, h);  // then streamed (kernels/attention_rows.hpp)
   for (int64_t r = 0; r < ni; ++r) {
     const __m256 lv = _mm256_set1_ps(ls[r]);
+    float* o = out + (i0 + r) * ld;
     for (int64_t d = 0; d < HD; d += 8) {
-      store8(out + (i0 + r) * ld + d, HD - d, _mm256_div_ps(load8(acc + r * HD + d, HD - d), lv));
+      const __m256 y = _mm256_div_ps(load8(acc + r * HD + d, HD - d), lv);
+      if (lines) {
+        _mm256_stream_ps(o + d, y);
+      } else {
+        store8(o + d, HD - d, y);
+      }
     }
     lse[i0 + r] = ref::attention_lse(ms[r], ls[r]);
   }
+  if (lines) _mm_sfence();
 }
 
 void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,

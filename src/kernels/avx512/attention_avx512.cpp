@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "kernels/attention_kernels.hpp"
+#include "kernels/attention_rows.hpp"
 #include "kernels/avx512/common_avx512.hpp"
 #include "kernels/transpose_f32_block.hpp"
 
@@ -331,6 +332,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   for (int64_t j0 = jfirst; j0 <= i0; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
+    prefetch_next_block(h, i0, j0, jfirst);
     score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
     if (pair_unmasked(i0, ni, j0, W)) {
       online_softmax_full(p, ms, ls, alpha);
@@ -340,14 +342,21 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
     accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == jfirst, alpha,
                diagonal ? Range::kKeysUpToGroup : Range::kAll);
   }
+  const bool lines = out_rows_are_lines(out, h);  // then streamed (kernels/attention_rows.hpp)
   for (int64_t r = 0; r < ni; ++r) {
     const __m512 lv = _mm512_set1_ps(ls[r]);
+    float* o = out + (i0 + r) * ld;
     for_each_vector16(0, HD, [&](int64_t d, auto m) {
-      _mm512_mask_storeu_ps(out + (i0 + r) * ld + d, m,
-                            _mm512_div_ps(_mm512_maskz_loadu_ps(m, acc + r * HD + d), lv));
+      const __m512 y = _mm512_div_ps(_mm512_maskz_loadu_ps(m, acc + r * HD + d), lv);
+      if (lines) {
+        _mm512_stream_ps(o + d, y);
+      } else {
+        _mm512_mask_storeu_ps(o + d, m, y);
+      }
     });
     lse[i0 + r] = ref::attention_lse(ms[r], ls[r]);
   }
+  if (lines) _mm_sfence();
 }
 
 void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,

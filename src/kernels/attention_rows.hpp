@@ -1,0 +1,50 @@
+#pragma once
+// Memory traffic of the fused attention's forward in the vector tiers (kernels/attention_kernels.hpp):
+// none of it changes a result.
+//   - The next query block's q, k and v rows are prefetched while this block computes: a thread
+//     takes a head's blocks in order (model/attention.cpp), and their rows come from the last-level
+//     cache or memory (the projections that wrote them stream large outputs past the caches). On
+//     an AMD Zen 4 (small's attention, one thread) the forward took 2.5% less time with it.
+//   - A block's output rows go by non-temporal stores where they are whole 64-byte lines: the
+//     store of a line not in the caches reads it first, and nothing reads `out` before the
+//     O projection's GEMM (which streams it in order). 4.4% less time, same probe. The kernel
+//     fences (sfence) before it returns.
+//
+// Include only from tier translation units (internal linkage, each tier compiling its own copy).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/attention_kernels.hpp"
+
+namespace s3r::kernels {
+namespace {  // NOLINT(build/namespaces): internal linkage per tier, see above
+
+// The share of the next block's rows (i0 + 32 .. i0 + 63, those below S) that the key block j0 of
+// block i0's pairs (the first at jfirst) prefetches: the rows evenly over the block's pairs.
+inline void prefetch_next_block(const AttnHead& h, int64_t i0, int64_t j0, int64_t jfirst) {
+  const int64_t next0 = i0 + kAttnBlock, next1 = std::min(h.seq_len, i0 + 2 * kAttnBlock);
+  if (next0 >= next1) return;
+  const int64_t pairs = (i0 - jfirst) / kAttnBlock + 1;
+  const int64_t share = (next1 - next0 + pairs - 1) / pairs;
+  const int64_t r0 = next0 + (j0 - jfirst) / kAttnBlock * share, r1 = std::min(next1, r0 + share);
+  const auto rows = [&](const float* x, int64_t ld) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t d = 0; d < h.head_dim; d += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(x + r * ld + d), _MM_HINT_T0);
+      }
+    }
+  };
+  rows(h.q, h.ld);
+  rows(h.k, h.ld_kv);
+  rows(h.v, h.ld_kv);
+}
+
+// Whether every output row of the head (out, stride h.ld) is whole 64-byte lines.
+inline bool out_rows_are_lines(const float* out, const AttnHead& h) {
+  return h.head_dim % 16 == 0 && h.ld % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+}
+
+}  // namespace
+}  // namespace s3r::kernels
