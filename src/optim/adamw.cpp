@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
 #include <vector>
 #include <sstream>
 
@@ -155,8 +158,102 @@ void adamw_apply(std::span<const ParamRef> params, const AdamWConfig& c, const A
   update_pass(params, c, s, true);
 }
 
+namespace {
+
+// Far below FLT_MAX (3.4e38): a value bounded by it stays finite through any rounding below.
+constexpr double kFiniteCeiling = 1e37;
+// Each bound below is multiplied by this after every operation it covers: far more than the
+// relative error of the few correctly rounded f32 operations (2^-24 each) it stands for.
+constexpr double kMargin = 1.0 + 1e-6;
+
+// max of the |x| bits of [x, x + n) as uint32 (a finite |x| orders like its bits; a NaN or an
+// Inf has all exponent bits set, so the maximum is >= 0x7F800000 then). Integer operations: the
+// compiler vectorizes them, and the result is exact.
+uint32_t abs_bits_max(const float* x, int64_t n) {
+  uint32_t mx = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, x + i, sizeof(b));
+    mx = std::max(mx, b & 0x7FFFFFFFu);
+  }
+  return mx;
+}
+
+double bits_to_bound(uint32_t bits) {
+  if (bits >= 0x7F800000u) return std::numeric_limits<double>::infinity();
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+}  // namespace
+
+bool adamw_proves_finite(const AdamWConfig& c, const AdamWScalars& s, float decay, double w_max,
+                         double g_max, const AdamWBounds& b, AdamWBounds* next) {
+  const double beta1 = c.beta1, beta2 = c.beta2;
+  const double one_minus_beta1 = 1.0f - c.beta1, one_minus_beta2 = 1.0f - c.beta2;
+  // kernels.hpp: g' = g clip; m' = beta1 m + (1 - beta1) g'; v' = beta2 v + ((1 - beta2) g') g'
+  const double a = g_max * std::fabs(static_cast<double>(s.clip)) * kMargin;  // |g'|
+  const double m1 = (beta1 * b.m + one_minus_beta1 * a) * kMargin;
+  const double v1 = (beta2 * b.v + one_minus_beta2 * a * a) * kMargin;
+  *next = AdamWBounds{b.valid && std::isfinite(m1) && std::isfinite(v1), m1, v1};
+  const bool betas = beta1 >= 0.0 && beta2 >= 0.0 && one_minus_beta1 >= 0.0 && one_minus_beta2 >= 0.0;
+  if (!b.valid || !betas || !(c.eps > 0.0f) || !(s.bias1 > 0.0f) || !(s.bias2 > 0.0f)) return false;
+  // w' = (w - (lr (m' / bias1)) / (sqrt(v' / bias2) + eps)) - decay w: the denominator is at
+  // least eps (v' >= 0), so the step is at most lr m1 / (bias1 eps).
+  const double x = std::fabs(static_cast<double>(s.lr)) * (m1 / s.bias1) * kMargin;
+  const double step = x / c.eps * kMargin;
+  const double shrink = std::fabs(static_cast<double>(decay)) * w_max * kMargin;
+  const double w1 = (w_max + step + shrink) * kMargin;
+  for (const double bound : {a, a * a, m1, v1, m1 / s.bias1, v1 / s.bias2, x, step, shrink, w1}) {
+    if (!(bound < kFiniteCeiling)) return false;  // a NaN too
+  }
+  return true;
+}
+
+double weight_abs_max(std::span<const ParamRef> params) {
+  const std::vector<Piece> pieces =
+      pieces_of(params, kUpdateBlock, [](const ParamRef& p) { return static_cast<int64_t>(p.value.size()); });
+  std::vector<uint32_t> piece_max(pieces.size(), 0);
+  work::add_bytes(static_cast<uint64_t>(std::accumulate(params.begin(), params.end(), size_t{0},
+      [](size_t n, const ParamRef& p) { return n + p.value.size(); })) * sizeof(float));
+  parallel_blocks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t t, int64_t) {
+    const Piece& c = pieces[static_cast<size_t>(t)];
+    piece_max[static_cast<size_t>(t)] = abs_bits_max(params[c.param].value.data() + c.begin, c.end - c.begin);
+  });
+  return bits_to_bound(pieces.empty() ? 0u : *std::max_element(piece_max.begin(), piece_max.end()));
+}
+
+AdamWBounds moment_bounds(std::span<const ParamRef> params) {
+  AdamWBounds b{true, 0.0, 0.0};
+  for (const ParamRef& p : params) {
+    b.m = std::max(b.m, bits_to_bound(abs_bits_max(p.m.data(), static_cast<int64_t>(p.m.size()))));
+    b.v = std::max(b.v, bits_to_bound(abs_bits_max(p.v.data(), static_cast<int64_t>(p.v.size()))));
+    for (const float v : p.v) b.valid = b.valid && !(v < 0.0f);  // -0 is fine: sqrt(-0) + eps > 0
+  }
+  b.valid = b.valid && std::isfinite(b.m) && std::isfinite(b.v);
+  return b;
+}
+
+bool adamw_update_is_finite(std::span<const ParamRef> params, const AdamWConfig& c,
+                            const AdamWScalars& s, double norm, AdamWBounds* bounds) {
+  if (bounds == nullptr) return adamw_keeps_finite(params, c, s);
+  if (!bounds->valid) *bounds = moment_bounds(params);
+  float decay = 0.0f;
+  for (const ParamRef& p : params) {
+    if (p.decay) decay = std::max(decay, std::fabs(s.lr * c.weight_decay));
+  }
+  // max |g| <= ||g||; the computed norm (a sum of exact squares in double, then sqrt) is short of
+  // the exact one by far less than the margin.
+  AdamWBounds next;
+  const bool proved = adamw_proves_finite(c, s, decay, weight_abs_max(params), norm * kMargin, *bounds, &next);
+  const bool finite = proved || adamw_keeps_finite(params, c, s);
+  if (finite) *bounds = next;  // the bounds for after the update the caller now applies
+  return finite;
+}
+
 bool adamw_step(std::span<const ParamRef> params, const AdamWConfig& c, float lr, int64_t t,
-                double* norm_out) {
+                double* norm_out, AdamWBounds* bounds) {
   for (const ParamRef& p : params) {
     if (p.grad.size() != p.value.size() || p.m.size() != p.value.size() ||
         p.v.size() != p.value.size()) {
@@ -174,7 +271,8 @@ bool adamw_step(std::span<const ParamRef> params, const AdamWConfig& c, float lr
   const AdamWScalars s = adamw_scalars(c, lr, t, norm);
   // Pass 1: would every new weight and moment be finite? (A finite gradient can still overflow
   // them: a huge learning rate, or weights near FLT_MAX.) If not, the step is skipped whole.
-  if (!adamw_keeps_finite(params, c, s)) return false;
+  // With bounds, usually proved from them and max |w| instead.
+  if (!adamw_update_is_finite(params, c, s, norm, bounds)) return false;
   adamw_apply(params, c, s);  // pass 2
   return true;
 }

@@ -45,7 +45,7 @@ Optimizer::Optimizer(model::Model& model, dist::Communicator& world, bool shard)
 }
 
 bool Optimizer::step(const optim::AdamWConfig& config, float lr, int64_t t, double* norm_out) {
-  if (!shard_) return optim::adamw_step(refs_, config, lr, t, norm_out);
+  if (!shard_) return optim::adamw_step(refs_, config, lr, t, norm_out, &bounds_);
   if (t < 1) throw Error("Optimizer::step: step t must be >= 1, got " + std::to_string(t));
   if (!std::isfinite(lr)) throw Error("Optimizer::step: the learning rate is not finite (" + std::to_string(lr) + ")");
   // The norm: every chunk's term, all-gathered, added in the whole list's order.
@@ -59,13 +59,18 @@ bool Optimizer::step(const optim::AdamWConfig& config, float lr, int64_t t, doub
   if (norm_out) *norm_out = norm;
   if (!std::isfinite(norm)) return false;  // the same norm, so the same decision, on every rank
   const optim::AdamWScalars s = optim::adamw_scalars(config, lr, t, norm);
-  if (world_.any(!optim::adamw_keeps_finite(refs_, config, s))) return false;
+  // Each rank checks its share (proved from its bounds where it can): the same decision as
+  // checking every element.
+  optim::AdamWBounds after = bounds_;
+  if (world_.any(!optim::adamw_update_is_finite(refs_, config, s, norm, &after))) return false;
+  bounds_ = after;
   optim::adamw_apply(refs_, config, s);
   world_.all_gather_in_place<float>(model_.params(), share_);
   return true;
 }
 
 Optimizer::Whole Optimizer::whole_moments() {
+  bounds_.valid = false;  // the caller may write the moments through the spans
   const bool rank0 = world_.rank() == 0;
   Whole whole;
   if (!shard_) {
@@ -92,6 +97,7 @@ Optimizer::Whole Optimizer::whole_moments() {
 }
 
 void Optimizer::set_moments(std::span<const float> m, std::span<const float> v) {
+  bounds_.valid = false;
   const bool rank0 = world_.rank() == 0;
   const size_t n = model_.params().size();
   if (rank0 && (m.size() != n || v.size() != n)) {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/dispatch.hpp"
@@ -258,6 +259,126 @@ TEST(AdamWKernels, EveryTierMatchesTheReferenceBitForBit) {
   // Both outcomes were exercised (the huge learning rate and the huge weights overflow).
   EXPECT_GT(overflowing, 0);
   EXPECT_GT(finite, 0);
+}
+
+// A state of n elements: weights of magnitude `w`, gradients `g`, first moments `m` (random
+// signs) and second moments `v` (>= 0), one element of each set to exactly that magnitude.
+Tensor scaled_state(int64_t n, uint32_t seed, float w, float g, float m, float v) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Tensor t{AlignedVector<float>(n), AlignedVector<float>(n), AlignedVector<float>(n), AlignedVector<float>(n)};
+  for (int64_t i = 0; i < n; ++i) {
+    t.w[i] = w * u(gen), t.g[i] = g * u(gen), t.m[i] = m * u(gen), t.v[i] = v * std::abs(u(gen));
+  }
+  t.w[0] = w, t.g[1 % n] = g, t.m[2 % n] = -m, t.v[3 % n] = v;
+  return t;
+}
+
+// The proof is sound: wherever adamw_proves_finite says an update stays finite, the pass that
+// checks every element agrees, over states from ordinary to near FLT_MAX; and it proves the
+// ordinary ones (else adamw_step would never skip its check pass).
+TEST(AdamWBounds, ProofHoldsOnlyWhereTheCheckingPassAgrees) {
+  const float mags[] = {1e-3f, 1.0f, 1e10f, 1e18f, 1e30f, 3e36f, 3.3e38f};
+  int proved = 0, refused = 0;
+  uint32_t seed = 0;
+  for (float w : mags) {
+    for (float g : {1.0f, 1e18f, 1e20f}) {
+      for (float mv : {0.0f, 1.0f, 1e30f}) {
+        for (float lr : {1e-3f, 1e30f, 3e38f}) {
+          Tensor t = scaled_state(37, ++seed, w, g, mv, mv * mv > 3e38f ? 3e38f : mv * mv);
+          const std::vector<ParamRef> params = {{"t", t.w, t.g, t.m, t.v, true}};
+          const AdamWConfig c;
+          const double norm = global_grad_norm(params);
+          if (!std::isfinite(norm)) continue;
+          const AdamWScalars s = adamw_scalars(c, lr, 2, norm);
+          AdamWBounds next;
+          const bool proof = adamw_proves_finite(c, s, s.lr * c.weight_decay, weight_abs_max(params), norm * 1.000001,
+                                                 moment_bounds(params), &next);
+          const bool finite = adamw_keeps_finite(params, c, s);
+          (proof ? proved : refused) += 1;
+          EXPECT_TRUE(!proof || finite) << "proved finite, overflows: w " << w << " g " << g << " m " << mv << " lr " << lr;
+        }
+      }
+    }
+  }
+  // Updates that only the weights themselves overflow, with steps far below the bound's
+  // ceiling (a proof that left out max |w| would pass them): a weight that is already +Inf, and
+  // a weight near FLT_MAX grown by a negative weight decay.
+  const AdamWConfig c;
+  AdamWBounds next;
+  for (const float wd : {0.1f, -0.01f}) {
+    Tensor t = scaled_state(5, 99, 1.0f, 1.0f, 1.0f, 1.0f);
+    t.w[0] = wd > 0.0f ? std::numeric_limits<float>::infinity() : 3.4e38f;
+    const std::vector<ParamRef> params = {{"t", t.w, t.g, t.m, t.v, true}};
+    AdamWConfig cw = c;
+    cw.weight_decay = wd;
+    const double norm = global_grad_norm(params);
+    const AdamWScalars s = adamw_scalars(cw, 1.0f, 2, norm);
+    EXPECT_FALSE(adamw_keeps_finite(params, cw, s)) << wd;
+    EXPECT_FALSE(adamw_proves_finite(cw, s, std::fabs(s.lr * wd), weight_abs_max(params), norm * 1.000001,
+                                     moment_bounds(params), &next)) << wd;
+  }
+  EXPECT_GT(proved, 10);
+  EXPECT_GT(refused, 10);
+  // Ordinary training states are proved (the fast path is taken).
+  Tensor o = scaled_state(100, 7, 1.0f, 1.0f, 0.1f, 0.01f);
+  const std::vector<ParamRef> op = {{"o", o.w, o.g, o.m, o.v, true}};
+  const AdamWScalars os = adamw_scalars(c, 3e-4f, 10, global_grad_norm(op));
+  EXPECT_TRUE(adamw_proves_finite(c, os, os.lr * c.weight_decay, weight_abs_max(op), 10.0, moment_bounds(op), &next));
+  EXPECT_TRUE(next.valid);
+}
+
+// adamw_step with bounds kept across steps gives the same bits and the same decisions as
+// without, through ordinary steps, a learning rate that overflows (skipped), one too large for
+// the proof that does not overflow (checked element by element, applied), and moments written
+// from outside (bounds dropped).
+TEST(AdamWBounds, StepsWithBoundsAreTheStepsWithout) {
+  Tensor a = scaled_state(20000, 3, 1.0f, 1.0f, 0.0f, 0.0f), b = scaled_state(9, 4, 0.5f, 2.0f, 0.0f, 0.0f);
+  Tensor a2 = a, b2 = b;
+  const std::vector<ParamRef> with = {{"a", a.w, a.g, a.m, a.v, true}, {"b", b.w, b.g, b.m, b.v, false}};
+  const std::vector<ParamRef> without = {{"a", a2.w, a2.g, a2.m, a2.v, true}, {"b", b2.w, b2.g, b2.m, b2.v, false}};
+  AdamWBounds bounds;
+  const AdamWConfig c;
+  const float lrs[] = {1e-3f, 1e-2f, 3e38f, 1e30f, 1e-3f, 1e-3f, 1e-3f};
+  int skipped = 0;
+  for (int64_t t = 1; t <= 7; ++t) {
+    if (t == 6) {
+      a.m[5] = a2.m[5] = 1e30f;  // written from outside: the owner drops the bounds
+      bounds.valid = false;
+    }
+    double n1 = 0.0, n2 = 0.0;
+    const bool s1 = adamw_step(with, c, lrs[t - 1], t, &n1, &bounds);
+    const bool s2 = adamw_step(without, c, lrs[t - 1], t, &n2);
+    ASSERT_EQ(s1, s2) << "step " << t;
+    skipped += s1 ? 0 : 1;
+    for (auto [x, y] : {std::pair{&a, &a2}, std::pair{&b, &b2}}) {
+      ASSERT_EQ(x->w, y->w) << "step " << t;
+      ASSERT_EQ(x->m, y->m) << "step " << t;
+      ASSERT_EQ(x->v, y->v) << "step " << t;
+    }
+    for (size_t i = 0; i < a.g.size(); ++i) a.g[i] = a2.g[i] = a.g[i] * -0.5f;
+  }
+  EXPECT_GE(skipped, 1);  // the learning rate of 3e38
+  EXPECT_LT(skipped, 7);
+}
+
+// The bounds carried from step to step hold the moments, and tightly where they can: one
+// element with a gradient of constant sign reaches them up to their margin.
+TEST(AdamWBounds, CarriedBoundsHoldTheMoments) {
+  Tensor t{AlignedVector<float>(1, 0.5f), AlignedVector<float>(1, 0.25f), AlignedVector<float>(1, 0.0f),
+           AlignedVector<float>(1, 0.0f)};
+  const std::vector<ParamRef> params = {{"t", t.w, t.g, t.m, t.v, true}};
+  AdamWConfig c;
+  c.clip_norm = 0.0f;
+  AdamWBounds bounds;
+  for (int64_t step = 1; step <= 6; ++step) {
+    ASSERT_TRUE(adamw_step(params, c, 1e-3f, step, nullptr, &bounds));
+    ASSERT_TRUE(bounds.valid);
+    EXPECT_LE(std::fabs(double(t.m[0])), bounds.m) << "step " << step;
+    EXPECT_LE(double(t.v[0]), bounds.v) << "step " << step;
+    EXPECT_GE(std::fabs(double(t.m[0])), bounds.m / 1.0001) << "step " << step;  // tight
+    t.g[0] *= 1.5f;
+  }
 }
 
 }  // namespace

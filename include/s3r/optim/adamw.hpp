@@ -65,10 +65,45 @@ AdamWScalars adamw_scalars(const AdamWConfig& config, float lr, int64_t t, doubl
 bool adamw_keeps_finite(std::span<const ParamRef> params, const AdamWConfig& config, const AdamWScalars& s);
 void adamw_apply(std::span<const ParamRef> params, const AdamWConfig& config, const AdamWScalars& s);
 
+// Bounds on the moments between steps: max |m| <= m and 0 <= v <= this v for every element,
+// while `valid`. Whoever owns the moments keeps them across adamw_step calls and sets valid =
+// false whenever anything else writes the moments (a checkpoint load). They let adamw_step
+// prove that an update stays finite without the pass that checks every element (a third of the
+// optimizer's memory traffic), at the cost of a pass over the weights for max |w|.
+struct AdamWBounds {
+  bool valid = false;
+  double m = 0.0, v = 0.0;
+};
+
+// The proof: whether an update with these scalars keeps every new weight and moment finite
+// whenever max |w| <= w_max, max |g| <= g_max and the moments are within `b`: every
+// intermediate of kernels.hpp's adamw_update, bounded with a margin for its roundings, stays
+// below 1e37 (FLT_MAX is 3.4e38). false also when a precondition fails (b not valid, eps <= 0,
+// a bias correction <= 0, a beta outside [0, 1], a bound not finite). `decay` is the largest
+// |lr * weight_decay| of the parameters. *next receives the moments' bounds after the update
+// (valid when finite), proved or not.
+bool adamw_proves_finite(const AdamWConfig& config, const AdamWScalars& s, float decay, double w_max,
+                         double g_max, const AdamWBounds& b, AdamWBounds* next);
+
+// max |w| over every weight of `params`; +Inf if any weight is not finite. Exact, so the same
+// for any thread count.
+double weight_abs_max(std::span<const ParamRef> params);
+// Bounds of the moments as they are (a pass over m and v): valid when every m and v is finite
+// and every v >= 0.
+AdamWBounds moment_bounds(std::span<const ParamRef> params);
+
+// The check of adamw_step on this share of the parameters: adamw_proves_finite with `bounds`
+// (made valid first by moment_bounds where needed) when given, else, or when it cannot prove it,
+// adamw_keeps_finite. On return *bounds holds the bounds for after the update (if it is applied).
+bool adamw_update_is_finite(std::span<const ParamRef> params, const AdamWConfig& config,
+                            const AdamWScalars& s, double norm, AdamWBounds* bounds);
+
 // One update at 1-based step `t` with learning rate `lr`. Returns false (and changes nothing)
 // when the gradient norm is not finite or the update would leave a non-finite weight or
 // moment; *norm receives the norm before clipping. Throws s3r::Error on a non-finite `lr`.
+// With `bounds` (kept by the caller across steps, see AdamWBounds) the same results, usually
+// without the checking pass.
 bool adamw_step(std::span<const ParamRef> params, const AdamWConfig& config, float lr, int64_t t,
-                double* norm);
+                double* norm, AdamWBounds* bounds = nullptr);
 
 }  // namespace s3r::optim

@@ -69,6 +69,7 @@ class Optimizer {
   dist::Communicator& world_;
   bool shard_;
   AlignedVector<float> m_, v_;           // whole, or this rank's share
+  optim::AdamWBounds bounds_;            // of m_ and v_ (adamw.hpp); dropped when they are written from outside
   std::vector<optim::ParamRef> refs_;  // whole tensors, or the parts of them in this rank's share
   std::vector<int64_t> share_;         // R + 1 arena offsets: rank r's share is [share_[r], share_[r+1])
   std::vector<int64_t> chunks_;        // R + 1 offsets into the list of the norm's chunks
