@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <numeric>
 #include <vector>
 #include <sstream>
 
@@ -215,8 +214,9 @@ double weight_abs_max(std::span<const ParamRef> params) {
   const std::vector<Piece> pieces =
       pieces_of(params, kUpdateBlock, [](const ParamRef& p) { return static_cast<int64_t>(p.value.size()); });
   std::vector<uint32_t> piece_max(pieces.size(), 0);
-  work::add_bytes(static_cast<uint64_t>(std::accumulate(params.begin(), params.end(), size_t{0},
-      [](size_t n, const ParamRef& p) { return n + p.value.size(); })) * sizeof(float));
+  size_t weights = 0;
+  for (const ParamRef& p : params) weights += p.value.size();
+  work::add_bytes(static_cast<uint64_t>(weights * sizeof(float)));
   parallel_blocks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t t, int64_t) {
     const Piece& c = pieces[static_cast<size_t>(t)];
     piece_max[static_cast<size_t>(t)] = abs_bits_max(params[c.param].value.data() + c.begin, c.end - c.begin);
@@ -239,10 +239,9 @@ bool adamw_update_is_finite(std::span<const ParamRef> params, const AdamWConfig&
                             const AdamWScalars& s, double norm, AdamWBounds* bounds) {
   if (bounds == nullptr) return adamw_keeps_finite(params, c, s);
   if (!bounds->valid) *bounds = moment_bounds(params);
-  float decay = 0.0f;
-  for (const ParamRef& p : params) {
-    if (p.decay) decay = std::max(decay, std::fabs(s.lr * c.weight_decay));
-  }
+  // The kernels' decay: lr * weight_decay on the parameters that decay, 0 on the others.
+  const bool decays = std::any_of(params.begin(), params.end(), [](const ParamRef& p) { return p.decay; });
+  const float decay = decays ? std::fabs(s.lr * c.weight_decay) : 0.0f;
   // max |g| <= ||g||; the computed norm (a sum of exact squares in double, then sqrt) is short of
   // the exact one by far less than the margin.
   AdamWBounds next;
