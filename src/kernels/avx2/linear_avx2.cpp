@@ -30,24 +30,54 @@ inline __m256i load8_i32(const int32_t* p, int64_t n) {
 
 }  // namespace
 
+namespace {
+constexpr int64_t kGemvGroup = 4;  // vectors a_b per pass over rows of w
+
+// out[b, k] for rows k .. k + R - 1 and vectors b0 .. b0 + NB - 1: each a_b vector is loaded
+// once for R rows, and the accumulators stay in registers (the loops unrolled where written).
+// Each sum runs over n in the same order for any R and NB; inactive lanes of the last vector
+// read w = a = 0 and add nothing.
+template <int R, int NB>
+void gemv_rows(float* out, const int8_t* w, const float* a, int64_t b0, int64_t K, int64_t N, int64_t k) {
+  __m256 acc[R][NB];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_setzero_ps();
+  }
+  for (int64_t n = 0; n < N; n += 8) {
+    const int64_t m = N - n;
+    __m256 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) wv[r] = load_s8_as_f32(w + (k + r) * N + n, m);
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) {
+      __m256 av = load8(a + (b0 + j) * N + n, m);
+      __asm__("" : "+x"(av));  // one load for R products (GCC would fold it into each)
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][j] = _mm256_fmadd_ps(wv[r], av, acc[r][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) out[(b0 + j) * K + k + r] = reduce_add8(acc[r][j]);
+  }
+}
+}  // namespace
+
 void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t K, int64_t N,
                  int64_t k0, int64_t k1) {
-  constexpr int64_t kGroup = 8;  // vectors a_b kept in flight per pass over a row of w
-  for (int64_t k = k0; k < k1; ++k) {
-    const int8_t* row = w + k * N;
-    for (int64_t b0 = 0; b0 < B; b0 += kGroup) {
-      const int64_t nb = B - b0 < kGroup ? B - b0 : kGroup;
-      __m256 acc[kGroup];
-      for (int64_t j = 0; j < kGroup; ++j) acc[j] = _mm256_setzero_ps();
-      for (int64_t n = 0; n < N; n += 8) {
-        const int64_t m = N - n;  // inactive lanes read w = a = 0 and add nothing
-        const __m256 wv = load_s8_as_f32(row + n, m);
-        for (int64_t j = 0; j < nb; ++j) {
-          acc[j] = _mm256_fmadd_ps(wv, load8(a + (b0 + j) * N + n, m), acc[j]);
-        }
-      }
-      for (int64_t j = 0; j < nb; ++j) out[(b0 + j) * K + k] = reduce_add8(acc[j]);
-    }
+  const int64_t full = B / kGemvGroup * kGemvGroup;
+  int64_t k = k0;
+  for (; k + 2 <= k1; k += 2) {  // 8 accumulators, 2 rows, one vector of a: 11 registers
+    for (int64_t b0 = 0; b0 < full; b0 += kGemvGroup) gemv_rows<2, kGemvGroup>(out, w, a, b0, K, N, k);
+  }
+  for (; k < k1; ++k) {
+    for (int64_t b0 = 0; b0 < full; b0 += kGemvGroup) gemv_rows<1, kGemvGroup>(out, w, a, b0, K, N, k);
+  }
+  for (k = k0; k < k1 && full < B; ++k) {  // the last B % 4 vectors, one at a time
+    for (int64_t b = full; b < B; ++b) gemv_rows<1, 1>(out, w, a, b, K, N, k);
   }
 }
 

@@ -25,6 +25,20 @@ inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
 }
 
+// The sum of v's lanes in the order of GCC's _mm512_reduce_add_ps (halves, then quarters, then
+// lanes 0 + 2 and 1 + 3, then those two): the same bits. Through memory because GCC 12 warns
+// (-Wuninitialized) about the undefined vectors its intrinsics pass where they inline into some
+// loops; for sums taken once per long row.
+inline float sum_lanes(__m512 v) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, v);
+  float h[8];
+  for (int i = 0; i < 8; ++i) h[i] = l[i + 8] + l[i];
+  float q[4];
+  for (int i = 0; i < 4; ++i) q[i] = h[i + 4] + h[i];
+  return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
 // Every lane, as a type: a loop body that takes its mask as `auto` and is called with one of these
 // is compiled with that mask known, so its masked loads and stores become plain ones.
 using AllLanes16 = std::integral_constant<__mmask16, 0xFFFF>;

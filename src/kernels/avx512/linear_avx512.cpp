@@ -11,23 +11,54 @@ inline __m512 load_s8_as_f32(const int8_t* p, __mmask16 m) {
 }
 }  // namespace
 
+namespace {
+constexpr int64_t kGemvGroup = 8;  // vectors a_b kept in flight per pass over rows of w
+
+// out[b, k] for rows k .. k + R - 1 and vectors b0 .. b0 + NB - 1: each a_b vector is loaded
+// once for R rows (the vectors, 128 KB at N = 4096, come from L2; one row at a time spent half
+// its time on those loads). Each sum runs over n in the same order for any R.
+template <int R, int NB>
+void gemv_rows(float* out, const int8_t* w, const float* a, int64_t b0, int64_t K, int64_t N, int64_t k) {
+  // Unrolled where written, so that GCC keeps the accumulators in registers (without the
+  // pragmas it kept them on the stack: a store per multiply-add).
+  __m512 acc[R][NB];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+  for_each_vector16(0, N, [&](int64_t n, auto m) {
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = load_s8_as_f32(w + (k + r) * N + n, m);
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) {
+      __m512 av = _mm512_maskz_loadu_ps(m, a + (b0 + j) * N + n);
+      __asm__("" : "+v"(av));  // one load for R products (GCC would fold it into each)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], av, acc[r][j]);
+    }
+  });
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) out[(b0 + j) * K + k + r] = sum_lanes(acc[r][j]);
+  }
+}
+}  // namespace
+
 void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t K, int64_t N,
                  int64_t k0, int64_t k1) {
-  constexpr int64_t kGroup = 8;  // vectors a_b kept in flight per pass over a row of w
-  for (int64_t k = k0; k < k1; ++k) {
-    const int8_t* row = w + k * N;
-    for (int64_t b0 = 0; b0 < B; b0 += kGroup) {
-      const int64_t nb = B - b0 < kGroup ? B - b0 : kGroup;
-      __m512 acc[kGroup];
-      for (int64_t j = 0; j < kGroup; ++j) acc[j] = _mm512_setzero_ps();
-      for_each_vector16(0, N, [&](int64_t n, auto m) {
-        const __m512 wv = load_s8_as_f32(row + n, m);
-        for (int64_t j = 0; j < nb; ++j) {
-          acc[j] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, a + (b0 + j) * N + n), acc[j]);
-        }
-      });
-      for (int64_t j = 0; j < nb; ++j) out[(b0 + j) * K + k] = _mm512_reduce_add_ps(acc[j]);
-    }
+  const int64_t full = B / kGemvGroup * kGemvGroup;
+  int64_t k = k0;
+  for (; k + 3 <= k1; k += 3) {  // 24 accumulators, 3 rows, one vector of a: 28 registers
+    for (int64_t b0 = 0; b0 < full; b0 += kGemvGroup) gemv_rows<3, kGemvGroup>(out, w, a, b0, K, N, k);
+  }
+  for (; k < k1; ++k) {
+    for (int64_t b0 = 0; b0 < full; b0 += kGemvGroup) gemv_rows<1, kGemvGroup>(out, w, a, b0, K, N, k);
+  }
+  for (k = k0; k < k1 && full < B; ++k) {  // the last B % 8 vectors, one at a time
+    for (int64_t b = full; b < B; ++b) gemv_rows<1, 1>(out, w, a, b, K, N, k);
   }
 }
 
