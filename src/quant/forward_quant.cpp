@@ -1,4 +1,4 @@
-// Forward quantizer drivers: argument checks, OpenMP over rows / column blocks, error reports.
+// Forward quantizer drivers: argument checks, OpenMP over rows / bands of rows, error reports.
 #include "s3r/quant/forward_quant.hpp"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
 #include "kernels/ref/numerics.hpp"
+#include "s3r/core/aligned_vector.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
 
@@ -49,7 +50,6 @@ void check_sizes(const char* fn, std::string_view tensor, int64_t rows, int64_t 
   throw NonFiniteError("tensor '" + std::string(tensor) + "' holds a non-finite value");
 }
 
-constexpr int64_t kColBlock = 256;  // columns per task of the column absmax
 constexpr int64_t kRowBlock = 16;   // rows per task
 
 }  // namespace
@@ -75,11 +75,24 @@ void quantize_cols_rtne(std::span<int8_t> codes, std::span<float> scales,
   // w read twice (column maxima, then codes); codes and scales written
   work::add_bytes(static_cast<uint64_t>(9 * rows * cols + 4 * cols));
   const auto& k = kernels::active_kernels();
-  const bool ok = parallel_blocks_all(cols, kColBlock, [&](int64_t c0, int64_t c1) {
-    return k.absmax_cols(scales.data(), w.data(), 0, rows, cols, c0, c1);
+  // Column maxima of one band of whole rows per thread, then the maxima of those: W streams
+  // through in order (strips of 256 columns down every row read it at 10 GB/s on a Zen 4, two
+  // threads). A maximum is exact, so the bands do not change a bit.
+  const int64_t bands = std::clamp<int64_t>(parallel_threads(), 1, std::max<int64_t>(rows, 1));
+  const int64_t band_rows = (rows + bands - 1) / bands;
+  thread_local AlignedVector<float> band_max;
+  band_max.resize(static_cast<size_t>(bands * cols));
+  float* part = band_max.data();  // this thread's buffer (the name means another's in the workers)
+  const bool ok = parallel_blocks_all(bands, 1, [&](int64_t b, int64_t) {
+    const int64_t r0 = std::min(rows, b * band_rows), r1 = std::min(rows, r0 + band_rows);
+    return k.absmax_cols(part + b * cols, w.data(), r0, r1, cols, 0, cols);
   });
   if (!ok) throw_nonfinite(tensor_name, w.data(), rows, cols);
-  for (int64_t c = 0; c < cols; ++c) scales[c] = kernels::ref::absmax_to_scale(scales[c]);
+  for (int64_t c = 0; c < cols; ++c) {
+    float m = part[c];
+    for (int64_t b = 1; b < bands; ++b) m = std::max(m, part[b * cols + c]);
+    scales[c] = kernels::ref::absmax_to_scale(m);
+  }
   parallel_blocks(rows, kRowBlock, [&](int64_t r0, int64_t r1) {
     k.quantize_cols_rtne(codes.data(), w.data(), scales.data(), r0, r1, cols);
   });
