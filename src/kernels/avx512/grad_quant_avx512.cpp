@@ -31,6 +31,10 @@ float absmax_rows(const G* g, const GradProblem& p, int64_t r0, int64_t r1, bool
 
 // Rows [r0, r1) for the quantizations 0..count-1. Mode and statistics are template parameters so
 // that the inner loop carries no branches.
+// Elements of G ahead of the loop that the second pass prefetches: G comes back from memory (it
+// is read once per pass), and the pass's arithmetic did not overlap those misses: `wide`'s dY
+// quantization 37 -> 32-33 ms per step on a Zen 4 (256 and 1024 ahead alike).
+constexpr int64_t kAhead = 256;
 template <GradRounding kMode, bool kStats, typename G>
 void quantize_rows(const G* g, const GradProblem& p, float step, int64_t r0, int64_t r1,
                    const GradBlockOut& out) {
@@ -55,6 +59,7 @@ void quantize_rows(const G* g, const GradProblem& p, float step, int64_t r0, int
       float* col_sums = kStats ? out.col_sums[q] : nullptr;
       __m512 row_acc = _mm512_setzero_ps();
       for_each_vector16(0, N, [&](int64_t n, auto m) {
+        _mm_prefetch(reinterpret_cast<const char*>(g + t * N + n + kAhead), _MM_HINT_T0);
         const __m512 gp = _mm512_mul_ps(_mm512_mul_ps(vsx, load16(g + t * N + n, m)),
                                         _mm512_maskz_loadu_ps(m, p.sw + n));
         const __m512 x = _mm512_div_ps(gp, vstep);  // inactive lanes: 0
