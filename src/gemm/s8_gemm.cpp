@@ -451,7 +451,11 @@ void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const O
   // the blocks' time at `wide` (up to 8 chunks per product).
   thread_local AlignedVector<int32_t> row_sums;
   int32_t* a_sums = vnni ? scratch(row_sums, m_blocks * kAmxBlock) : nullptr;
-  if (vnni) parallel_blocks(m_blocks, 1, [&](int64_t mb, int64_t) { k512::row_sums_s8(a_sums + mb * kAmxBlock, p.a_rows(mb * kAmxBlock), kp); });
+  if (vnni) {
+    parallel_blocks(m_blocks, 1, [&](int64_t mb, int64_t) {
+      k512::row_sums_s8(a_sums + mb * kAmxBlock, p.a_rows(mb * kAmxBlock), kp);
+    });
+  }
   kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
   // VNNI: an output larger than the threads' share of L2 goes to memory by non-temporal stores,
   // without the read of each line a store to it would cost first: on an AMD Zen 4 the GEMMs of

@@ -28,9 +28,6 @@ inline __m256i load8_i32(const int32_t* p, int64_t n) {
                 : _mm256_maskload_epi32(reinterpret_cast<const int*>(p), first_lanes(n));
 }
 
-}  // namespace
-
-namespace {
 constexpr int64_t kGemvGroup = 4;  // vectors a_b per pass over rows of w
 
 // out[b, k] for rows k .. k + R - 1 and vectors b0 .. b0 + NB - 1: each a_b vector is loaded

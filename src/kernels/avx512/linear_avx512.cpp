@@ -9,9 +9,7 @@ namespace {
 inline __m512 load_s8_as_f32(const int8_t* p, __mmask16 m) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
 }
-}  // namespace
 
-namespace {
 constexpr int64_t kGemvGroup = 8;  // vectors a_b kept in flight per pass over rows of w
 
 // out[b, k] for rows k .. k + R - 1 and vectors b0 .. b0 + NB - 1: each a_b vector is loaded
