@@ -178,6 +178,21 @@ uint32_t abs_bits_max(const float* x, int64_t n) {
   return mx;
 }
 
+// abs_bits_max of v, and whether some v < 0 (its bits above those of -0; a NaN with its sign
+// set counts too, and makes the maximum infinite anyway): one pass for both.
+uint32_t abs_bits_max_nonnegative(const float* v, int64_t n, bool* negative) {
+  uint32_t mx = 0;
+  bool neg = false;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, v + i, sizeof(b));
+    neg = neg || b > 0x80000000u;
+    mx = std::max(mx, b & 0x7FFFFFFFu);
+  }
+  *negative = neg;
+  return mx;
+}
+
 double bits_to_bound(uint32_t bits) {
   if (bits >= 0x7F800000u) return std::numeric_limits<double>::infinity();
   float f;
@@ -228,8 +243,9 @@ AdamWBounds moment_bounds(std::span<const ParamRef> params) {
   AdamWBounds b{true, 0.0, 0.0};
   for (const ParamRef& p : params) {
     b.m = std::max(b.m, bits_to_bound(abs_bits_max(p.m.data(), static_cast<int64_t>(p.m.size()))));
-    b.v = std::max(b.v, bits_to_bound(abs_bits_max(p.v.data(), static_cast<int64_t>(p.v.size()))));
-    for (const float v : p.v) b.valid = b.valid && !(v < 0.0f);  // -0 is fine: sqrt(-0) + eps > 0
+    bool negative = false;  // -0 is fine: sqrt(-0) + eps > 0
+    b.v = std::max(b.v, bits_to_bound(abs_bits_max_nonnegative(p.v.data(), static_cast<int64_t>(p.v.size()), &negative)));
+    b.valid = b.valid && !negative;
   }
   b.valid = b.valid && std::isfinite(b.m) && std::isfinite(b.v);
   return b;

@@ -167,7 +167,9 @@ TEST(AdamW, OneStepOverManyTensorsUpdatesEachWithItsOwnState) {
   std::vector<ParamRef> params;
   for (size_t k = 0; k < tensors.size(); ++k) {
     Tensor& t = tensors[k];
-    params.push_back({"t" + std::to_string(k), t.w, t.g, t.m, t.v, k % 2 == 0});
+    std::string name = "t";  // appended, not "t" + ...: GCC 12 warns falsely (-Wrestrict) there
+    name += std::to_string(k);
+    params.push_back({name, t.w, t.g, t.m, t.v, k % 2 == 0});
   }
   AdamWConfig c;
   c.clip_norm = 0.0f;  // no clipping: the scalars do not depend on the norm
@@ -272,6 +274,24 @@ Tensor scaled_state(int64_t n, uint32_t seed, float w, float g, float m, float v
   }
   t.w[0] = w, t.g[1 % n] = g, t.m[2 % n] = -m, t.v[3 % n] = v;
   return t;
+}
+
+// The moments' bounds are valid only for v >= 0 (the proof's denominator sqrt(v' / bias2) + eps
+// needs it): -0 is fine, any v below 0 is not, nor a v or m that is not finite.
+TEST(AdamWBounds, MomentBoundsRefuseANegativeSecondMoment) {
+  Tensor t = scaled_state(19, 7, 1.0f, 1.0f, 0.5f, 0.25f);
+  const std::vector<ParamRef> params = {{"t", t.w, t.g, t.m, t.v, true}};
+  AdamWBounds b = moment_bounds(params);
+  EXPECT_TRUE(b.valid);
+  EXPECT_EQ(b.m, 0.5);
+  EXPECT_EQ(b.v, 0.25);
+  t.v[11] = -0.0f;
+  EXPECT_TRUE(moment_bounds(params).valid);
+  t.v[11] = -1e-30f;
+  EXPECT_FALSE(moment_bounds(params).valid);
+  t.v[11] = 0.0f;
+  t.m[5] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(moment_bounds(params).valid);
 }
 
 // The proof is sound: wherever adamw_proves_finite says an update stays finite, the pass that
