@@ -164,6 +164,15 @@ bool int8_available(Int8Backend b, std::string* why) {
 bool bf16_available(Bf16Backend b, std::string* why) {
   const CpuFeatures& f = cpu_features();
   if (b == Bf16Backend::kF32) return true;
+  if (b == Bf16Backend::kDpbf16) {
+#ifndef S3R_HAVE_AVX512
+    if (why) *why = "this build has no AVX-512 kernels (configured with -DS3R_AVX512=OFF)";
+    return false;
+#endif
+    if (f.has_avx512_tier() && f.avx512_bf16) return true;
+    if (why) *why = "this CPU (or S3R_MAX_ISA) gives no AVX-512 BF16 (it has: " + describe(f) + ")";
+    return false;
+  }
   // oneDNN 2.6 runs bf16 matmuls on avx512_core and above (emulated there without BF16).
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) return true;
   if (why) *why = "oneDNN 2.6 has bf16 matmuls only on AVX-512 CPUs (this one has: " + describe(f) + ")";
@@ -222,12 +231,17 @@ const Int8Choice& initial_int8() {
 Bf16Backend initial_bf16() {
   const char* env = std::getenv("S3R_GEMM_BF16");
   if (env != nullptr && *env != '\0' && std::string_view(env) != "auto") {
-    const Bf16Backend b = parse_backend("S3R_GEMM_BF16", env, {Bf16Backend::kOnednn, Bf16Backend::kF32});
+    const Bf16Backend b =
+        parse_backend("S3R_GEMM_BF16", env, {Bf16Backend::kDpbf16, Bf16Backend::kOnednn, Bf16Backend::kF32});
     std::string why;
     if (!bf16_available(b, &why)) throw Error("S3R_GEMM_BF16=" + std::string(env) + ": " + why);
     return b;
   }
-  return cpu_features().has_native_bf16() ? Bf16Backend::kOnednn : Bf16Backend::kF32;
+  // AMX-BF16 tiles (oneDNN's) outrun vdpbf16ps; without them, s3r's own vdpbf16ps GEMM.
+  const CpuFeatures& f = cpu_features();
+  if (f.amx_bf16) return Bf16Backend::kOnednn;
+  if (bf16_available(Bf16Backend::kDpbf16, nullptr)) return Bf16Backend::kDpbf16;
+  return f.has_native_bf16() ? Bf16Backend::kOnednn : Bf16Backend::kF32;
 }
 
 std::atomic<Int8Backend>& int8_slot() {
@@ -252,7 +266,14 @@ std::string_view to_string(Int8Backend b) {
   return "?";
 }
 
-std::string_view to_string(Bf16Backend b) { return b == Bf16Backend::kOnednn ? "onednn" : "f32"; }
+std::string_view to_string(Bf16Backend b) {
+  switch (b) {
+    case Bf16Backend::kDpbf16: return "dpbf16";
+    case Bf16Backend::kOnednn: return "onednn";
+    case Bf16Backend::kF32: return "f32";
+  }
+  return "?";
+}
 
 bool int8_backend_available(Int8Backend b, std::string* why_not) { return int8_available(b, why_not); }
 bool bf16_backend_available(Bf16Backend b, std::string* why_not) { return bf16_available(b, why_not); }
@@ -285,6 +306,8 @@ std::string backends_line() {
     << (i8 == initial_int8().backend ? initial_int8().note : "overridden in this process") << "), bf16 ";
   if (b16 == Bf16Backend::kF32) {
     s << "f32-emulated";
+  } else if (b16 == Bf16Backend::kDpbf16) {
+    s << "dpbf16 (s3r's vdpbf16ps panels)";
   } else {
     s << "onednn (" << (cpu_features().has_native_bf16() ? "native" : "emulated by oneDNN") << ")";
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/parallel_blocks.hpp"
+#include "gemm/bf16_gemm.hpp"
 #include "gemm/matmul_dx.hpp"
 #include "gemm/onednn_matmul.hpp"
 #include "gemm/s8_gemm.hpp"
@@ -243,6 +244,8 @@ void matmul_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const Mat
                 "products were emulated, S3R_GEMM_BF16=f32), but the native bf16 backend reads "
                 "bf16 values");
   }
+  // s3r's own: each output's sum is one chain over K, the same for any split (no fixed tiles).
+  if (bf16_backend() == Bf16Backend::kDpbf16) return bf16_panels::gemm(C, A.values, B.values, s, accumulate);
   float_product(Type::kBf16, C, A.values, B.values, s, accumulate);
 }
 
@@ -262,7 +265,11 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
   out.resize(static_cast<size_t>(s.M * s.N));
   MatmulShape packed = s;
   packed.ldc = s.N;
-  emulated_bf16(out.data(), Bf16Operand{A}, Bf16Operand{B}, packed, false);
+  if (bf16_backend() == Bf16Backend::kDpbf16) {
+    bf16_panels::gemm(out.data(), A, B, packed, false);
+  } else {
+    emulated_bf16(out.data(), Bf16Operand{A}, Bf16Operand{B}, packed, false);
+  }
   for (int64_t m = 0; m < s.M; ++m) {
     for (int64_t n = 0; n < s.N; ++n) C[m * s.ldc + n] = to_bf16(out[m * s.N + n]);
   }

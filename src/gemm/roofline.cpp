@@ -143,7 +143,7 @@ LoopChoice int8_loop(const CpuFeatures& f) {
 
 // No loop: bf16 runs as f32 (the caller uses the f32 limit).
 LoopChoice bf16_loop(const CpuFeatures& f) {
-  if (bf16_backend() == Bf16Backend::kOnednn) {
+  if (bf16_backend() != Bf16Backend::kF32) {
 #ifdef S3R_HAVE_AVX512
     if (f.amx_bf16) return {kernels::peak::avx512::amx_bf16, "AMX tdpbf16ps"};
     if (f.avx512_bf16) return {kernels::peak::avx512::dpbf16_zmm, "vdpbf16ps zmm"};

@@ -41,7 +41,7 @@ inline void transpose8x8(float* dst, int64_t ldd, const float* src, int64_t lds)
 
 // dst[d * ldd + r] = src[r * lds + d] for r < n, 0 for n <= r < 32 (d < hd): 8 x 8 tiles, the
 // edges element by element.
-void transpose_block(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t n,
+[[maybe_unused]] void transpose_block(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t n,
                      int64_t hd) {
   const int64_t n8 = n / 8 * 8, hd8 = hd / 8 * 8;
   for (int64_t r = 0; r < n8; r += 8) {

@@ -60,7 +60,7 @@ int64_t Model::estimate_bytes(const ModelConfig& c, const nn::Recipe& recipe) {
   const double NH = static_cast<double>(c.heads), L = static_cast<double>(c.layers);
   // Bytes per element of a projection's operand copies: int8 codes, bf16 (plus its f32 widening
   // where bf16 products are emulated), or f32.
-  const bool emulated = gemm::bf16_backend() != gemm::Bf16Backend::kOnednn;
+  const bool emulated = gemm::bf16_backend() == gemm::Bf16Backend::kF32;
   const LinearMode mode = recipe.projections(), head_mode = recipe.head();
   const double operand = nn::is_int8(mode) ? 1.0 : mode == nn::LinearMode::kBf16 ? (emulated ? 6.0 : 2.0) : 4.0;
   const double head = head_mode == LinearMode::kF32 ? 4.0 : nn::is_int8(head_mode) ? 1.0 : (emulated ? 6.0 : 2.0);

@@ -108,7 +108,7 @@ TEST(Matmul, Bf16ToF32MatchesReferenceInEveryBackend) {
     for (bool tiles : {true, false}) {
       ScopedBf16Backend scoped(backend);
       ScopedThreadInvariant scoped_tiles(tiles);
-      const std::string name = std::string(backend == Bf16Backend::kF32 ? "bf16->f32 emulated" : "bf16->f32 onednn") +
+      const std::string name = "bf16->f32 " + std::string(to_string(backend)) +
                                (tiles ? " tiles" : "");
       check_float_product<bf16, float>(name.c_str(), false);
       check_float_product<bf16, float>((name + " acc").c_str(), true);
@@ -119,7 +119,7 @@ TEST(Matmul, Bf16ToF32MatchesReferenceInEveryBackend) {
 TEST(Matmul, Bf16ToBf16MatchesReferenceInEveryBackend) {
   for (Bf16Backend backend : bf16_backends()) {
     ScopedBf16Backend scoped(backend);
-    check_float_product<bf16, bf16>(backend == Bf16Backend::kF32 ? "bf16->bf16 emulated" : "bf16->bf16 onednn", false);
+    check_float_product<bf16, bf16>(("bf16->bf16 " + std::string(to_string(backend))).c_str(), false);
   }
 }
 
