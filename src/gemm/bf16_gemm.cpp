@@ -32,7 +32,7 @@ struct Operand {
 };
 
 // Packs `panels` panels of x from panel `first` on, rows < rows, into out (panel 0 of out is x's
-// panel `first`), in tasks of whole groups of panels over the threads.
+// panel `first`), in tasks of whole groups of panels over the threads: A's, once per product.
 void pack(bf16* out, const Operand& x, int64_t first, int64_t panels, int64_t rows, int64_t K, int64_t kp) {
 #ifdef S3R_HAVE_AVX512
   // A k-major operand goes in one task per thread (long runs of its rows in order); others by panel.
