@@ -164,6 +164,15 @@ ProductRates product_rates(int64_t n) {
   return r;
 }
 
+// The floor below which a product's rate says its limit was measured far too high. The sanitizer
+// preset is a Debug build, 20-50x slower: there the VNNI GEMM's int8 product ran at 1.9% of its
+// limit on an AMD Zen 4 in a slow spell of the host (2026-12-06), so its floor is ten times lower.
+#ifdef NDEBUG
+constexpr double kRateFloor = 0.02;
+#else
+constexpr double kRateFloor = 0.002;
+#endif
+
 TEST(Roofline, LimitsBoundLargeProductsOfEachType) {
   RooflineLimits l = roofline_limits();
   ASSERT_GT(l.f32.per_s, 0);
@@ -191,7 +200,7 @@ TEST(Roofline, LimitsBoundLargeProductsOfEachType) {
     if (limit.per_s <= 0) continue;  // the reference int8 GEMM
     std::printf("%s product %.3g multiply-adds/s, limit %.3g (%s)\n", name, rate, limit.per_s, limit.instruction.c_str());
     EXPECT_LE(rate, 1.15 * limit.per_s) << name << ": " << limit.instruction;
-    EXPECT_GE(rate, 0.02 * limit.per_s) << name << ": " << limit.instruction;
+    EXPECT_GE(rate, kRateFloor * limit.per_s) << name << ": " << limit.instruction;
   }
 }
 
