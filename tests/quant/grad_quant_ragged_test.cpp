@@ -139,7 +139,9 @@ TEST(GradQuantRagged, StatisticsAreMeansOverEachExamplesRows) {
           for (int64_t n = 0; n < N; ++n) {
             ASSERT_NEAR(out.stats[q].channel_mean[b * N + n], a[n], tol) << ctx << " b=" << b << " n=" << n;
           }
-          if (rows == 0) EXPECT_EQ(out.stats[q].grand_mean[b], 0.0f) << ctx;
+          if (rows == 0) {
+            EXPECT_EQ(out.stats[q].grand_mean[b], 0.0f) << ctx;
+          }
         }
       }
     }
