@@ -97,11 +97,14 @@ struct AttnHead {
 inline int64_t attention_padded(int64_t S) {
   return (S + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
 }
-inline int64_t attention_forward_scratch(int64_t head_dim) {
-  return 2 * head_dim * kAttnBlock + kAttnBlock * kAttnBlock + 4 * kAttnBlock;
+// (The forward's: q transposed, the block's accumulators, and the probabilities and rescalings of
+// all its key blocks, the vector tiers accumulating p v over all of them at once.)
+inline int64_t attention_forward_scratch(int64_t seq_len, int64_t head_dim) {
+  return 2 * head_dim * kAttnBlock + (kAttnBlock + 1) * attention_padded(seq_len) + 2 * kAttnBlock;
 }
+// (The backward's: q and dout transposed, and in the AVX2 tier q, dout, k, v copied contiguous.)
 inline int64_t attention_backward_scratch(int64_t seq_len, int64_t head_dim) {
-  return 2 * head_dim * attention_padded(seq_len) + 2 * attention_padded(seq_len) +
+  return 6 * head_dim * attention_padded(seq_len) + 2 * attention_padded(seq_len) +
          2 * kAttnBlock * kAttnBlock;
 }
 

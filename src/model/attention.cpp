@@ -119,7 +119,7 @@ void flash_attention_forward(std::span<float> out, std::span<float> lse, std::sp
   // prefetches rows its thread reads next (kernels/attention_rows.hpp); with fewer, one by one.
   const int64_t per_task = static_cast<int64_t>(heads_total) >= 4 * parallel_threads() ? blocks : 1;
   parallel_blocks_dynamic(tasks, per_task, [&](int64_t t0, int64_t t1) {
-    float* scratch = thread_scratch(kernels::attention_forward_scratch(d.HD));
+    float* scratch = thread_scratch(kernels::attention_forward_scratch(d.S, d.HD));
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t blk = task % blocks, bh = task / blocks, b = bh / d.NH, h = bh % d.NH;
       kern.forward_block(out.data() + b * d.S * d.C() + h * d.HD, lse.data() + bh * d.S,

@@ -104,9 +104,11 @@ void score_tile(float* st, const float* a, int64_t lda, const float* bt, int64_t
   }
 }
 
-// XT rows x (8 NV) columns of c, the last vector's first `last_n` lanes only: c = +0 (init), or
-// c = c * alpha[x] (when alpha is set), then for y in [y0, y1) in order
-// c[x, :] = fma(coef[x cx + y cy], r[y, :], c[x, :]).
+// XT rows x (8 NV) columns of c, the last vector's first `last_n` lanes only: c = +0 (init) or
+// as read, then for y in [y0, y1) in order c[x, :] = fma(coef[x cx + y cy], r[y, :], c[x, :]);
+// with alpha set, first c[x, :] = c[x, :] * alpha[y + x] at each y > y0 that is a multiple of
+// 32 (the forward's rescaling as each key block after the first starts: the forward runs over
+// all of a query block's keys at once, its accumulators in registers throughout).
 template <int XT, int NV>
 void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy, const float* r,
                 int64_t ldr, int64_t y0, int64_t y1, bool init, const float* alpha,
@@ -116,24 +118,31 @@ void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy
   for (int x = 0; x < XT; ++x) {
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
-      if (init) {
-        acc[x][v] = _mm256_setzero_ps();
-        continue;
-      }
-      acc[x][v] = load8(c + x * ldc + 8 * v, v == NV - 1 ? last_n : 8);
-      if (alpha != nullptr) acc[x][v] = _mm256_mul_ps(acc[x][v], _mm256_set1_ps(alpha[x]));
+      acc[x][v] = init ? _mm256_setzero_ps() : load8(c + x * ldc + 8 * v, v == NV - 1 ? last_n : 8);
     }
   }
-  for (int64_t y = y0; y < y1; ++y) {
-    __m256 rv[NV];
+  for (int64_t yb = y0; yb < y1;) {
+    const int64_t ye = alpha != nullptr ? std::min(y1, (yb / kB + 1) * kB) : y1;
+    if (alpha != nullptr && yb != y0) {
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) rv[v] = load8(r + y * ldr + 8 * v, v == NV - 1 ? last_n : 8);
+      for (int x = 0; x < XT; ++x) {
+        const __m256 a = _mm256_set1_ps(alpha[yb + x]);
 #pragma GCC unroll 16
-    for (int x = 0; x < XT; ++x) {
-      const __m256 w = _mm256_broadcast_ss(coef + x * cx + y * cy);
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[x][v] = _mm256_fmadd_ps(w, rv[v], acc[x][v]);
+        for (int v = 0; v < NV; ++v) acc[x][v] = _mm256_mul_ps(acc[x][v], a);
+      }
     }
+    for (int64_t y = yb; y < ye; ++y) {
+      __m256 rv[NV];
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) rv[v] = load8(r + y * ldr + 8 * v, v == NV - 1 ? last_n : 8);
+#pragma GCC unroll 16
+      for (int x = 0; x < XT; ++x) {
+        const __m256 w = _mm256_broadcast_ss(coef + x * cx + y * cy);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[x][v] = _mm256_fmadd_ps(w, rv[v], acc[x][v]);
+      }
+    }
+    yb = ye;
   }
 #pragma GCC unroll 16
   for (int x = 0; x < XT; ++x) {
@@ -154,20 +163,20 @@ constexpr AccumFn kAccum[kXt][kNv] = {S3R_ACCUM_ROW(1), S3R_ACCUM_ROW(2), S3R_AC
                                       S3R_ACCUM_ROW(4)};
 #undef S3R_ACCUM_ROW
 
-// As in the AVX-512 twin: which y a row x accumulates over.
+// As in the AVX-512 twin: which y a row x accumulates over (the diagonal pair's y from yd on).
 enum class Range { kAll, kKeysUpToGroup, kRowsFromGroup };
 
 void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx, int64_t cy,
                 const float* r, int64_t ldr, int64_t ny, int64_t hd, bool init, const float* alpha,
-                Range range) {
+                Range range, int64_t yd = 0) {
   for (int64_t d0 = 0; d0 < hd; d0 += 8 * kNv) {
     const int64_t w = std::min<int64_t>(8 * kNv, hd - d0);
     const int64_t nv = (w + 7) / 8;
     const int64_t last_n = w - 8 * (nv - 1);
     for (int64_t x = 0; x < nx; x += kXt) {
       const int64_t xt = std::min<int64_t>(kXt, nx - x);
-      const int64_t y0 = range == Range::kRowsFromGroup ? x : 0;
-      const int64_t y1 = range == Range::kKeysUpToGroup ? std::min(ny, x + kXt) : ny;
+      const int64_t y0 = range == Range::kRowsFromGroup ? yd + x : 0;
+      const int64_t y1 = range == Range::kKeysUpToGroup ? std::min(ny, yd + x + kXt) : ny;
       kAccum[xt - 1][nv - 1](c + x * ldc + d0, ldc, coef + x * cx, cx, cy, r + d0, ldr, y0, y1,
                              init, alpha != nullptr ? alpha + x : nullptr, last_n);
     }
@@ -254,34 +263,38 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
                              float* scratch) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, ldkv = h.ld_kv;
   const int64_t i0 = block * kB, ni = std::min(kB, S - i0);
-  float* qt = scratch;        // (HD, 32)
-  float* acc = qt + HD * kB;  // (32, HD)
-  float* p = acc + kB * HD;   // (32, 32): p[j * 32 + r]
-  float* ms = p + kB * kB;    // (32)
-  float* ls = ms + kB;        // (32)
-  float* alpha = ls + kB;     // (32)
-  transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
   const int64_t W = window_or_all(h.window), jfirst = first_key_block(i0, h.window);
+  const int64_t nk = i0 - jfirst + ni;     // the keys jfirst .. i0 + ni - 1
+  float* qt = scratch;                     // (HD, 32)
+  float* acc = qt + HD * kB;               // (32, HD)
+  float* ms = acc + kB * HD;               // (32)
+  float* ls = ms + kB;                     // (32)
+  float* alpha = ls + kB;                  // (Sp): key block jfirst + b's at 32 b
+  float* p = alpha + attention_padded(S);  // (Sp, 32): key jfirst + y's at 32 y: p[y * 32 + r]
+  transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
   std::fill(ms, ms + kB, std::numeric_limits<float>::lowest());
   std::fill(ls, ls + kB, 0.0f);
   for (int64_t j0 = jfirst; j0 <= i0; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     prefetch_next_block(h, i0, j0, jfirst);
-    score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
+    float* pb = p + (j0 - jfirst) * kB;
+    float* ab = alpha + (j0 - jfirst);
+    score_tile(pb, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
     const bool full = pair_unmasked(i0, ni, j0, W);
     for (int64_t g = 0; g < kB; g += 8) {  // lanes g..g+7 of the 32 query rows
       // In the diagonal pair, keys past the 16-row half's last row: masked, scores not computed.
       const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
       if (full) {
-        online_softmax_lanes<false>(p + g, ms + g, ls + g, alpha + g, g, j0 - i0, jn, W);
+        online_softmax_lanes<false>(pb + g, ms + g, ls + g, ab + g, g, j0 - i0, jn, W);
       } else {
-        online_softmax_lanes<true>(p + g, ms + g, ls + g, alpha + g, g, j0 - i0, jn, W);
+        online_softmax_lanes<true>(pb + g, ms + g, ls + g, ab + g, g, j0 - i0, jn, W);
       }
     }
-    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == jfirst, alpha,
-               diagonal ? Range::kKeysUpToGroup : Range::kAll);
   }
+  // acc = p v over all the keys at once, rescaled by each key block's alpha as it starts.
+  accum_rows(acc, HD, ni, p, 1, kB, h.v + jfirst * ldkv, ldkv, nk, HD, true, alpha,
+             Range::kKeysUpToGroup, i0 - jfirst);
   const bool lines = out_rows_are_lines(out, h);  // then streamed (kernels/attention_rows.hpp)
   for (int64_t r = 0; r < ni; ++r) {
     const __m256 lv = _mm256_set1_ps(ls[r]);
@@ -310,11 +323,18 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
   float* L = D + Sp;          // (Sp)
   float* p = L + Sp;          // (32, 32): p[j * 32 + r]
   float* ds = p + kB * kB;    // (32, 32)
+  // The head's q, dout, k, v rows, contiguous (kernels/attention_rows.hpp: compact_rows).
+  float* qc = ds + kB * kB;   // (S, HD)
+  float* doc = qc + Sp * HD;  // (S, HD)
+  float* kc = doc + Sp * HD;  // (S, HD)
+  float* vc = kc + Sp * HD;   // (S, HD)
   for (int64_t i0 = 0; i0 < S; i0 += kB) {
     const int64_t ni = std::min(kB, S - i0);
-    transpose_block(qt + i0 * HD, kB, h.q + i0 * ld, ld, ni, HD);
-    transpose_block(dot + i0 * HD, kB, dout + i0 * ld, ld, ni, HD);
+    transpose_block(qt + i0 * HD, kB, h.q + i0 * ld, ld, ni, HD, qc + i0 * HD);
+    transpose_block(dot + i0 * HD, kB, dout + i0 * ld, ld, ni, HD, doc + i0 * HD);
   }
+  compact_rows(kc, h.k, ldkv, S, HD);
+  compact_rows(vc, h.v, ldkv, S, HD);
   row_dots(D, dout, out, S, ld, HD);
   std::copy(lse, lse + S, L);
   std::fill(D + S, D + Sp, 0.0f);
@@ -328,8 +348,8 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
     for (int64_t i0 = j0; i0 < S && first_key_block(i0, h.window) <= j0; i0 += kB) {
       const int64_t ni = std::min(kB, S - i0);
       const bool diagonal = i0 == j0;
-      score_tile(p, h.k + j0 * ldkv, ldkv, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
-      score_tile(ds, h.v + j0 * ldkv, ldkv, dot + i0 * HD, kB, HD, nj, diagonal, 1.0f);
+      score_tile(p, kc + j0 * HD, HD, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
+      score_tile(ds, vc + j0 * HD, HD, dot + i0 * HD, kB, HD, nj, diagonal, 1.0f);
       for (int64_t g = 0; g < kB; g += 8) {
         const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
         const __m256 Lg = _mm256_loadu_ps(L + i0 + g), Dg = _mm256_loadu_ps(D + i0 + g);
@@ -344,11 +364,11 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
       }
       const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
       const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;
-      accum_rows(dv + j0 * lddkv, lddkv, nj, p, kB, 1, dout + i0 * ld, ld, ni, HD, diagonal,
+      accum_rows(dv + j0 * lddkv, lddkv, nj, p, kB, 1, doc + i0 * HD, HD, ni, HD, diagonal,
                  nullptr, rows);
-      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, h.q + i0 * ld, ld, ni, HD, diagonal,
+      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, qc + i0 * HD, HD, ni, HD, diagonal,
                  nullptr, rows);
-      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, h.k + j0 * ldkv, ldkv, nj, HD,
+      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, kc + j0 * HD, HD, nj, HD,
                  j0 == first_key_block(i0, h.window), nullptr, keys);
     }
   }

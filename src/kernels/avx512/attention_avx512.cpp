@@ -118,10 +118,13 @@ void score_tile(float* st, const float* a, int64_t lda, const float* bt, int64_t
   score_keys<1>(st + 16, a, lda, bt + 16, ldb, hd, 16, nj, scale);
 }
 
-// XT rows x (16 NV) columns of c: c = +0 (init), or c = c * alpha[x] (when alpha is set), then
-// for y in [y0, y1) in order c[x, :] = fma(coef[x * cx + y * cy], r[y, :], c[x, :]). The last
-// vector is masked by `last`: an AllLanes16 (a whole vector, plain loads and stores; see
-// for_each_vector16) or a __mmask16.
+// XT rows x (16 NV) columns of c: c = +0 (init) or as read, then for y in [y0, y1) in order
+// c[x, :] = fma(coef[x * cx + y * cy], r[y, :], c[x, :]); with alpha set, first
+// c[x, :] = c[x, :] * alpha[y + x] at each y > y0 that is a multiple of 32 (the forward's
+// rescaling as each key block after the first starts: the forward runs over all of a query
+// block's keys at once, its accumulators in registers throughout). The last vector is masked by
+// `last`: an AllLanes16 (a whole vector, plain loads and stores; see for_each_vector16) or a
+// __mmask16.
 template <int XT, int NV, class LastMask>
 void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy, const float* r,
                 int64_t ldr, int64_t y0, int64_t y1, bool init, const float* alpha,
@@ -132,27 +135,34 @@ void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
       const __mmask16 m = v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF);
-      if (init) {
-        acc[x][v] = _mm512_setzero_ps();
-        continue;
-      }
-      acc[x][v] = _mm512_maskz_loadu_ps(m, c + x * ldc + 16 * v);
-      if (alpha != nullptr) acc[x][v] = _mm512_mul_ps(acc[x][v], _mm512_set1_ps(alpha[x]));
+      acc[x][v] = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, c + x * ldc + 16 * v);
     }
   }
-  for (int64_t y = y0; y < y1; ++y) {
-    __m512 rv[NV];
+  for (int64_t yb = y0; yb < y1;) {
+    const int64_t ye = alpha != nullptr ? std::min(y1, (yb / kB + 1) * kB) : y1;
+    if (alpha != nullptr && yb != y0) {
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      const __mmask16 m = v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF);
-      rv[v] = _mm512_maskz_loadu_ps(m, r + y * ldr + 16 * v);
+      for (int x = 0; x < XT; ++x) {
+        const __m512 a = _mm512_set1_ps(alpha[yb + x]);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[x][v] = _mm512_mul_ps(acc[x][v], a);
+      }
     }
+    for (int64_t y = yb; y < ye; ++y) {
+      __m512 rv[NV];
 #pragma GCC unroll 16
-    for (int x = 0; x < XT; ++x) {
-      const __m512 w = _mm512_set1_ps(coef[x * cx + y * cy]);
+      for (int v = 0; v < NV; ++v) {
+        const __mmask16 m = v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF);
+        rv[v] = _mm512_maskz_loadu_ps(m, r + y * ldr + 16 * v);
+      }
 #pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[x][v] = _mm512_fmadd_ps(w, rv[v], acc[x][v]);
+      for (int x = 0; x < XT; ++x) {
+        const __m512 w = _mm512_set1_ps(coef[x * cx + y * cy]);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[x][v] = _mm512_fmadd_ps(w, rv[v], acc[x][v]);
+      }
     }
+    yb = ye;
   }
 #pragma GCC unroll 16
   for (int x = 0; x < XT; ++x) {
@@ -181,24 +191,24 @@ constexpr AccumFn<__mmask16> kAccumPartial[kXt][4] = {
     S3R_ACCUM_ROW(4, __mmask16)};
 #undef S3R_ACCUM_ROW
 
-// Which y a row x accumulates over (kernels/attention_kernels.hpp): all of [0, ny); in the
-// diagonal pair, keys up to the end of x's group (kKeysUpToGroup: x a query row, y keys) or rows
-// from the start of x's group on (kRowsFromGroup: x a key, y query rows).
+// Which y a row x accumulates over (kernels/attention_kernels.hpp): all of [0, ny); with the
+// diagonal pair's y from yd on, keys up to the end of x's group (kKeysUpToGroup: x a query row,
+// y keys) or rows from the start of x's group on (kRowsFromGroup: x a key, y query rows).
 enum class Range { kAll, kKeysUpToGroup, kRowsFromGroup };
 
 // Rows x < nx of c (stride ldc, hd columns): accum_tile over tiles of one group x 64 columns.
 // init: c starts at +0 (its first visit) instead of being read.
 void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx, int64_t cy,
                 const float* r, int64_t ldr, int64_t ny, int64_t hd, bool init, const float* alpha,
-                Range range) {
+                Range range, int64_t yd = 0) {
   for (int64_t d0 = 0; d0 < hd; d0 += 64) {
     const int64_t w = std::min<int64_t>(64, hd - d0);
     const int64_t nv = (w + 15) / 16;
     const __mmask16 last = first_lanes(w - 16 * (nv - 1));
     for (int64_t x = 0; x < nx; x += kXt) {
       const int64_t xt = std::min<int64_t>(kXt, nx - x);
-      const int64_t y0 = range == Range::kRowsFromGroup ? x : 0;
-      const int64_t y1 = range == Range::kKeysUpToGroup ? std::min(ny, x + kXt) : ny;
+      const int64_t y0 = range == Range::kRowsFromGroup ? yd + x : 0;
+      const int64_t y1 = range == Range::kKeysUpToGroup ? std::min(ny, yd + x + kXt) : ny;
       const float* ax = alpha != nullptr ? alpha + x : nullptr;
       if (w == 16 * nv) {
         kAccumWhole[xt - 1][nv - 1](c + x * ldc + d0, ldc, coef + x * cx, cx, cy, r + d0, ldr, y0,
@@ -317,13 +327,14 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
                              float* scratch) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, ldkv = h.ld_kv;
   const int64_t i0 = block * kB, ni = std::min(kB, S - i0);
-  float* qt = scratch;        // (HD, 32)
-  float* acc = qt + HD * kB;  // (32, HD)
-  float* p = acc + kB * HD;   // (32, 32): p[j * 32 + r]
-  float* ms = p + kB * kB;    // (32)
-  float* ls = ms + kB;        // (32)
-  float* alpha = ls + kB;     // (32)
   const int64_t W = window_or_all(h.window), jfirst = first_key_block(i0, h.window);
+  const int64_t nk = i0 - jfirst + ni;     // the keys jfirst .. i0 + ni - 1
+  float* qt = scratch;                     // (HD, 32)
+  float* acc = qt + HD * kB;               // (32, HD)
+  float* ms = acc + kB * HD;               // (32)
+  float* ls = ms + kB;                     // (32)
+  float* alpha = ls + kB;                  // (Sp): key block jfirst + b's at 32 b
+  float* p = alpha + attention_padded(S);  // (Sp, 32): key jfirst + y's at 32 y: p[y * 32 + r]
   transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
   for (int64_t half = 0; half < kB; half += 16) {
     _mm512_storeu_ps(ms + half, _mm512_set1_ps(std::numeric_limits<float>::lowest()));
@@ -333,15 +344,18 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     prefetch_next_block(h, i0, j0, jfirst);
-    score_tile(p, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
+    float* pb = p + (j0 - jfirst) * kB;
+    float* ab = alpha + (j0 - jfirst);
+    score_tile(pb, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
     if (pair_unmasked(i0, ni, j0, W)) {
-      online_softmax_full(p, ms, ls, alpha);
+      online_softmax_full(pb, ms, ls, ab);
     } else {
-      online_softmax_masked(p, ms, ls, alpha, i0 - j0, nj, diagonal, W);
+      online_softmax_masked(pb, ms, ls, ab, i0 - j0, nj, diagonal, W);
     }
-    accum_rows(acc, HD, ni, p, 1, kB, h.v + j0 * ldkv, ldkv, nj, HD, j0 == jfirst, alpha,
-               diagonal ? Range::kKeysUpToGroup : Range::kAll);
   }
+  // acc = p v over all the keys at once, rescaled by each key block's alpha as it starts.
+  accum_rows(acc, HD, ni, p, 1, kB, h.v + jfirst * ldkv, ldkv, nk, HD, true, alpha,
+             Range::kKeysUpToGroup, i0 - jfirst);
   const bool lines = out_rows_are_lines(out, h);  // then streamed (kernels/attention_rows.hpp)
   for (int64_t r = 0; r < ni; ++r) {
     const __m512 lv = _mm512_set1_ps(ls[r]);
