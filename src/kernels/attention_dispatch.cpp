@@ -9,14 +9,16 @@ namespace s3r::kernels {
 
 const AttentionKernels& attention_kernels_for(Isa isa) {
   static constexpr AttentionKernels kRef{ref::attention_forward_block,
-                                         ref::attention_backward_head};
+                                         ref::attention_backward_head, attention_backward_scratch};
 #ifdef S3R_HAVE_AVX2
   static constexpr AttentionKernels kAvx2{avx2::attention_forward_block,
-                                          avx2::attention_backward_head};
+                                          avx2::attention_backward_head,
+                                          attention_backward_scratch_copies};
 #endif
 #ifdef S3R_HAVE_AVX512
   static constexpr AttentionKernels kAvx512{avx512::attention_forward_block,
-                                            avx512::attention_backward_head};
+                                            avx512::attention_backward_head,
+                                            attention_backward_scratch};
 #endif
   switch (isa) {
     case Isa::kReference:

@@ -102,10 +102,15 @@ inline int64_t attention_padded(int64_t S) {
 inline int64_t attention_forward_scratch(int64_t seq_len, int64_t head_dim) {
   return 2 * head_dim * kAttnBlock + (kAttnBlock + 1) * attention_padded(seq_len) + 2 * kAttnBlock;
 }
-// (The backward's: q and dout transposed, and in the AVX2 tier q, dout, k, v copied contiguous.)
+// (The backward's: q and dout transposed, D, lse, a pair's p and dS.)
 inline int64_t attention_backward_scratch(int64_t seq_len, int64_t head_dim) {
-  return 6 * head_dim * attention_padded(seq_len) + 2 * attention_padded(seq_len) +
+  return 2 * head_dim * attention_padded(seq_len) + 2 * attention_padded(seq_len) +
          2 * kAttnBlock * kAttnBlock;
+}
+// The AVX2 backward's: the above and contiguous copies of the head's q, dout, k and v rows
+// (kernels/attention_rows.hpp: compact_rows).
+inline int64_t attention_backward_scratch_copies(int64_t seq_len, int64_t head_dim) {
+  return attention_backward_scratch(seq_len, head_dim) + 4 * head_dim * attention_padded(seq_len);
 }
 
 #define S3R_DECLARE_ATTENTION_KERNELS                                                             \
@@ -116,7 +121,7 @@ inline int64_t attention_backward_scratch(int64_t seq_len, int64_t head_dim) {
   void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,          \
                                float* scratch);                                                   \
   /* The whole head: dq (S rows, stride h.ld), dk, dv (S rows, stride h.ld_dkv), HD columns,     \
-     overwritten; dout, out as q; lse (S). scratch: attention_backward_scratch. */                \
+     overwritten; dout, out as q; lse (S). scratch: the tier's backward_scratch(S, HD) floats. */  \
   void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,                \
                                const float* out, const float* lse, const AttnHead& h,             \
                                float* scratch);
@@ -138,6 +143,7 @@ S3R_DECLARE_ATTENTION_KERNELS
 struct AttentionKernels {
   decltype(&ref::attention_forward_block) forward_block;
   decltype(&ref::attention_backward_head) backward_head;
+  decltype(&attention_backward_scratch) backward_scratch;  // floats backward_head needs
 };
 
 // The attention kernels of `isa`; throws s3r::Error if this build has no such tier.

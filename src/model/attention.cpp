@@ -148,7 +148,7 @@ void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::spa
   work::add_mac_f32(5 * static_cast<uint64_t>(d.B * d.NH) * unmasked_pairs(S, window) * static_cast<uint64_t>(HD));
   // q, out, dout, dq; k, v, dk, dv; lse
   work::add_floats(static_cast<uint64_t>(4 * d.T * d.C() + 4 * d.T * d.Ckv() + d.B * d.NH * S));
-  const int64_t kernel_scratch = kernels::attention_backward_scratch(S, HD);
+  const int64_t kernel_scratch = kern.backward_scratch(S, HD);
   // One (example, kv head) per task: it owns its slices of dk, dv and those of dq of its G query
   // heads, and runs the heads in order: the first writes dk, dv in place, each later one into
   // (S, HD) scratch that is then added to them (dk = ((dk_h0 + dk_h1) + dk_h2) + ..., f32).

@@ -323,7 +323,7 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
   float* L = D + Sp;          // (Sp)
   float* p = L + Sp;          // (32, 32): p[j * 32 + r]
   float* ds = p + kB * kB;    // (32, 32)
-  // The head's q, dout, k, v rows, contiguous (kernels/attention_rows.hpp: compact_rows).
+  // The head's q, dout, k, v rows, contiguous (attention_backward_scratch_copies).
   float* qc = ds + kB * kB;   // (S, HD)
   float* doc = qc + Sp * HD;  // (S, HD)
   float* kc = doc + Sp * HD;  // (S, HD)
