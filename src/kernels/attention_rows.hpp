@@ -46,7 +46,7 @@ inline void prefetch_next_block(const AttnHead& h, int64_t i0, int64_t j0, int64
 // a quarter of the L1 cache's sets, and a 32-row block of them fills their ways. On an AMD Zen 4
 // one AVX2 accumulation over a 32 x 32 pair (HD = 64, all in L1 or L2) took 4100 TSC cycles
 // reading rows 1 KB apart and 3350 reading them contiguous (2905 at the FMA limit); `small`'s
-// backward, one thread, 3-5% less time. The AVX-512 backward was 3-4% slower with the copies
+// backward, one thread, about 3% less time. The AVX-512 backward was 3-4% slower with copies
 // (its tile reads whole 256-byte rows), so it reads the rows in place.
 inline void compact_rows(float* dst, const float* src, int64_t lds, int64_t rows, int64_t hd) {
   for (int64_t r = 0; r < rows; ++r) std::copy(src + r * lds, src + r * lds + hd, dst + r * hd);
