@@ -18,7 +18,7 @@ const AttentionKernels& attention_kernels_for(Isa isa) {
 #ifdef S3R_HAVE_AVX512
   static constexpr AttentionKernels kAvx512{avx512::attention_forward_block,
                                             avx512::attention_backward_head,
-                                            attention_backward_scratch};
+                                            attention_backward_scratch_copies};
 #endif
   switch (isa) {
     case Isa::kReference:

@@ -30,7 +30,8 @@ struct GqaCase {
 const std::vector<GqaCase>& gqa_sweep() {
   static const std::vector<GqaCase> cases = {
       {{2, 37, 4, 8}, 2},  {{2, 37, 4, 8}, 1},   {{1, 70, 4, 16}, 2}, {{1, 70, 4, 16}, 1},
-      {{2, 33, 6, 24}, 3}, {{1, 100, 4, 64}, 2}, {{2, 37, 4, 8}, 4}};
+      {{2, 33, 6, 24}, 3}, {{1, 100, 4, 64}, 2}, {{2, 37, 4, 8}, 4},
+      {{1, 40, 8, 64}, 2}};  // q's rows 2 KB apart (copied), k's and v's 512 bytes
   return cases;
 }
 

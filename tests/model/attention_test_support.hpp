@@ -426,7 +426,8 @@ inline void expect_tiers_agree(const std::vector<Shape>& shapes, uint32_t seed, 
 inline const std::vector<Shape>& sweep() {
   static const std::vector<Shape> shapes = {{1, 1, 1, 2},   {2, 31, 2, 6},   {1, 32, 2, 16},
                                             {2, 33, 1, 24}, {2, 37, 3, 8},   {1, 64, 2, 64},
-                                            {1, 65, 1, 40}, {2, 100, 2, 64}, {1, 100, 1, 80}};
+                                            {1, 65, 1, 40}, {2, 100, 2, 64}, {1, 100, 1, 80},
+                                            {1, 40, 8, 64}};  // rows 2 KB apart: copied
   return shapes;
 }
 
