@@ -1,6 +1,6 @@
 #pragma once
-// Memory traffic of the fused attention's forward in the vector tiers (kernels/attention_kernels.hpp):
-// none of it changes a result.
+// Memory traffic of the fused attention in the vector tiers (kernels/attention_kernels.hpp): none
+// of it changes a result.
 //   - The next query block's q, k and v rows are prefetched while this block computes: a thread
 //     takes a head's blocks in order (model/attention.cpp), and their rows come from the last-level
 //     cache or memory (the projections that wrote them stream large outputs past the caches). On
@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/attention_kernels.hpp"
+#include "kernels/transpose_f32_block.hpp"
 
 namespace s3r::kernels {
 namespace {  // NOLINT(build/namespaces): internal linkage per tier, see above
@@ -58,6 +59,44 @@ inline void compact_rows(float* dst, const float* src, int64_t lds, int64_t rows
 }
 // Whether rows `ld` floats apart put more than 8 lines of a 32-row block into one L1 set.
 inline bool rows_overfill_l1_sets(int64_t ld) { return (ld * 4) % 2048 == 0; }
+
+// The rows the backward's pairs read: q and dout (stride lq), k and v (stride lkv), in place or
+// contiguous copies.
+struct BackwardRows {
+  const float* q;
+  const float* dout;
+  const float* k;
+  const float* v;
+  int64_t lq, lkv;
+};
+
+// The backward's set-up of the rows: q and dout transposed block by block into qt and dot (block
+// b's (HD, 32) at b * HD * 32, rows past S zero), and, where copy(stride) says so, q and dout
+// (copied while the transposes read them) and k and v copied contiguous into `copies` (4 Sp HD
+// floats: attention_backward_scratch_copies).
+template <class CopyRule>
+BackwardRows backward_rows(const AttnHead& h, const float* dout, float* qt, float* dot,
+                           float* copies, CopyRule copy) {
+  const int64_t S = h.seq_len, HD = h.head_dim, Sp = attention_padded(S);
+  const bool copy_q = copy(h.ld), copy_kv = copy(h.ld_kv);
+  float* qc = copies;         // (S, HD) when copied
+  float* doc = qc + Sp * HD;  // (S, HD)
+  float* kc = doc + Sp * HD;  // (S, HD)
+  float* vc = kc + Sp * HD;   // (S, HD)
+  for (int64_t i0 = 0; i0 < S; i0 += kAttnBlock) {
+    const int64_t ni = std::min(kAttnBlock, S - i0);
+    transpose_block(qt + i0 * HD, kAttnBlock, h.q + i0 * h.ld, h.ld, ni, HD,
+                    copy_q ? qc + i0 * HD : nullptr);
+    transpose_block(dot + i0 * HD, kAttnBlock, dout + i0 * h.ld, h.ld, ni, HD,
+                    copy_q ? doc + i0 * HD : nullptr);
+  }
+  if (copy_kv) {
+    compact_rows(kc, h.k, h.ld_kv, S, HD);
+    compact_rows(vc, h.v, h.ld_kv, S, HD);
+  }
+  return {copy_q ? qc : h.q, copy_q ? doc : dout, copy_kv ? kc : h.k, copy_kv ? vc : h.v,
+          copy_q ? HD : h.ld, copy_kv ? HD : h.ld_kv};
+}
 
 // Whether every output row of the head (out, stride h.ld) is whole 64-byte lines.
 inline bool out_rows_are_lines(const float* out, const AttnHead& h) {

@@ -315,26 +315,16 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
 void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
                              const float* lse, const AttnHead& h, float* scratch) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, Sp = attention_padded(S);
-  const int64_t ldkv = h.ld_kv, lddkv = h.ld_dkv;
-  // q and dout transposed block by block: block b's (HD, 32) at b * HD * 32, rows past S zero.
-  float* qt = scratch;        // (Sp / 32, HD, 32)
-  float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32)
+  const int64_t lddkv = h.ld_dkv;
+  float* qt = scratch;        // (Sp / 32, HD, 32): q transposed (backward_rows)
+  float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32): dout transposed
   float* D = dot + HD * Sp;   // (Sp)
   float* L = D + Sp;          // (Sp)
   float* p = L + Sp;          // (32, 32): p[j * 32 + r]
   float* ds = p + kB * kB;    // (32, 32)
-  // The head's q, dout, k, v rows, contiguous (attention_backward_scratch_copies).
-  float* qc = ds + kB * kB;   // (S, HD)
-  float* doc = qc + Sp * HD;  // (S, HD)
-  float* kc = doc + Sp * HD;  // (S, HD)
-  float* vc = kc + Sp * HD;   // (S, HD)
-  for (int64_t i0 = 0; i0 < S; i0 += kB) {
-    const int64_t ni = std::min(kB, S - i0);
-    transpose_block(qt + i0 * HD, kB, h.q + i0 * ld, ld, ni, HD, qc + i0 * HD);
-    transpose_block(dot + i0 * HD, kB, dout + i0 * ld, ld, ni, HD, doc + i0 * HD);
-  }
-  compact_rows(kc, h.k, ldkv, S, HD);
-  compact_rows(vc, h.v, ldkv, S, HD);
+  // The AVX2 tier reads contiguous copies of the rows at any stride (kernels/attention_rows.hpp).
+  const BackwardRows rows_of = backward_rows(h, dout, qt, dot, ds + kB * kB,
+                                             [](int64_t) { return true; });
   row_dots(D, dout, out, S, ld, HD);
   std::copy(lse, lse + S, L);
   std::fill(D + S, D + Sp, 0.0f);
@@ -348,8 +338,10 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
     for (int64_t i0 = j0; i0 < S && first_key_block(i0, h.window) <= j0; i0 += kB) {
       const int64_t ni = std::min(kB, S - i0);
       const bool diagonal = i0 == j0;
-      score_tile(p, kc + j0 * HD, HD, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
-      score_tile(ds, vc + j0 * HD, HD, dot + i0 * HD, kB, HD, nj, diagonal, 1.0f);
+      score_tile(p, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, qt + i0 * HD, kB, HD, nj, diagonal,
+                 h.scale);
+      score_tile(ds, rows_of.v + j0 * rows_of.lkv, rows_of.lkv, dot + i0 * HD, kB, HD, nj,
+                 diagonal, 1.0f);
       for (int64_t g = 0; g < kB; g += 8) {
         const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
         const __m256 Lg = _mm256_loadu_ps(L + i0 + g), Dg = _mm256_loadu_ps(D + i0 + g);
@@ -364,11 +356,11 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
       }
       const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
       const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;
-      accum_rows(dv + j0 * lddkv, lddkv, nj, p, kB, 1, doc + i0 * HD, HD, ni, HD, diagonal,
-                 nullptr, rows);
-      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, qc + i0 * HD, HD, ni, HD, diagonal,
-                 nullptr, rows);
-      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, kc + j0 * HD, HD, nj, HD,
+      accum_rows(dv + j0 * lddkv, lddkv, nj, p, kB, 1, rows_of.dout + i0 * rows_of.lq,
+                 rows_of.lq, ni, HD, diagonal, nullptr, rows);
+      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, rows_of.q + i0 * rows_of.lq, rows_of.lq,
+                 ni, HD, diagonal, nullptr, rows);
+      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, nj, HD,
                  j0 == first_key_block(i0, h.window), nullptr, keys);
     }
   }

@@ -376,36 +376,15 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
 void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
                              const float* lse, const AttnHead& h, float* scratch) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, Sp = attention_padded(S);
-  const int64_t ldkv = h.ld_kv, lddkv = h.ld_dkv;
-  // q and dout transposed block by block: block b's (HD, 32) at b * HD * 32, rows past S zero.
-  float* qt = scratch;        // (Sp / 32, HD, 32)
-  float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32)
+  const int64_t lddkv = h.ld_dkv;
+  float* qt = scratch;        // (Sp / 32, HD, 32): q transposed (backward_rows)
+  float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32): dout transposed
   float* D = dot + HD * Sp;   // (Sp)
   float* L = D + Sp;          // (Sp)
   float* p = L + Sp;          // (32, 32): p[j * 32 + r]
   float* ds = p + kB * kB;    // (32, 32)
-  // The rows read as q, dout (stride lq) and k, v (lkv): in place, or where their stride crowds
-  // the L1 cache's sets, contiguous copies (kernels/attention_rows.hpp: compact_rows).
-  const bool copy_q = rows_overfill_l1_sets(ld), copy_kv = rows_overfill_l1_sets(ldkv);
-  float* qc = ds + kB * kB;   // (S, HD) when copied
-  float* doc = qc + Sp * HD;  // (S, HD)
-  float* kc = doc + Sp * HD;  // (S, HD)
-  float* vc = kc + Sp * HD;   // (S, HD)
-  const float* qr = copy_q ? qc : h.q;
-  const float* dor = copy_q ? doc : dout;
-  const float* kr = copy_kv ? kc : h.k;
-  const float* vr = copy_kv ? vc : h.v;
-  const int64_t lq = copy_q ? HD : ld, lkv = copy_kv ? HD : ldkv;
-  for (int64_t i0 = 0; i0 < S; i0 += kB) {
-    const int64_t ni = std::min(kB, S - i0);
-    transpose_block(qt + i0 * HD, kB, h.q + i0 * ld, ld, ni, HD, copy_q ? qc + i0 * HD : nullptr);
-    transpose_block(dot + i0 * HD, kB, dout + i0 * ld, ld, ni, HD,
-                    copy_q ? doc + i0 * HD : nullptr);
-  }
-  if (copy_kv) {
-    compact_rows(kc, h.k, ldkv, S, HD);
-    compact_rows(vc, h.v, ldkv, S, HD);
-  }
+  // Rows in place, or copied where their stride crowds the L1 sets (kernels/attention_rows.hpp).
+  const BackwardRows rows_of = backward_rows(h, dout, qt, dot, ds + kB * kB, rows_overfill_l1_sets);
   row_dots(D, dout, out, S, ld, HD);
   std::copy(lse, lse + S, L);
   std::fill(D + S, D + Sp, 0.0f);
@@ -420,8 +399,10 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
     for (int64_t i0 = j0; i0 < S && first_key_block(i0, h.window) <= j0; i0 += kB) {
       const int64_t ni = std::min(kB, S - i0);
       const bool diagonal = i0 == j0;
-      score_tile(p, kr + j0 * lkv, lkv, qt + i0 * HD, kB, HD, nj, diagonal, h.scale);
-      score_tile(ds, vr + j0 * lkv, lkv, dot + i0 * HD, kB, HD, nj, diagonal, 1.0f);
+      score_tile(p, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, qt + i0 * HD, kB, HD, nj, diagonal,
+                 h.scale);
+      score_tile(ds, rows_of.v + j0 * rows_of.lkv, rows_of.lkv, dot + i0 * HD, kB, HD, nj,
+                 diagonal, 1.0f);
       for (int64_t half = 0; half < kB; half += 16) {
         const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
         const __m512i r =
@@ -438,11 +419,11 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
       }
       const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
       const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;
-      accum_rows(dv + j0 * lddkv, lddkv, nj, p, kB, 1, dor + i0 * lq, lq, ni, HD, diagonal,
-                 nullptr, rows);
-      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, qr + i0 * lq, lq, ni, HD, diagonal,
-                 nullptr, rows);
-      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, kr + j0 * lkv, lkv, nj, HD,
+      accum_rows(dv + j0 * lddkv, lddkv, nj, p, kB, 1, rows_of.dout + i0 * rows_of.lq,
+                 rows_of.lq, ni, HD, diagonal, nullptr, rows);
+      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, rows_of.q + i0 * rows_of.lq, rows_of.lq,
+                 ni, HD, diagonal, nullptr, rows);
+      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, nj, HD,
                  j0 == first_key_block(i0, h.window), nullptr,
                  keys);
     }
