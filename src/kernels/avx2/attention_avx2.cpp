@@ -257,6 +257,29 @@ void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t l
   }
 }
 
+// The backward's p and dS of a block pair (scores in p, dP in ds, both [j * 32 + r]), in place:
+// p = exp_poly(s - L_r) and dS = (p (dP - D_r)) scale where key j is unmasked for row r (dj = j0 -
+// i0), +0 elsewhere. kMasked = false: a pair with no masked key, whose lane masks are skipped.
+template <bool kMasked>
+void probs_and_ds(float* p, float* ds, const float* L, const float* D, __m256 sc, int64_t dj,
+                  int64_t nj, bool diagonal, int64_t W) {
+  for (int64_t g = 0; g < kB; g += 8) {
+    const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
+    const __m256 Lg = _mm256_loadu_ps(L + g), Dg = _mm256_loadu_ps(D + g);
+    exp_keys(p + g, Lg, jn, [&](int64_t j, __m256 e) {
+      const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(ds + j * kB + g), Dg);
+      __m256 d = _mm256_mul_ps(_mm256_mul_ps(e, dp), sc);
+      if constexpr (kMasked) {
+        const __m256 keep = lanes_unmasked(g, dj + j, W);
+        e = _mm256_and_ps(keep, e);
+        d = _mm256_and_ps(keep, d);
+      }
+      _mm256_storeu_ps(p + j * kB + g, e);
+      _mm256_storeu_ps(ds + j * kB + g, d);
+    });
+  }
+}
+
 }  // namespace
 
 void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,
@@ -342,17 +365,10 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
                  h.scale);
       score_tile(ds, rows_of.v + j0 * rows_of.lkv, rows_of.lkv, dot + i0 * HD, kB, HD, nj,
                  diagonal, 1.0f);
-      for (int64_t g = 0; g < kB; g += 8) {
-        const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
-        const __m256 Lg = _mm256_loadu_ps(L + i0 + g), Dg = _mm256_loadu_ps(D + i0 + g);
-        exp_keys(p + g, Lg, jn, [&](int64_t j, __m256 e) {
-          const __m256 keep = lanes_unmasked(g, j0 + j - i0, W);
-          e = _mm256_and_ps(keep, e);
-          _mm256_storeu_ps(p + j * kB + g, e);
-          const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(ds + j * kB + g), Dg);
-          _mm256_storeu_ps(ds + j * kB + g,
-                           _mm256_and_ps(keep, _mm256_mul_ps(_mm256_mul_ps(e, dp), sc)));
-        });
+      if (pair_unmasked(i0, ni, j0, W)) {
+        probs_and_ds<false>(p, ds, L + i0, D + i0, sc, 0, nj, diagonal, W);
+      } else {
+        probs_and_ds<true>(p, ds, L + i0, D + i0, sc, j0 - i0, nj, diagonal, W);
       }
       const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
       const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;

@@ -321,6 +321,31 @@ void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t l
   }
 }
 
+// The backward's p and dS of a block pair (scores in p, dP in ds, both [j * 32 + r]), in place:
+// p = exp_poly(s - L_r) and dS = (p (dP - D_r)) scale where key j is unmasked for row r (di = i0 -
+// j0), +0 elsewhere. kMasked = false: a pair with no masked key, whose lane masks are skipped.
+template <bool kMasked>
+void probs_and_ds(float* p, float* ds, const float* L, const float* D, __m512 sc, int64_t di,
+                  int64_t nj, bool diagonal, int64_t W) {
+  const __m512i iota = lane_iota();
+  for (int64_t half = 0; half < kB; half += 16) {
+    const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
+    const __m512i r = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(di + half)));
+    const __m512 Lh = _mm512_loadu_ps(L + half), Dh = _mm512_loadu_ps(D + half);
+    exp_keys(p + half, Lh, jn, [&](int64_t j, __m512 e) {
+      const __m512 g = _mm512_sub_ps(_mm512_loadu_ps(ds + j * kB + half), Dh);
+      __m512 d = _mm512_mul_ps(_mm512_mul_ps(e, g), sc);
+      if constexpr (kMasked) {
+        const __mmask16 keep = unmasked(r, j, W);
+        e = _mm512_maskz_mov_ps(keep, e);
+        d = _mm512_maskz_mov_ps(keep, d);
+      }
+      _mm512_storeu_ps(p + j * kB + half, e);
+      _mm512_storeu_ps(ds + j * kB + half, d);
+    });
+  }
+}
+
 }  // namespace
 
 void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,
@@ -391,7 +416,6 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
   std::fill(L + S, L + Sp, 0.0f);
   // dq, dk, dv are not zeroed: each row's first accumulation starts from +0 (init).
 
-  const __m512i iota = lane_iota();
   const __m512 sc = _mm512_set1_ps(h.scale);
   const int64_t W = window_or_all(h.window);
   for (int64_t j0 = 0; j0 < S; j0 += kB) {
@@ -403,19 +427,10 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
                  h.scale);
       score_tile(ds, rows_of.v + j0 * rows_of.lkv, rows_of.lkv, dot + i0 * HD, kB, HD, nj,
                  diagonal, 1.0f);
-      for (int64_t half = 0; half < kB; half += 16) {
-        const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
-        const __m512i r =
-            _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(i0 + half - j0)));
-        const __m512 Lh = _mm512_loadu_ps(L + i0 + half), Dh = _mm512_loadu_ps(D + i0 + half);
-        exp_keys(p + half, Lh, jn, [&](int64_t j, __m512 e) {
-          const __mmask16 keep = unmasked(r, j, W);
-          e = _mm512_maskz_mov_ps(keep, e);
-          _mm512_storeu_ps(p + j * kB + half, e);
-          const __m512 g = _mm512_sub_ps(_mm512_loadu_ps(ds + j * kB + half), Dh);
-          _mm512_storeu_ps(ds + j * kB + half,
-                           _mm512_maskz_mov_ps(keep, _mm512_mul_ps(_mm512_mul_ps(e, g), sc)));
-        });
+      if (pair_unmasked(i0, ni, j0, W)) {
+        probs_and_ds<false>(p, ds, L + i0, D + i0, sc, 0, nj, diagonal, W);
+      } else {
+        probs_and_ds<true>(p, ds, L + i0, D + i0, sc, i0 - j0, nj, diagonal, W);
       }
       const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
       const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;
