@@ -93,6 +93,28 @@ struct AttnHead {
   int64_t window = 0;        // W >= 1: sliding window (row i attends to keys i - W < j <= i); 0: none
 };
 
+// The rows a thread's next call reads and writes (S rows of HD floats in each set, at the given
+// strides): the forward's next head's q, k, v; the backward's next call's q, dout, out, k, v, dq,
+// dk, dv. The vector tiers prefetch them into L2 over the current head's pairs
+// (kernels/attention_rows.hpp: prefetch_next_call); no result depends on it.
+struct AttnNextRows {
+  static constexpr int kMaxSets = 8;
+  const float* rows[kMaxSets] = {};
+  int64_t ld[kMaxSets] = {};
+  int sets = 0;
+  int64_t seq_len = 0, head_dim = 0;
+};
+
+// The block pairs a head visits in its query blocks starting below row `rows` (S: all of them):
+// per query block, its key blocks first_key_block .. itself.
+inline int64_t visited_pairs(int64_t rows, int64_t window) {
+  int64_t pairs = 0;
+  for (int64_t i0 = 0; i0 < rows; i0 += kAttnBlock) {
+    pairs += (i0 - first_key_block(i0, window)) / kAttnBlock + 1;
+  }
+  return pairs;
+}
+
 // Scratch floats a kernel needs (the caller provides them, e.g. one buffer per thread).
 inline int64_t attention_padded(int64_t S) {
   return (S + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
@@ -117,14 +139,16 @@ inline int64_t attention_backward_scratch_copies(int64_t seq_len, int64_t head_d
   /* Query block `block` of one head: rows [32 block, min(32 block + 32, S)) of out (row stride   \
      h.ld, HD columns written) and of lse (S) are written. scratch: attention_forward_scratch.   \
      The vector tiers prefetch block + 1's rows and stream out's rows where they are whole lines \
-     (kernels/attention_rows.hpp), fencing before they return. */                                \
+     (kernels/attention_rows.hpp), fencing before they return; next (or nullptr): the rows of    \
+     the head the thread takes after this one, which each block prefetches a share of. */       \
   void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,          \
-                               float* scratch);                                                   \
+                               float* scratch, const AttnNextRows* next);                         \
   /* The whole head: dq (S rows, stride h.ld), dk, dv (S rows, stride h.ld_dkv), HD columns,     \
-     overwritten; dout, out as q; lse (S). scratch: the tier's backward_scratch(S, HD) floats. */  \
+     overwritten; dout, out as q; lse (S). scratch: the tier's backward_scratch(S, HD) floats.   \
+     next (or nullptr): the rows of the thread's next call, which the vector tiers prefetch. */   \
   void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,                \
                                const float* out, const float* lse, const AttnHead& h,             \
-                               float* scratch);
+                               float* scratch, const AttnNextRows* next);
 
 namespace ref {
 S3R_DECLARE_ATTENTION_KERNELS

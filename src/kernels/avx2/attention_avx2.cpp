@@ -283,7 +283,7 @@ void probs_and_ds(float* p, float* ds, const float* L, const float* D, __m256 sc
 }  // namespace
 
 void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,
-                             float* scratch) {
+                             float* scratch, const AttnNextRows* next) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, ldkv = h.ld_kv;
   const int64_t i0 = block * kB, ni = std::min(kB, S - i0);
   const int64_t W = window_or_all(h.window), jfirst = first_key_block(i0, h.window);
@@ -297,10 +297,12 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
   transpose_block(qt, kB, h.q + i0 * ld, ld, ni, HD);
   std::fill(ms, ms + kB, std::numeric_limits<float>::lowest());
   std::fill(ls, ls + kB, 0.0f);
+  const int64_t pairs = visited_pairs(S, h.window), pair0 = visited_pairs(i0, h.window);
   for (int64_t j0 = jfirst; j0 <= i0; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     prefetch_next_block(h, i0, j0, jfirst);
+    prefetch_next_call(next, pair0 + (j0 - jfirst) / kB, pairs);
     float* pb = p + (j0 - jfirst) * kB;
     float* ab = alpha + (j0 - jfirst);
     score_tile(pb, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
@@ -336,7 +338,8 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
 }
 
 void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                             const float* lse, const AttnHead& h, float* scratch) {
+                             const float* lse, const AttnHead& h, float* scratch,
+                             const AttnNextRows* next) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, Sp = attention_padded(S);
   const int64_t lddkv = h.ld_dkv;
   float* qt = scratch;        // (Sp / 32, HD, 32): q transposed (backward_rows)
@@ -356,11 +359,14 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
 
   const __m256 sc = _mm256_set1_ps(h.scale);
   const int64_t W = window_or_all(h.window);
+  const int64_t pairs = visited_pairs(S, h.window);
+  int64_t pair = 0;
   for (int64_t j0 = 0; j0 < S; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
     for (int64_t i0 = j0; i0 < S && first_key_block(i0, h.window) <= j0; i0 += kB) {
       const int64_t ni = std::min(kB, S - i0);
       const bool diagonal = i0 == j0;
+      prefetch_next_call(next, pair++, pairs);
       score_tile(p, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, qt + i0 * HD, kB, HD, nj, diagonal,
                  h.scale);
       score_tile(ds, rows_of.v + j0 * rows_of.lkv, rows_of.lkv, dot + i0 * HD, kB, HD, nj,

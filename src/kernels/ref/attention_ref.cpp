@@ -52,7 +52,7 @@ float attention_lse(float m, float l) {
 }
 
 void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t block,
-                             float* scratch) {
+                             float* scratch, const AttnNextRows* /*next: no prefetching here*/) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, ldkv = h.ld_kv;
   const int64_t i0 = block * kB, ni = std::min(kB, S - i0);
   float* acc = scratch;      // (32, HD)
@@ -102,7 +102,8 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
 }
 
 void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                             const float* lse, const AttnHead& h, float* scratch) {
+                             const float* lse, const AttnHead& h, float* scratch,
+                             const AttnNextRows* /*next: no prefetching here*/) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, ldkv = h.ld_kv, lddkv = h.ld_dkv;
   float* D = scratch;       // (S)
   float* p = D + S;         // (32, 32): p[j * 32 + r]
