@@ -1,10 +1,9 @@
 #pragma once
 // Memory traffic of the fused attention in the vector tiers (kernels/attention_kernels.hpp): none
 // of it changes a result.
-//   - The next query block's q, k and v rows are prefetched while this block computes: a thread
-//     takes a head's blocks in order (model/attention.cpp), and their rows come from the last-level
-//     cache or memory (the projections that wrote them stream large outputs past the caches). On
-//     an AMD Zen 4 (small's attention, one thread) the forward took 2.5% less time with it.
+//   - A head's rows come from memory. A forward block prefetches the next block's q, k and v rows
+//     (a thread takes a head's blocks in order: model/attention.cpp), and every call a share of
+//     the rows of the call its thread makes next (AttnNextRows), all into L2 (numbers below).
 //   - A block's output rows go by non-temporal stores where they are whole 64-byte lines: the
 //     store of a line not in the caches reads it first, and nothing reads `out` before the
 //     O projection's GEMM (which streams it in order). 4.4% less time, same probe. The kernel
@@ -22,6 +21,14 @@
 namespace s3r::kernels {
 namespace {  // NOLINT(build/namespaces): internal linkage per tier, see above
 
+// One line's prefetch into L2 (T1: on an AMD Zen 4, AVX2, `small`, the forward with the next
+// block's rows prefetched this way took 4% less time than with T0, into L1). Written as volatile
+// asm, not _mm_prefetch: GCC 12 takes a function whose only effect is __builtin_prefetch for pure
+// and drops the calls to it, and so dropped every prefetch of this file until 2026-12-06.
+inline void prefetch_l2(const float* p) {
+  asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+}
+
 // The share of the next block's rows (i0 + 32 .. i0 + 63, those below S) that the key block j0 of
 // block i0's pairs (the first at jfirst) prefetches: the rows evenly over the block's pairs.
 inline void prefetch_next_block(const AttnHead& h, int64_t i0, int64_t j0, int64_t jfirst) {
@@ -33,7 +40,7 @@ inline void prefetch_next_block(const AttnHead& h, int64_t i0, int64_t j0, int64
   const auto rows = [&](const float* x, int64_t ld) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t d = 0; d < h.head_dim; d += 16) {
-        _mm_prefetch(reinterpret_cast<const char*>(x + r * ld + d), _MM_HINT_T0);
+        prefetch_l2(x + r * ld + d);
       }
     }
   };
@@ -42,27 +49,29 @@ inline void prefetch_next_block(const AttnHead& h, int64_t i0, int64_t j0, int64
   rows(h.v, h.ld_kv);
 }
 
-// Pair number `pair` of a head (of `pairs`, in visiting order; a forward block numbers its
-// pairs on from the earlier blocks') prefetches its share of the rows of the thread's next call
-// into L2 (T1): rows [pair r, pair r + r) of each set, r = the rows over the pairs, rounded up;
-// nothing without a next call. A head's rows come from memory (at `small` a backward reads
-// 320 KB and first writes 192 KB, a forward reads 192 KB): on an AMD Zen 4 (one thread, AVX2,
-// rows from memory against rows in cache) the misses took 19% of a backward head (the set-up's
-// reads about 90 k cycles of 800 k, the first writes of dq, dk, dv about 50 k) and 20% of a
-// forward head. With the next head's rows prefetched this way an AVX2 head took 4-8% less time
-// in the backward and 6% in the forward (best of 15 rounds); the AVX-512 tier's times stayed
-// within 2%. Prefetched into L1 (T0), the rows cost more than they saved.
-inline void prefetch_next_call(const AttnNextRows* next, int64_t pair, int64_t pairs) {
+// Part `part` of `parts` of the share of the thread's next call's rows that pair number `pair`
+// of a head (of `pairs`, in visiting order; a forward block numbers its pairs on from the
+// earlier blocks') prefetches into L2: rows [pair r, pair r + r) of each set, r = the rows over
+// the pairs rounded up, its (row, set) items taken in turn by the parts (a backward pair spreads
+// its share over four points of its work). Nothing without a next call.
+// A head's rows come from memory: at `small` a backward reads 320 KB and first writes 192 KB,
+// a forward reads 192 KB. On an AMD Zen 4 (one thread, `small`, rows from memory against rows in
+// cache) the misses took 17% of an AVX2 backward head (the set-up's reads about 85 k cycles of
+// 780 k, the first writes of dq, dk, dv about 40 k) and 20% of a forward head. With the next
+// head's rows prefetched this way, and the next block's in the forward: the AVX2 backward 690-706
+// against 754-789 k cycles per head (in one burst per pair 704-723), the AVX-512 backward
+// 640-652 against 694-781, the forwards 293-299 against 314-339 (AVX2) and 266-272 against
+// 277-301 (AVX-512): the best of 15 rounds per process, alternating processes.
+inline void prefetch_next_call(const AttnNextRows* next, int64_t pair, int64_t pairs, int part,
+                               int parts) {
   if (next == nullptr || next->sets == 0) return;
   const int64_t share = (next->seq_len + pairs - 1) / pairs;
   const int64_t r0 = pair * share, r1 = std::min(next->seq_len, r0 + share);
-  for (int s = 0; s < next->sets; ++s) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* row = next->rows[s] + r * next->ld[s];
-      for (int64_t d = 0; d < next->head_dim; d += 16) {
-        _mm_prefetch(reinterpret_cast<const char*>(row + d), _MM_HINT_T1);
-      }
-    }
+  const int64_t items = (r1 - r0) * next->sets;
+  for (int64_t item = part; item < items; item += parts) {
+    const int s = static_cast<int>(item % next->sets);
+    const float* row = next->rows[s] + (r0 + item / next->sets) * next->ld[s];
+    for (int64_t d = 0; d < next->head_dim; d += 16) prefetch_l2(row + d);
   }
 }
 

@@ -302,7 +302,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
     const int64_t nj = std::min(kB, S - j0);
     const bool diagonal = j0 == i0;
     prefetch_next_block(h, i0, j0, jfirst);
-    prefetch_next_call(next, pair0 + (j0 - jfirst) / kB, pairs);
+    prefetch_next_call(next, pair0 + (j0 - jfirst) / kB, pairs, 0, 1);
     float* pb = p + (j0 - jfirst) * kB;
     float* ab = alpha + (j0 - jfirst);
     score_tile(pb, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
@@ -366,9 +366,10 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
     for (int64_t i0 = j0; i0 < S && first_key_block(i0, h.window) <= j0; i0 += kB) {
       const int64_t ni = std::min(kB, S - i0);
       const bool diagonal = i0 == j0;
-      prefetch_next_call(next, pair++, pairs);
+      prefetch_next_call(next, pair, pairs, 0, 4);
       score_tile(p, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, qt + i0 * HD, kB, HD, nj, diagonal,
                  h.scale);
+      prefetch_next_call(next, pair, pairs, 1, 4);
       score_tile(ds, rows_of.v + j0 * rows_of.lkv, rows_of.lkv, dot + i0 * HD, kB, HD, nj,
                  diagonal, 1.0f);
       if (pair_unmasked(i0, ni, j0, W)) {
@@ -378,12 +379,15 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
       }
       const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
       const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;
+      prefetch_next_call(next, pair, pairs, 2, 4);
       accum_rows(dv + j0 * lddkv, lddkv, nj, p, kB, 1, rows_of.dout + i0 * rows_of.lq,
                  rows_of.lq, ni, HD, diagonal, nullptr, rows);
       accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, rows_of.q + i0 * rows_of.lq, rows_of.lq,
                  ni, HD, diagonal, nullptr, rows);
+      prefetch_next_call(next, pair, pairs, 3, 4);
       accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, nj, HD,
                  j0 == first_key_block(i0, h.window), nullptr, keys);
+      ++pair;
     }
   }
 }

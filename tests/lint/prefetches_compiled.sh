@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The vector tiers' attention kernels still prefetch once compiled. GCC 12 takes a function whose
+# only effect is __builtin_prefetch (_mm_prefetch) for pure and drops the calls to it: every
+# prefetch of kernels/attention_rows.hpp once compiled to nothing, silently (results do not
+# change, only the time). The tiers now prefetch by volatile asm; this check fails if a prefetch
+# helper goes back to a form the compiler may drop. Usage: prefetches_compiled.sh LIBRARY (the
+# static libs3r.a); prints the prefetches per tier object, exits 1 if a tier built into the
+# library has none, 77 (skipped) without objdump.
+set -uo pipefail
+lib=${1:?usage: prefetches_compiled.sh LIBRARY}
+command -v objdump > /dev/null || { echo "objdump not found: skipped"; exit 77; }
+members=$(ar t "$lib") || exit 1
+counts=$(objdump -d "$lib" | awk '/file format/ {obj = $1} /prefetcht[0-2]/ {n[obj]++}
+                                  END {for (o in n) print o, n[o]}')
+bad=0; tiers=0
+for obj in attention_avx2.cpp.o attention_avx512.cpp.o; do
+  grep -qx "$obj" <<< "$members" || continue  # this build has no such tier
+  tiers=$((tiers + 1))
+  n=$(awk -v o="$obj:" '$1 == o {print $2}' <<< "$counts")
+  echo "$obj: ${n:-0} prefetch instructions"
+  [ "${n:-0}" -gt 0 ] || { echo "  none: the compiler dropped the attention prefetches"; bad=1; }
+done
+[ "$tiers" -gt 0 ] || { echo "no vector attention tier in $lib: skipped"; exit 77; }
+exit $bad
