@@ -60,8 +60,9 @@ inline void prefetch_next_block(const AttnHead& h, int64_t i0, int64_t j0, int64
 // 780 k, the first writes of dq, dk, dv about 40 k) and 20% of a forward head. With the next
 // head's rows prefetched this way, and the next block's in the forward: the AVX2 backward 690-706
 // against 754-789 k cycles per head (in one burst per pair 704-723), the AVX-512 backward
-// 640-652 against 694-781, the forwards 293-299 against 314-339 (AVX2) and 266-272 against
-// 277-301 (AVX-512): the best of 15 rounds per process, alternating processes.
+// 621-626 against 687-777 (in one burst 640-652), the forwards 293-299 against 314-339 (AVX2)
+// and 266-272 against 277-301 (AVX-512): the best of 15 rounds per process, alternating
+// processes. In the step (two threads) attention took 5-10% less time at `small`.
 inline void prefetch_next_call(const AttnNextRows* next, int64_t pair, int64_t pairs, int part,
                                int parts) {
   if (next == nullptr || next->sets == 0) return;
