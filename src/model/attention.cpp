@@ -114,11 +114,12 @@ void flash_attention_forward(std::span<float> out, std::span<float> lse, std::sp
   const int64_t blocks = (d.S + kernels::kAttnBlock - 1) / kernels::kAttnBlock;
   const int64_t tasks = d.B * d.NH * blocks;
   // Query block `blk` of head (b, h) is one task; its arithmetic does not depend on which
-  // thread runs it. With at least four heads per thread, each thread takes one run of heads,
-  // a head's blocks together and in order, so that each block's kernel prefetches the rows its
-  // thread reads next: the next block's, and a share of the next head's (kernels/
-  // attention_rows.hpp). With fewer, the blocks are handed out one by one, dynamically (later
-  // blocks cost more: more keys).
+  // thread runs it. With at least four heads per thread, a thread takes a head's blocks together
+  // and in order, the heads handed out by parallel_items_claimed_ahead (a contiguous share per
+  // thread, then the others' last heads to whichever thread is free; each thread knows its next
+  // head), so that each block's kernel prefetches the rows its thread reads next: the next
+  // block's, and a share of the next head's (kernels/attention_rows.hpp). With fewer, the blocks
+  // are handed out one by one, dynamically (later blocks cost more: more keys).
   const int64_t threads = parallel_threads();
   const auto head = [&](int64_t bh) { return head_of(d, q.data(), k.data(), v.data(), bh / d.NH, bh % d.NH); };
   const auto run_block = [&](int64_t task, const kernels::AttnNextRows* next) {
@@ -131,17 +132,14 @@ void flash_attention_forward(std::span<float> out, std::span<float> lse, std::sp
     parallel_blocks_dynamic(tasks, 1, [&](int64_t t0, int64_t) { run_block(t0, nullptr); });
     return;
   }
-  const int64_t per_thread = (static_cast<int64_t>(heads_total) + threads - 1) / threads * blocks;
-  parallel_blocks(tasks, per_thread, [&](int64_t t0, int64_t t1) {
-    for (int64_t task = t0; task < t1; ++task) {
-      kernels::AttnNextRows next;
-      const int64_t bh_next = task / blocks + 1;
-      if (bh_next * blocks < t1) {
-        const kernels::AttnHead n = head(bh_next);
-        next = {{n.q, n.k, n.v}, {n.ld, n.ld_kv, n.ld_kv}, 3, d.S, d.HD};
-      }
-      run_block(task, &next);
+  const auto heads_n = static_cast<int64_t>(heads_total);
+  parallel_items_claimed_ahead(heads_n, [&](int64_t bh, int64_t bh_next) {
+    kernels::AttnNextRows next;
+    if (bh_next < heads_n) {
+      const kernels::AttnHead n = head(bh_next);
+      next = {{n.q, n.k, n.v}, {n.ld, n.ld_kv, n.ld_kv}, 3, d.S, d.HD};
     }
+    for (int64_t blk = 0; blk < blocks; ++blk) run_block(bh * blocks + blk, &next);
   });
 }
 
@@ -169,38 +167,37 @@ void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::spa
   // One (example, kv head) per task: it owns its slices of dk, dv and those of dq of its G query
   // heads, and runs the heads in order: the first writes dk, dv in place, each later one into
   // (S, HD) scratch that is then added to them (dk = ((dk_h0 + dk_h1) + dk_h2) + ..., f32).
-  // Each thread takes one run of tasks, so that every call can name the next one's rows for the
-  // kernel to prefetch (kernels/attention_kernels.hpp: AttnNextRows).
+  // The tasks are handed out by parallel_items_claimed_ahead (a contiguous share per thread, then
+  // the others' last tasks to whichever thread is free), which tells each task its thread's next,
+  // so that every call can name the rows of its thread's next one for the kernel to prefetch
+  // (kernels/attention_kernels.hpp: AttnNextRows).
+  struct Call {
+    kernels::AttnHead head;
+    float *dq, *dk, *dv;   // dk, dv: in place for the group's first head, else dk_h, dv_h
+    float *dk_kv, *dv_kv;  // the task's dk, dv
+    const float *dout, *out, *lse;
+  };
+  // Call g of `task`: query head h = kv G + g of example b.
+  const auto call = [&](int64_t task, int64_t g, float* dk_h, float* dv_h) {
+    const int64_t b = task / d.NKV, kv = task % d.NKV, h = kv * G + g;
+    const int64_t offset = b * S * d.C() + h * HD, kv_offset = b * S * d.Ckv() + kv * HD;
+    Call r{head_of(d, q.data(), k.data(), v.data(), b, h), dq.data() + offset,
+           g == 0 ? dk.data() + kv_offset : dk_h, g == 0 ? dv.data() + kv_offset : dv_h,
+           dk.data() + kv_offset, dv.data() + kv_offset, dout.data() + offset,
+           out.data() + offset, lse.data() + (b * d.NH + h) * S};
+    if (g > 0) r.head.ld_dkv = HD;
+    return r;
+  };
   const int64_t tasks = d.B * d.NKV;
-  const int64_t per_thread = (tasks + parallel_threads() - 1) / parallel_threads();
-  parallel_blocks(tasks, per_thread, [&](int64_t begin, int64_t end) {
+  parallel_items_claimed_ahead(tasks, [&](int64_t task, int64_t task_next) {
     float* scratch = thread_scratch(kernel_scratch + (G > 1 ? 2 * S * HD : 0));
     float* dk_h = scratch + kernel_scratch;  // (S, HD)
     float* dv_h = dk_h + S * HD;             // (S, HD)
-    // Call c of this run: query head h of task begin + c / G, h = kv G + c % G.
-    struct Call {
-      kernels::AttnHead head;
-      float *dq, *dk, *dv;  // dk, dv: in place for the group's first head, else dk_h, dv_h
-      float *dk_kv, *dv_kv;  // the task's dk, dv
-      const float *dout, *out, *lse;
-    };
-    const auto call = [&](int64_t c) {
-      const int64_t task = begin + c / G, b = task / d.NKV, kv = task % d.NKV, h = kv * G + c % G;
-      const int64_t offset = b * S * d.C() + h * HD, kv_offset = b * S * d.Ckv() + kv * HD;
-      const bool first = c % G == 0;
-      Call r{head_of(d, q.data(), k.data(), v.data(), b, h), dq.data() + offset,
-             first ? dk.data() + kv_offset : dk_h, first ? dv.data() + kv_offset : dv_h,
-             dk.data() + kv_offset, dv.data() + kv_offset, dout.data() + offset,
-             out.data() + offset, lse.data() + (b * d.NH + h) * S};
-      if (!first) r.head.ld_dkv = HD;
-      return r;
-    };
-    const int64_t calls = (end - begin) * G;
-    for (int64_t c = 0; c < calls; ++c) {
-      const Call now = call(c);
+    for (int64_t g = 0; g < G; ++g) {
+      const Call now = call(task, g, dk_h, dv_h);
       kernels::AttnNextRows next;
-      if (c + 1 < calls) {
-        const Call n = call(c + 1);
+      if (g + 1 < G || task_next < tasks) {
+        const Call n = g + 1 < G ? call(task, g + 1, dk_h, dv_h) : call(task_next, 0, dk_h, dv_h);
         const kernels::AttnHead& nh = n.head;
         next = {{nh.q, n.dout, n.out, nh.k, nh.v, n.dq, n.dk, n.dv},
                 {nh.ld, nh.ld, nh.ld, nh.ld_kv, nh.ld_kv, nh.ld, nh.ld_dkv, nh.ld_dkv},
@@ -208,7 +205,7 @@ void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::spa
       }
       kern.backward_head(now.dq, now.dk, now.dv, now.dout, now.out, now.lse, now.head, scratch,
                          &next);
-      if (c % G == 0) continue;
+      if (g == 0) continue;
       add_rows(now.dk_kv, d.Ckv(), dk_h, S, HD);
       add_rows(now.dv_kv, d.Ckv(), dv_h, S, HD);
     }

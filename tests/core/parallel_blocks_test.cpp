@@ -1,6 +1,7 @@
 // The fixed-block OpenMP loops (src/core/parallel_blocks.hpp): every block of [0, n) exactly
 // once, with the documented boundaries, on several threads; the all-of variant runs every block
-// and is false when any block is; the dynamic variant and the grid visit the same blocks / cells.
+// and is false when any block is; the dynamic variant and the grid visit the same blocks / cells;
+// the claimed-ahead hand-out tells each item its thread's next one.
 #include "core/parallel_blocks.hpp"
 
 #include <gtest/gtest.h>
@@ -79,6 +80,36 @@ TEST(ParallelBlocks, DynamicVisitsTheSameBlocksOnAnyThreadCount) {
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(v.visits[static_cast<size_t>(i)].load(), 1) << "threads=" << t << " n=" << n << " i=" << i;
         }
+      }
+    }
+  }
+}
+
+// parallel_items_claimed_ahead: every item once, and the `next` each call is given is the item
+// its thread runs next (n after its last), on 1, 2 and 3 threads (items of uneven cost, so that
+// threads take items from each other's shares).
+TEST(ParallelBlocks, ClaimedAheadNamesEachThreadsNextItem) {
+  for (int t : {1, 2, 3}) {
+    testing::ScopedThreads threads(t);
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{17}}) {
+      std::vector<std::vector<std::pair<int64_t, int64_t>>> runs(static_cast<size_t>(t));
+      parallel_items_claimed_ahead(n, [&](int64_t i, int64_t next) {
+        volatile double spin = 0;
+        for (int64_t k = 0; k < (i % 3) * 20000; ++k) spin = spin + 1.0;
+        runs[static_cast<size_t>(omp_get_thread_num())].emplace_back(i, next);
+      });
+      std::vector<int> visits(static_cast<size_t>(n));
+      for (const auto& run : runs) {
+        for (size_t c = 0; c < run.size(); ++c) {
+          const auto [i, next] = run[c];
+          ASSERT_TRUE(i >= 0 && i < n) << "threads=" << t << " n=" << n << " item " << i;
+          ++visits[static_cast<size_t>(i)];
+          const int64_t expected = c + 1 < run.size() ? run[c + 1].first : n;
+          EXPECT_EQ(next, expected) << "threads=" << t << " n=" << n << " item " << i;
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(visits[static_cast<size_t>(i)], 1) << "threads=" << t << " n=" << n << " i=" << i;
       }
     }
   }
