@@ -129,10 +129,12 @@ inline int64_t attention_backward_scratch(int64_t seq_len, int64_t head_dim) {
   return 2 * head_dim * attention_padded(seq_len) + 2 * attention_padded(seq_len) +
          2 * kAttnBlock * kAttnBlock;
 }
-// The vector tiers' backward: the above and room for contiguous copies of the head's q, dout, k
-// and v rows (kernels/attention_rows.hpp: compact_rows).
+// The vector tiers' backward: the above, a second pair's p and dS (the AVX2 backward takes a key
+// block's pairs two at a time), and room for contiguous copies of the head's q, dout, k and v
+// rows (kernels/attention_rows.hpp: compact_rows).
 inline int64_t attention_backward_scratch_copies(int64_t seq_len, int64_t head_dim) {
-  return attention_backward_scratch(seq_len, head_dim) + 4 * head_dim * attention_padded(seq_len);
+  return attention_backward_scratch(seq_len, head_dim) + 2 * kAttnBlock * kAttnBlock +
+         4 * head_dim * attention_padded(seq_len);
 }
 
 #define S3R_DECLARE_ATTENTION_KERNELS                                                             \
