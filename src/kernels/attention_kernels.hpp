@@ -93,16 +93,17 @@ struct AttnHead {
   int64_t window = 0;        // W >= 1: sliding window (row i attends to keys i - W < j <= i); 0: none
 };
 
-// The rows a thread's next call reads and writes (S rows of HD floats in each set, at the given
-// strides): the forward's next head's q, k, v; the backward's next call's q, dout, out, k, v, dq,
-// dk, dv. The vector tiers prefetch them into L2 over the current head's pairs
+// The rows a thread's next call reads and writes (the first seq_len rows of HD floats of each
+// set, at the given strides): the forward's next head's first block of q, k, v (each later block
+// is prefetched by the one before); the backward's next call's q, dout, out, k, v, dq, dk, dv.
+// The vector tiers prefetch them into L2 over the current head's pairs
 // (kernels/attention_rows.hpp: prefetch_next_call); no result depends on it.
 struct AttnNextRows {
   static constexpr int kMaxSets = 8;
   const float* rows[kMaxSets] = {};
   int64_t ld[kMaxSets] = {};
   int sets = 0;
-  int64_t seq_len = 0, head_dim = 0;
+  int64_t seq_len = 0, head_dim = 0;  // the rows of each set to prefetch, their floats
 };
 
 // The block pairs a head visits in its query blocks starting below row `rows` (S: all of them):

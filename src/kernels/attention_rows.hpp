@@ -62,7 +62,10 @@ inline void prefetch_next_block(const AttnHead& h, int64_t i0, int64_t j0, int64
 // against 754-789 k cycles per head (in one burst per pair 704-723), the AVX-512 backward
 // 621-626 against 687-777 (in one burst 640-652), the forwards 293-299 against 314-339 (AVX2)
 // and 266-272 against 277-301 (AVX-512): the best of 15 rounds per process, alternating
-// processes. In the step (two threads) attention took 5-10% less time at `small`.
+// processes. In the step (two threads) attention took 5-10% less time at `small`. The forward
+// names only the next head's first block: with all of that head's rows the AVX2 forward took
+// 1-1.5% longer (alternating in one process), its later blocks' rows coming again with the block
+// before them.
 inline void prefetch_next_call(const AttnNextRows* next, int64_t pair, int64_t pairs, int part,
                                int parts) {
   if (next == nullptr || next->sets == 0) return;

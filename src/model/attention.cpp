@@ -118,7 +118,7 @@ void flash_attention_forward(std::span<float> out, std::span<float> lse, std::sp
   // and in order, the heads handed out by parallel_items_claimed_ahead (a contiguous share per
   // thread, then the others' last heads to whichever thread is free; each thread knows its next
   // head), so that each block's kernel prefetches the rows its thread reads next: the next
-  // block's, and a share of the next head's (kernels/attention_rows.hpp). With fewer, the blocks
+  // block's, and a share of the next head's first block (kernels/attention_rows.hpp). With fewer, the blocks
   // are handed out one by one, dynamically (later blocks cost more: more keys).
   const int64_t threads = parallel_threads();
   const auto head = [&](int64_t bh) { return head_of(d, q.data(), k.data(), v.data(), bh / d.NH, bh % d.NH); };
@@ -137,7 +137,8 @@ void flash_attention_forward(std::span<float> out, std::span<float> lse, std::sp
     kernels::AttnNextRows next;
     if (bh_next < heads_n) {
       const kernels::AttnHead n = head(bh_next);
-      next = {{n.q, n.k, n.v}, {n.ld, n.ld_kv, n.ld_kv}, 3, d.S, d.HD};
+      // Its first block only: each later block is prefetched by the block before it.
+      next = {{n.q, n.k, n.v}, {n.ld, n.ld_kv, n.ld_kv}, 3, std::min(d.S, kernels::kAttnBlock), d.HD};
     }
     for (int64_t blk = 0; blk < blocks; ++blk) run_block(bh * blocks + blk, &next);
   });
