@@ -182,8 +182,10 @@ enum class Range { kAll, kKeysUpToGroup, kRowsFromGroup };
 void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx, int64_t cy,
                 const float* r, int64_t ldr, int64_t ny, int64_t hd, bool init, const float* alpha,
                 Range range, int64_t yd = 0) {
-  for (int64_t d0 = 0; d0 < hd; d0 += 8 * kNv) {
-    const int64_t w = std::min<int64_t>(8 * kNv, hd - d0);
+  for (int64_t d0 = 0, w = 0; d0 < hd; d0 += w) {
+    // Chunks of 24 columns; 32 left are taken as 16 + 16, not 24 + 8 (a one-vector tile's 4
+    // chains wait on the FMA's latency).
+    w = hd - d0 == 32 ? 16 : std::min<int64_t>(8 * kNv, hd - d0);
     const int64_t nv = (w + 7) / 8;
     const int64_t last_n = w - 8 * (nv - 1);
     for (int64_t x = 0; x < nx; x += kXt) {
