@@ -170,12 +170,6 @@ constexpr AccumFn kAccum[kXt][kNv] = {S3R_ACCUM_ROW(1), S3R_ACCUM_ROW(2), S3R_AC
                                       S3R_ACCUM_ROW(4)};
 #undef S3R_ACCUM_ROW
 
-// The backward takes a key block's pairs two at a time, accumulating dv and dk over both pairs'
-// 64 rows at once: each accumulation tile loads and stores its sums half as often. On an AMD
-// Zen 4 (one thread, `small`) 1.0-1.3% less time per head than one pair at a time; three pairs
-// the same as two, four 1-2% slower (more lines than L1 keeps).
-constexpr int64_t kPairs = 2;
-
 // As in the AVX-512 twin: which y a row x accumulates over (the diagonal pair's y from yd on).
 enum class Range { kAll, kKeysUpToGroup, kRowsFromGroup };
 
@@ -356,12 +350,12 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
                              const float* lse, const AttnHead& h, float* scratch,
                              const AttnNextRows* next) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, Sp = attention_padded(S);
-  const int64_t lddkv = h.ld_dkv, lp = kPairs * kB;
+  const int64_t lddkv = h.ld_dkv, lp = kAttnBackwardPairs * kB;
   float* qt = scratch;        // (Sp / 32, HD, 32): q transposed (backward_rows)
   float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32): dout transposed
   float* D = dot + HD * Sp;   // (Sp)
   float* L = D + Sp;          // (Sp)
-  float* p = L + Sp;          // (32, kPairs 32): p[j * lp + y], lp = kPairs 32
+  float* p = L + Sp;          // (32, lp): p[j * lp + y], y a row of the pairs taken together
   float* ds = p + kB * lp;    // (32, lp)
   // The AVX2 tier reads contiguous copies of the rows at any stride (kernels/attention_rows.hpp).
   const BackwardRows rows_of = backward_rows(h, dout, qt, dot, ds + kB * lp,
@@ -380,11 +374,11 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
     const int64_t nj = std::min(kB, S - j0);
     int64_t i0 = j0;
     while (i0 < S && first_key_block(i0, h.window) <= j0) {
-      // Up to kPairs pairs of this key block at a time: their p and dS side by side (row g0 + y
-      // at y), and dv, dk accumulated over all their rows at once.
+      // Up to kAttnBackwardPairs pairs of this key block at a time (kernels/attention_kernels.hpp):
+      // their p and dS side by side (row g0 + y at y), dv and dk over all their rows at once.
       const int64_t g0 = i0;
-      for (int64_t c = 0; c < kPairs && i0 < S && first_key_block(i0, h.window) <= j0;
-           ++c, i0 += kB) {
+      for (int64_t c = 0;
+           c < kAttnBackwardPairs && i0 < S && first_key_block(i0, h.window) <= j0; ++c, i0 += kB) {
         const int64_t ni = std::min(kB, S - i0);
         const bool diagonal = i0 == j0;
         float* pp = p + (i0 - g0);

@@ -22,28 +22,28 @@ namespace {
 constexpr int64_t kB = kAttnBlock;
 
 
-// body(j, e_j) for the keys j < jn in order, e_j = exp_poly16(p[j * 32] - sub): four exps at a
+// body(j, e_j) for the keys j < jn in order, e_j = exp_poly16(p[j * ldp] - sub): four exps at a
 // time (exp_poly16_n: independent chains for the out-of-order core), the last jn % 4 one by one.
 template <class Body>
-inline void exp_keys(const float* p, __m512 sub, int64_t jn, Body&& body) {
+inline void exp_keys(const float* p, int64_t ldp, __m512 sub, int64_t jn, Body&& body) {
   constexpr int kXn = 4;
   int64_t j = 0;
   for (; j + kXn <= jn; j += kXn) {
     __m512 e[kXn];
 #pragma GCC unroll 4
-    for (int c = 0; c < kXn; ++c) e[c] = _mm512_sub_ps(_mm512_loadu_ps(p + (j + c) * kB), sub);
+    for (int c = 0; c < kXn; ++c) e[c] = _mm512_sub_ps(_mm512_loadu_ps(p + (j + c) * ldp), sub);
     exp_poly16_n<kXn>(e);
 #pragma GCC unroll 4
     for (int c = 0; c < kXn; ++c) body(j + c, e[c]);
   }
-  for (; j < jn; ++j) body(j, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * kB), sub)));
+  for (; j < jn; ++j) body(j, exp_poly16(_mm512_sub_ps(_mm512_loadu_ps(p + j * ldp), sub)));
 }
 
-// st[j * 32 + r] = (fma chain over d of a[j * lda + d] * bt[d * ldb + r]) * scale, j < JT, for
+// st[j * ldst + r] = (fma chain over d of a[j * lda + d] * bt[d * ldb + r]) * scale, j < JT, for
 // the 16 NH lanes r from st / bt (NH = 2: all 32 rows of the block; NH = 1: one half).
 template <int JT, int NH>
-inline void score_rows(float* st, const float* a, int64_t lda, const float* bt, int64_t ldb,
-                       int64_t hd, float scale) {
+inline void score_rows(float* st, int64_t ldst, const float* a, int64_t lda, const float* bt,
+                       int64_t ldb, int64_t hd, float scale) {
   __m512 c[JT][NH];
 #pragma GCC unroll 16
   for (int j = 0; j < JT; ++j) {
@@ -65,57 +65,60 @@ inline void score_rows(float* st, const float* a, int64_t lda, const float* bt, 
 #pragma GCC unroll 16
   for (int j = 0; j < JT; ++j) {
 #pragma GCC unroll 2
-    for (int v = 0; v < NH; ++v) _mm512_storeu_ps(st + j * kB + 16 * v, _mm512_mul_ps(c[j][v], sc));
+    for (int v = 0; v < NH; ++v) {
+      _mm512_storeu_ps(st + j * ldst + 16 * v, _mm512_mul_ps(c[j][v], sc));
+    }
   }
 }
 
 // score_rows for keys [j, nj) (nj <= 32), tiles of 8 keys (16 accumulators with both halves).
 template <int NH>
-void score_keys(float* st, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t hd,
-                int64_t j, int64_t nj, float scale) {
+void score_keys(float* st, int64_t ldst, const float* a, int64_t lda, const float* bt,
+                int64_t ldb, int64_t hd, int64_t j, int64_t nj, float scale) {
   constexpr int kJt = 8;
   for (; j + kJt <= nj; j += kJt) {
-    score_rows<kJt, NH>(st + j * kB, a + j * lda, lda, bt, ldb, hd, scale);
+    score_rows<kJt, NH>(st + j * ldst, ldst, a + j * lda, lda, bt, ldb, hd, scale);
   }
   const float* aj = a + j * lda;
-  float* sj = st + j * kB;
+  float* sj = st + j * ldst;
   switch (nj - j) {
     case 7:
-      score_rows<7, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      score_rows<7, NH>(sj, ldst, aj, lda, bt, ldb, hd, scale);
       break;
     case 6:
-      score_rows<6, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      score_rows<6, NH>(sj, ldst, aj, lda, bt, ldb, hd, scale);
       break;
     case 5:
-      score_rows<5, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      score_rows<5, NH>(sj, ldst, aj, lda, bt, ldb, hd, scale);
       break;
     case 4:
-      score_rows<4, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      score_rows<4, NH>(sj, ldst, aj, lda, bt, ldb, hd, scale);
       break;
     case 3:
-      score_rows<3, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      score_rows<3, NH>(sj, ldst, aj, lda, bt, ldb, hd, scale);
       break;
     case 2:
-      score_rows<2, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      score_rows<2, NH>(sj, ldst, aj, lda, bt, ldb, hd, scale);
       break;
     case 1:
-      score_rows<1, NH>(sj, aj, lda, bt, ldb, hd, scale);
+      score_rows<1, NH>(sj, ldst, aj, lda, bt, ldb, hd, scale);
       break;
     default:
       break;
   }
 }
 
-// The scores of a block pair: every (key, row) of a full pair; in the diagonal pair, keys 16..31
-// are masked for rows 0..15, so only the upper half of the lanes is computed for them.
-void score_tile(float* st, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t hd,
-                int64_t nj, bool diagonal, float scale) {
+// The scores of a block pair, st[j * ldst + r]: every (key, row) of a full pair; in the diagonal
+// pair, keys 16..31 are masked for rows 0..15, so only the upper half of the lanes is computed
+// for them.
+void score_tile(float* st, int64_t ldst, const float* a, int64_t lda, const float* bt, int64_t ldb,
+                int64_t hd, int64_t nj, bool diagonal, float scale) {
   if (!diagonal) {
-    score_keys<2>(st, a, lda, bt, ldb, hd, 0, nj, scale);
+    score_keys<2>(st, ldst, a, lda, bt, ldb, hd, 0, nj, scale);
     return;
   }
-  score_keys<2>(st, a, lda, bt, ldb, hd, 0, std::min<int64_t>(nj, 16), scale);
-  score_keys<1>(st + 16, a, lda, bt + 16, ldb, hd, 16, nj, scale);
+  score_keys<2>(st, ldst, a, lda, bt, ldb, hd, 0, std::min<int64_t>(nj, 16), scale);
+  score_keys<1>(st + 16, ldst, a, lda, bt + 16, ldb, hd, 16, nj, scale);
 }
 
 // XT rows x (16 NV) columns of c: c = +0 (init) or as read, then for y in [y0, y1) in order
@@ -249,7 +252,7 @@ void online_softmax_masked(float* p, float* ms, float* ls, float* alpha, int64_t
     const __m512 mn = _mm512_max_ps(mb, m);
     const __m512 a = exp_poly16(_mm512_sub_ps(m, mn));
     __m512 sum = _mm512_setzero_ps();
-    exp_keys(p + half, mn, jn, [&](int64_t j, __m512 e) {
+    exp_keys(p + half, kB, mn, jn, [&](int64_t j, __m512 e) {
       e = _mm512_maskz_mov_ps(unmasked(r, j, W), e);
       _mm512_storeu_ps(p + j * kB + half, e);
       sum = _mm512_add_ps(sum, e);  // (the skipped keys would add +0)
@@ -321,27 +324,27 @@ void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t l
   }
 }
 
-// The backward's p and dS of a block pair (scores in p, dP in ds, both [j * 32 + r]), in place:
+// The backward's p and dS of a block pair (scores in p, dP in ds, both [j * ldp + r]), in place:
 // p = exp_poly(s - L_r) and dS = (p (dP - D_r)) scale where key j is unmasked for row r (di = i0 -
 // j0), +0 elsewhere. kMasked = false: a pair with no masked key, whose lane masks are skipped.
 template <bool kMasked>
-void probs_and_ds(float* p, float* ds, const float* L, const float* D, __m512 sc, int64_t di,
-                  int64_t nj, bool diagonal, int64_t W) {
+void probs_and_ds(float* p, float* ds, int64_t ldp, const float* L, const float* D, __m512 sc,
+                  int64_t di, int64_t nj, bool diagonal, int64_t W) {
   const __m512i iota = lane_iota();
   for (int64_t half = 0; half < kB; half += 16) {
     const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
     const __m512i r = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(di + half)));
     const __m512 Lh = _mm512_loadu_ps(L + half), Dh = _mm512_loadu_ps(D + half);
-    exp_keys(p + half, Lh, jn, [&](int64_t j, __m512 e) {
-      const __m512 g = _mm512_sub_ps(_mm512_loadu_ps(ds + j * kB + half), Dh);
+    exp_keys(p + half, ldp, Lh, jn, [&](int64_t j, __m512 e) {
+      const __m512 g = _mm512_sub_ps(_mm512_loadu_ps(ds + j * ldp + half), Dh);
       __m512 d = _mm512_mul_ps(_mm512_mul_ps(e, g), sc);
       if constexpr (kMasked) {
         const __mmask16 keep = unmasked(r, j, W);
         e = _mm512_maskz_mov_ps(keep, e);
         d = _mm512_maskz_mov_ps(keep, d);
       }
-      _mm512_storeu_ps(p + j * kB + half, e);
-      _mm512_storeu_ps(ds + j * kB + half, d);
+      _mm512_storeu_ps(p + j * ldp + half, e);
+      _mm512_storeu_ps(ds + j * ldp + half, d);
     });
   }
 }
@@ -373,7 +376,7 @@ void attention_forward_block(float* out, float* lse, const AttnHead& h, int64_t 
     prefetch_next_call(next, pair0 + (j0 - jfirst) / kB, pairs, 0, 1);
     float* pb = p + (j0 - jfirst) * kB;
     float* ab = alpha + (j0 - jfirst);
-    score_tile(pb, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
+    score_tile(pb, kB, h.k + j0 * ldkv, ldkv, qt, kB, HD, nj, diagonal, h.scale);
     if (pair_unmasked(i0, ni, j0, W)) {
       online_softmax_full(pb, ms, ls, ab);
     } else {
@@ -404,15 +407,15 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
                              const float* lse, const AttnHead& h, float* scratch,
                              const AttnNextRows* next) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, Sp = attention_padded(S);
-  const int64_t lddkv = h.ld_dkv;
+  const int64_t lddkv = h.ld_dkv, lp = kAttnBackwardPairs * kB;
   float* qt = scratch;        // (Sp / 32, HD, 32): q transposed (backward_rows)
   float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32): dout transposed
   float* D = dot + HD * Sp;   // (Sp)
   float* L = D + Sp;          // (Sp)
-  float* p = L + Sp;          // (32, 32): p[j * 32 + r]
-  float* ds = p + kB * kB;    // (32, 32)
+  float* p = L + Sp;          // (32, lp): p[j * lp + y], y a row of the pairs taken together
+  float* ds = p + kB * lp;    // (32, lp)
   // Rows in place, or copied where their stride crowds the L1 sets (kernels/attention_rows.hpp).
-  const BackwardRows rows_of = backward_rows(h, dout, qt, dot, ds + kB * kB, rows_overfill_l1_sets);
+  const BackwardRows rows_of = backward_rows(h, dout, qt, dot, ds + kB * lp, rows_overfill_l1_sets);
   row_dots(D, dout, out, S, ld, HD);
   std::copy(lse, lse + S, L);
   std::fill(D + S, D + Sp, 0.0f);
@@ -425,32 +428,42 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
   int64_t pair = 0;
   for (int64_t j0 = 0; j0 < S; j0 += kB) {
     const int64_t nj = std::min(kB, S - j0);
-    for (int64_t i0 = j0; i0 < S && first_key_block(i0, h.window) <= j0; i0 += kB) {
-      const int64_t ni = std::min(kB, S - i0);
-      const bool diagonal = i0 == j0;
-      prefetch_next_call(next, pair, pairs, 0, 4);
-      score_tile(p, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, qt + i0 * HD, kB, HD, nj, diagonal,
-                 h.scale);
-      prefetch_next_call(next, pair, pairs, 1, 4);
-      score_tile(ds, rows_of.v + j0 * rows_of.lkv, rows_of.lkv, dot + i0 * HD, kB, HD, nj,
-                 diagonal, 1.0f);
-      if (pair_unmasked(i0, ni, j0, W)) {
-        probs_and_ds<false>(p, ds, L + i0, D + i0, sc, 0, nj, diagonal, W);
-      } else {
-        probs_and_ds<true>(p, ds, L + i0, D + i0, sc, i0 - j0, nj, diagonal, W);
+    int64_t i0 = j0;
+    while (i0 < S && first_key_block(i0, h.window) <= j0) {
+      // Up to kAttnBackwardPairs pairs of this key block at a time (kernels/attention_kernels.hpp):
+      // their p and dS side by side (row g0 + y at y), dv and dk over all their rows at once.
+      const int64_t g0 = i0;
+      for (int64_t c = 0;
+           c < kAttnBackwardPairs && i0 < S && first_key_block(i0, h.window) <= j0; ++c, i0 += kB) {
+        const int64_t ni = std::min(kB, S - i0);
+        const bool diagonal = i0 == j0;
+        float* pp = p + (i0 - g0);
+        float* dsp = ds + (i0 - g0);
+        prefetch_next_call(next, pair, pairs, 0, 4);
+        score_tile(pp, lp, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, qt + i0 * HD, kB, HD, nj,
+                   diagonal, h.scale);
+        prefetch_next_call(next, pair, pairs, 1, 4);
+        score_tile(dsp, lp, rows_of.v + j0 * rows_of.lkv, rows_of.lkv, dot + i0 * HD, kB, HD, nj,
+                   diagonal, 1.0f);
+        prefetch_next_call(next, pair, pairs, 2, 4);
+        if (pair_unmasked(i0, ni, j0, W)) {
+          probs_and_ds<false>(pp, dsp, lp, L + i0, D + i0, sc, 0, nj, diagonal, W);
+        } else {
+          probs_and_ds<true>(pp, dsp, lp, L + i0, D + i0, sc, i0 - j0, nj, diagonal, W);
+        }
+        prefetch_next_call(next, pair, pairs, 3, 4);
+        accum_rows(dq + i0 * ld, ld, ni, dsp, 1, lp, rows_of.k + j0 * rows_of.lkv, rows_of.lkv,
+                   nj, HD, j0 == first_key_block(i0, h.window), nullptr,
+                   diagonal ? Range::kKeysUpToGroup : Range::kAll);
+        ++pair;
       }
-      const Range keys = diagonal ? Range::kKeysUpToGroup : Range::kAll;
-      const Range rows = diagonal ? Range::kRowsFromGroup : Range::kAll;
-      prefetch_next_call(next, pair, pairs, 2, 4);
-      accum_rows(dv + j0 * lddkv, lddkv, nj, p, kB, 1, rows_of.dout + i0 * rows_of.lq,
-                 rows_of.lq, ni, HD, diagonal, nullptr, rows);
-      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, kB, 1, rows_of.q + i0 * rows_of.lq, rows_of.lq,
-                 ni, HD, diagonal, nullptr, rows);
-      prefetch_next_call(next, pair, pairs, 3, 4);
-      accum_rows(dq + i0 * ld, ld, ni, ds, 1, kB, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, nj, HD,
-                 j0 == first_key_block(i0, h.window), nullptr,
-                 keys);
-      ++pair;
+      const int64_t rows = std::min(i0, S) - g0;
+      const bool first = g0 == j0;
+      const Range range = first ? Range::kRowsFromGroup : Range::kAll;
+      accum_rows(dv + j0 * lddkv, lddkv, nj, p, lp, 1, rows_of.dout + g0 * rows_of.lq, rows_of.lq,
+                 rows, HD, first, nullptr, range);
+      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, lp, 1, rows_of.q + g0 * rows_of.lq, rows_of.lq,
+                 rows, HD, first, nullptr, range);
     }
   }
 }
