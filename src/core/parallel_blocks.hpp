@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace s3r {
@@ -61,6 +62,7 @@ void parallel_blocks_dynamic(int64_t n, int64_t block, F&& f) {
 template <class F>
 void parallel_items_claimed_ahead(int64_t n, F&& f) {
   if (n <= 0) return;
+  if (n > int64_t{0xffffffff}) throw std::length_error("parallel_items_claimed_ahead: n >= 2^32");
   const int64_t shares = std::min(parallel_threads(), n);
   // Share t's unclaimed items [front, back) as front << 32 | back.
   std::vector<std::atomic<uint64_t>> left(static_cast<size_t>(shares));
