@@ -2,7 +2,8 @@
 // items/s = multiply-adds per second (M * N * K per product).
 //
 //   gemm/TYPE/LAYOUT/M:4096/N:n/K:k/threads:P/BACKEND   one product through s3r::gemm, (n, k) of
-//            1024 and 4096, and (256, 256), (768, 256), (256, 768): the projections of `small`
+//            1024 and 4096, and (256, 256), (768, 256), (256, 768): the projections of `small`,
+//            and (4096, 256), (256, 4096): its LM head's forward (xw) and dX (gwt)
 //     TYPE     s8 (the production call of the layout: Y = X W with row and column scales,
 //              dX = G W^T with S3R-EC's dX epilogue fused, dW = X^T G with the column scale) | bf16 (f32 output) | f32
 //     LAYOUT   xw (Y = X W) | gwt (dX = G W^T: B transposed) | xtg (dW = X^T G: A transposed)
@@ -258,7 +259,7 @@ const bool registered = [] {
   for (Layout layout : {Layout::kXw, Layout::kGwt, Layout::kXtg}) {
     // the large shapes, and those of `small`'s projections (C = 256, F = 768)
     for (auto [N, K] : {std::pair<int64_t, int64_t>{1024, 1024}, {1024, 4096}, {4096, 1024}, {4096, 4096},
-                        {256, 256}, {768, 256}, {256, 768}}) {
+                        {256, 256}, {768, 256}, {256, 768}, {4096, 256}, {256, 4096}}) {
       {
         for (int threads : thread_counts()) {
           const std::string dims = std::string(layout_name(layout)) + "/M:4096/N:" +
