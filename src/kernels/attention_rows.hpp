@@ -79,6 +79,29 @@ inline void prefetch_next_call(const AttnNextRows* next, int64_t pair, int64_t p
   }
 }
 
+// The vector tiers' backward visiting order (kernels/attention_kernels.hpp), written once: key
+// blocks j0 in order, and in each the query blocks i0 that visit it, from j0 on, taken
+// kAttnBackwardPairs at a time: pair(j0, i0, g0, number) for each (g0: the first query block
+// taken with it; number: the pair's place in the whole head's order), then group(j0, g0, rows)
+// for the pairs taken together (query rows g0 .. g0 + rows - 1).
+template <class Pair, class Group>
+void for_each_backward_pair(const AttnHead& h, Pair&& pair, Group&& group) {
+  const int64_t S = h.seq_len;
+  int64_t number = 0;
+  for (int64_t j0 = 0; j0 < S; j0 += kAttnBlock) {
+    int64_t i0 = j0;
+    while (i0 < S && first_key_block(i0, h.window) <= j0) {
+      const int64_t g0 = i0;
+      for (int64_t c = 0;
+           c < kAttnBackwardPairs && i0 < S && first_key_block(i0, h.window) <= j0;
+           ++c, i0 += kAttnBlock) {
+        pair(j0, i0, g0, number++);
+      }
+      group(j0, g0, std::min(i0, S) - g0);
+    }
+  }
+}
+
 // dst (rows, hd contiguous) = src's rows (stride lds). The backward reads the head's q, dout, k
 // and v rows from such copies where their stride would crowd the L1 cache's sets (32 KB, 8
 // ways of 64 sets on AMD Zen 3/4 and Intel cores since Skylake; the model's activations all

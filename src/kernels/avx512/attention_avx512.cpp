@@ -425,19 +425,12 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
   const __m512 sc = _mm512_set1_ps(h.scale);
   const int64_t W = window_or_all(h.window);
   const int64_t pairs = visited_pairs(S, h.window);
-  int64_t pair = 0;
-  for (int64_t j0 = 0; j0 < S; j0 += kB) {
-    const int64_t nj = std::min(kB, S - j0);
-    int64_t i0 = j0;
-    while (i0 < S && first_key_block(i0, h.window) <= j0) {
-      // Up to kAttnBackwardPairs pairs of this key block at a time (kernels/attention_kernels.hpp):
-      // their p and dS side by side (row g0 + y at y), dv and dk over all their rows at once.
-      const int64_t g0 = i0;
-      for (int64_t c = 0;
-           c < kAttnBackwardPairs && i0 < S && first_key_block(i0, h.window) <= j0; ++c, i0 += kB) {
-        const int64_t ni = std::min(kB, S - i0);
+  for_each_backward_pair(
+      h,
+      [&](int64_t j0, int64_t i0, int64_t g0, int64_t pair) {
+        const int64_t nj = std::min(kB, S - j0), ni = std::min(kB, S - i0);
         const bool diagonal = i0 == j0;
-        float* pp = p + (i0 - g0);
+        float* pp = p + (i0 - g0);  // p and dS of the pairs taken together: row g0 + y at y
         float* dsp = ds + (i0 - g0);
         prefetch_next_call(next, pair, pairs, 0, 4);
         score_tile(pp, lp, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, qt + i0 * HD, kB, HD, nj,
@@ -455,17 +448,16 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
         accum_rows(dq + i0 * ld, ld, ni, dsp, 1, lp, rows_of.k + j0 * rows_of.lkv, rows_of.lkv,
                    nj, HD, j0 == first_key_block(i0, h.window), nullptr,
                    diagonal ? Range::kKeysUpToGroup : Range::kAll);
-        ++pair;
-      }
-      const int64_t rows = std::min(i0, S) - g0;
-      const bool first = g0 == j0;
-      const Range range = first ? Range::kRowsFromGroup : Range::kAll;
-      accum_rows(dv + j0 * lddkv, lddkv, nj, p, lp, 1, rows_of.dout + g0 * rows_of.lq, rows_of.lq,
-                 rows, HD, first, nullptr, range);
-      accum_rows(dk + j0 * lddkv, lddkv, nj, ds, lp, 1, rows_of.q + g0 * rows_of.lq, rows_of.lq,
-                 rows, HD, first, nullptr, range);
-    }
-  }
+      },
+      [&](int64_t j0, int64_t g0, int64_t rows) {  // dv, dk over all the pairs' rows at once
+        const int64_t nj = std::min(kB, S - j0);
+        const bool first = g0 == j0;
+        const Range range = first ? Range::kRowsFromGroup : Range::kAll;
+        accum_rows(dv + j0 * lddkv, lddkv, nj, p, lp, 1, rows_of.dout + g0 * rows_of.lq,
+                   rows_of.lq, rows, HD, first, nullptr, range);
+        accum_rows(dk + j0 * lddkv, lddkv, nj, ds, lp, 1, rows_of.q + g0 * rows_of.lq,
+                   rows_of.lq, rows, HD, first, nullptr, range);
+      });
 }
 
 }  // namespace s3r::kernels::avx512
