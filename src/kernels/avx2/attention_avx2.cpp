@@ -17,8 +17,8 @@ namespace {
 constexpr int64_t kB = kAttnBlock;
 
 
-// body(j, e_j) for the keys j < jn in order, e_j = exp_poly8(p[j * 32] - sub): eight exps at a time
-// (exp_poly8_n), the last jn % 8 one by one.
+// body(j, e_j) for the keys j < jn in order, e_j = exp_poly8(p[j * ldp] - sub): eight exps at a
+// time (exp_poly8_n), the last jn % 8 one by one.
 template <class Body>
 inline void exp_keys(const float* p, int64_t ldp, __m256 sub, int64_t jn, Body&& body) {
   constexpr int kXn = 8;
@@ -44,7 +44,7 @@ inline __m256 lanes_unmasked(int64_t lane0, int64_t t, int64_t w) {
   return _mm256_castsi256_ps(_mm256_and_si256(from, below));
 }
 
-// st[j * 32 + h + r] = (fma chain over d of a[j * lda + d] * bt[d * ldb + h + r]) * scale for
+// st[j * ldst + h + r] = (fma chain over d of a[j * lda + d] * bt[d * ldb + h + r]) * scale for
 // j < JT and the 16 lanes r of half h (h = 0 or 16; bt already offset by h).
 template <int JT>
 inline void score_rows(float* st, int64_t ldst, const float* a, int64_t lda, const float* bt,
@@ -69,8 +69,8 @@ inline void score_rows(float* st, int64_t ldst, const float* a, int64_t lda, con
   }
 }
 
-// The scores of a block pair, per half of 16 lanes (rows): keys [0, nj); in the diagonal pair,
-// the lower half only for keys 0..15 (keys 16..31 are masked for rows 0..15).
+// The scores of a block pair, st[j * ldst + r], per half of 16 lanes (rows): keys [0, nj); in the
+// diagonal pair, the lower half only for keys 0..15 (keys 16..31 are masked for rows 0..15).
 void score_tile(float* st, int64_t ldst, const float* a, int64_t lda, const float* bt, int64_t ldb,
                 int64_t hd, int64_t nj, bool diagonal, float scale) {
   constexpr int kJt = 6;  // 2 vectors x 6 keys: 12 accumulators
@@ -266,7 +266,7 @@ void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t l
   }
 }
 
-// The backward's p and dS of a block pair (scores in p, dP in ds, both [j * 32 + r]), in place:
+// The backward's p and dS of a block pair (scores in p, dP in ds, both [j * ldp + r]), in place:
 // p = exp_poly(s - L_r) and dS = (p (dP - D_r)) scale where key j is unmasked for row r (dj = j0 -
 // i0), +0 elsewhere. kMasked = false: a pair with no masked key, whose lane masks are skipped.
 template <bool kMasked>

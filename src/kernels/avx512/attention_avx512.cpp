@@ -2,7 +2,7 @@
 // kernels/ref/attention_ref.cpp (bit-exact), see kernels/attention_kernels.hpp for the blocks.
 //
 // Layout of the work: the 32 query rows of a block are the lanes of two vectors wherever a
-// quantity is per (key, query) pair (scores, probabilities, their gradients: p[j * 32 + r]),
+// quantity is per (key, query) pair (scores, probabilities, their gradients: p[j * ld + r]),
 // so the softmax's maxima and sums run down the keys, vertically, without horizontal
 // reductions; products that accumulate rows of HD values (p v, dS k, p^T dout, dS^T q) keep HD in
 // the lanes and broadcast one coefficient at a time. Every output element thus sees the
