@@ -18,6 +18,7 @@
 #include "gemm/s8_gemm.hpp"
 #include "kernels/dispatch.hpp"
 #include "s3r/core/aligned_vector.hpp"
+#include "s3r/core/cpu_features.hpp"
 #include "s3r/core/error.hpp"
 #include "s3r/core/work.hpp"
 #include "s3r/gemm/backend.hpp"
@@ -94,6 +95,21 @@ void padded_tile(Type type, float* C, const char* a, const void* b, MatmulShape 
   for (int64_t r = 0; r < rows; ++r) std::memcpy(C + r * tile.ldc, c_rows + r * tile.ldc, row_bytes);
 }
 
+// The full tiles of a strided f32 operand, each stored contiguously: tile t's row r (of `rows`,
+// `width` values each) read from src + r * ld + t * width.
+const float* contiguous_tiles(AlignedVector<float>& buf, const float* src, int64_t tiles, int64_t rows,
+                              int64_t width, int64_t ld) {
+  buf.resize(static_cast<size_t>(tiles * rows * width));
+  float* out = buf.data();
+  work::add_bytes(static_cast<uint64_t>(8 * tiles * rows * width));  // read once, written once
+  parallel_blocks(tiles * rows, 64, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      std::memcpy(out + i * width, src + (i % rows) * ld + (i / rows) * width, static_cast<size_t>(width) * sizeof(float));
+    }
+  });
+  return out;
+}
+
 void float_product(Type type, float* C, const void* A, const void* B, const MatmulShape& s, bool accumulate) {
   constexpr int64_t kTileM = kFloatTileRows, kTileN = 256;
   const int64_t phase = s.a_transposed ? 0 : s.row_phase;  // the grid's rows before row 0
@@ -107,6 +123,19 @@ void float_product(Type type, float* C, const void* A, const void* B, const Matm
   const int64_t bytes = type == Type::kF32 ? 4 : 2;
   const auto* a_bytes = static_cast<const char*>(A);
   const auto* b_bytes = static_cast<const char*>(B);
+  // oneDNN's AVX2 f32 kernels run at half speed or less when a tile's operand rows lie far
+  // apart: the 256 rows of a B of 4096 columns, 16 KB apart, share a few cache sets and fall out
+  // of L2 between uses. Such an operand's full tiles, when several tiles read each, are first
+  // copied one after another; edge tiles read the operand in place. On AVX2 the sums keep their
+  // bits (the same kernel on the same values: a Zen 3's training steps gave the same losses, and
+  // the LM head took a third less time); oneDNN's AVX-512 kernels, fast on such operands already,
+  // may choose another kernel for another stride, so they read them in place as before.
+  thread_local AlignedVector<float> a_tiles, b_tiles;
+  const bool avx2_kernels = type == Type::kF32 && !cpu_features().avx512f;
+  const bool tile_a = avx2_kernels && s.a_transposed && s.lda > kTileM && s.M >= kTileM && tiles_n > 1;
+  const bool tile_b = avx2_kernels && !s.b_transposed && s.ldb > kTileN && s.N >= kTileN && tiles_m > 1;
+  const float* a_tiled = tile_a ? contiguous_tiles(a_tiles, static_cast<const float*>(A), s.M / kTileM, s.K, kTileM, s.lda) : nullptr;
+  const float* b_tiled = tile_b ? contiguous_tiles(b_tiles, static_cast<const float*>(B), s.N / kTileN, s.K, kTileN, s.ldb) : nullptr;
   // Tiles one at a time to whichever thread is free: edge tiles cost less than full ones.
   parallel_blocks_dynamic(tiles_m * tiles_n, 1, [&](int64_t t, int64_t) {
     const int64_t g0 = (t / tiles_n) * kTileM - phase, n0 = (t % tiles_n) * kTileN;  // the tile's rows [g0, g0 + 128)
@@ -118,6 +147,14 @@ void float_product(Type type, float* C, const void* A, const void* B, const Matm
     // op(A) rows m0.. are stored columns when A is transposed; op(B) columns n0.. likewise rows.
     const char* a = a_bytes + bytes * (s.a_transposed ? m0 : m0 * s.lda);
     const char* b = b_bytes + bytes * (s.b_transposed ? n0 * s.ldb : n0);
+    if (a_tiled != nullptr && tile.M == kTileM) {
+      a = reinterpret_cast<const char*>(a_tiled + m0 * s.K);
+      tile.lda = kTileM;
+    }
+    if (b_tiled != nullptr && tile.N == kTileN) {
+      b = reinterpret_cast<const char*>(b_tiled + n0 * s.K);
+      tile.ldb = kTileN;
+    }
     if (tile.M < kTileM && !s.a_transposed) return padded_tile(type, C + m0 * s.ldc + n0, a, b, tile, lead, accumulate);
     onednn::run({type, type, Type::kF32, tile, nullptr, accumulate}, C + m0 * s.ldc + n0, a, b);
   });
