@@ -36,10 +36,13 @@ namespace s3r::tools {
 
 namespace {
 
-// A configuration of the table: a recipe as --configs names it (the row's name), with --head.
+// A configuration of the table: a recipe as --configs names it (the row's name), with --head,
+// and how its f32 and bf16 products run: as fixed tiles, one thread each, as s3r train runs them
+// (s3r/gemm/matmul.hpp: set_thread_invariant), or with oneDNN's own threading.
 struct StepConfig {
   std::string name;
   nn::Recipe recipe;
+  bool fixed_tiles;
 };
 
 constexpr int kMaxRepeats = 1000000;
@@ -50,23 +53,27 @@ struct Options {
   int repeats = 5, warmup = 2, threads = 0;
   bool memory = true;
   bool breakdown = false;
-  bool fixed_tiles = false;  // float products as s3r train runs them
+  bool fixed_tiles = false;  // the bf16 and f32 modes' float products too as s3r train runs them
   std::string json_path;
   std::string memory_of;  // internal: measure this configuration's peak memory and exit
 };
 
 // The recipes a comma-separated list names (nn::Recipe::parse), each with --head: an int8 LM
-// head applies to the int8 recipes, bf16 and f32 keep their own. Throws s3r::Error at the first
+// head applies to the int8 recipes, bf16 and f32 keep their own. The int8 recipes' float
+// products (a bf16 LM head) run as s3r train runs them, in fixed tiles: what is timed is the
+// step a user trains with. The bf16 and f32 modes are the baselines, at their fastest with
+// oneDNN's own threading unless `all_fixed` (--fixed-tiles). Throws s3r::Error at the first
 // name that is no recipe.
-std::vector<StepConfig> select(const std::string& list_text, nn::HeadChoice head) {
+std::vector<StepConfig> select(const std::string& list_text, nn::HeadChoice head, bool all_fixed) {
   std::vector<StepConfig> out;
   std::stringstream list(list_text);
   std::string name;
   while (std::getline(list, name, ',')) {
     try {
       const nn::Recipe recipe = nn::Recipe::parse(name);
-      out.push_back({name, nn::is_int8(recipe.projections()) && head == nn::HeadChoice::kInt8
-                               ? recipe.with_head(head) : recipe});
+      const bool int8 = nn::is_int8(recipe.projections());
+      out.push_back({name, int8 && head == nn::HeadChoice::kInt8 ? recipe.with_head(head) : recipe,
+                     int8 || all_fixed});
     } catch (const Error& e) {
       throw Error("bench step: --configs: unknown configuration '" + name + "' (" + e.what() + ")");
     }
@@ -86,9 +93,11 @@ struct StepRunner {
   model::StepBreakdown phases;
   work::Phase optimizer;
   double timed_steps = 0.0, minor_faults = 0.0;
+  bool fixed_tiles;
 
   StepRunner(const model::ModelConfig& cfg, const StepConfig& c)
-      : model(cfg, c.recipe), opt(model, dist::single_process(), false), in(cfg.tokens()), tg(cfg.tokens()) {
+      : model(cfg, c.recipe), opt(model, dist::single_process(), false), in(cfg.tokens()), tg(cfg.tokens()),
+        fixed_tiles(c.fixed_tiles) {
     model.init_weights(0);
     std::vector<uint32_t> bits(cfg.tokens() + 1);
     random_bits32(key_from_seed(7), 0, bits);  // uniform tokens: the step's cost ignores the text
@@ -100,6 +109,7 @@ struct StepRunner {
   // forward, backward and AdamW as in s3r train; returns milliseconds. With `record`, adds the
   // step's phase times, optimizer time and minor page faults (memory touched for the first time).
   double step(bool record = false) {
+    gemm::set_thread_invariant(fixed_tiles);  // this configuration's float products (select)
     model.set_breakdown(record ? &phases : nullptr);
     const int64_t faults_before = minor_page_faults();
     const auto start = std::chrono::steady_clock::now();
@@ -257,7 +267,8 @@ nlohmann::json print_results(const std::vector<StepConfig>& configs, const std::
     std::printf("%-14s %10.1f %10.1f %11.0f %9s %9s %12s\n", configs[i].name.c_str(), med, min,
                 tokens / (med / 1000.0), a, b, mem);
     nlohmann::json row = {{"configuration", configs[i].name}, {"median_ms", med}, {"min_ms", min},
-                          {"ms", ms[i]}, {"tokens_per_s", tokens / (med / 1000.0)}};
+                          {"ms", ms[i]}, {"tokens_per_s", tokens / (med / 1000.0)},
+                          {"fixed_tiles", configs[i].fixed_tiles}};
     if (bf16 >= 0) row["speedup_vs_bf16"] = vs_bf16;
     if (sr >= 0) row["speedup_vs_sr"] = vs_sr;
     if (memory[i] >= 0) row["peak_rss_bytes"] = memory[i];
@@ -278,29 +289,27 @@ void print_header(const Options& o, const model::ModelConfig& cfg) {
               static_cast<long long>(cfg.tokens()));
   std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
               omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
-  std::printf("f32 and bf16 products: %s\n", gemm::thread_invariant()
-                                                   ? "fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"
-                                                   : "oneDNN's own threading (s3r train: fixed tiles, --fixed-tiles)");
+  std::printf("f32 and bf16 products: %s\n",
+              o.fixed_tiles ? "fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"
+                            : "the int8 recipes' (LM head) in fixed tiles, one thread each, as s3r train runs "
+                              "them; the bf16 and f32 modes' with oneDNN's own threading (--fixed-tiles: "
+                              "theirs in tiles too)");
   if (o.breakdown) std::printf("%s\n", gemm::limits_line(gemm::roofline_limits()).c_str());
   std::fflush(stdout);
 }
 
 void run(const Options& o) {
-  // The f32 and bf16 products (the bf16 and f32 modes, every int8 recipe's bf16 LM head) as
-  // oneDNN runs them, with its own threading: the baselines at their fastest. --fixed-tiles runs
-  // them as s3r train does, in thread-count invariant tiles (s3r/gemm/matmul.hpp).
-  gemm::set_thread_invariant(o.fixed_tiles);
   // Each value was range-checked as it was parsed; here the combinations, the output file and
   // the memory, all before any work.
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const model::ModelConfig cfg = o.model.config();
   if (!o.memory_of.empty()) {
-    StepRunner r(cfg, select(o.memory_of, o.model.head_choice()).at(0));
+    StepRunner r(cfg, select(o.memory_of, o.model.head_choice(), o.fixed_tiles).at(0));
     for (int i = 0; i < std::max(1, o.warmup); ++i) r.step();
     std::printf("peak_rss_bytes %lld\n", static_cast<long long>(peak_resident_bytes()));
     return;
   }
-  const std::vector<StepConfig> configs = select(o.configs, o.model.head_choice());
+  const std::vector<StepConfig> configs = select(o.configs, o.model.head_choice(), o.fixed_tiles);
   if (!o.json_path.empty()) check_output_file("bench step", "--json", o.json_path);
   // Every configuration's model and optimizer are alive together during the timed steps.
   double need = 0.0;
@@ -351,7 +360,7 @@ void run(const Options& o) {
     nlohmann::json out = {{"preset", o.model.preset}, {"model", cfg.describe()}, {"tokens_per_step", cfg.tokens()},
                                 {"threads", omp_get_max_threads()}, {"warmup", o.warmup},
                                 {"repeats", o.repeats}, {"machine", machine_line()},
-                                {"fixed_tiles", gemm::thread_invariant()}, {"rows", rows}};
+                                {"fixed_tiles", o.fixed_tiles}, {"rows", rows}};
     if (o.breakdown) out["breakdown"] = breakdown;
     io::write_file_atomic(o.json_path, [&](std::ostream& f) { f << out.dump(1) << "\n"; });
     std::printf("json: %s\n", o.json_path.c_str());
@@ -376,8 +385,9 @@ void register_bench_step(CLI::App& bench) {
   cmd->add_flag("!--no-memory", o->memory, "skip the per-configuration peak-memory children");
   cmd->add_flag("--breakdown", o->breakdown, "also print the time per phase of the step");
   cmd->add_flag("--fixed-tiles", o->fixed_tiles,
-                "run the f32 and bf16 products as s3r train does (fixed tiles that give the same bits "
-                "for any thread count) instead of with oneDNN's own threading");
+                "run the bf16 and f32 modes' products too as s3r train does (fixed tiles that give the "
+                "same bits for any thread count) instead of with oneDNN's own threading; the int8 "
+                "recipes' always run so");
   cmd->add_option("--json", o->json_path, "also write the results as JSON");
   cmd->add_option("--memory-of", o->memory_of)->group("");  // internal (measure_memory)
   cmd->callback([o] { run(*o); });

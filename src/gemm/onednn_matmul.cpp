@@ -39,8 +39,11 @@ struct PrimitiveKey {
   int64_t M, N, K;
   bool ta, tb, col_scale, accumulate;
   int64_t lda, ldb, ldc;
+  // Planned for one thread (make_primitive): a float product under gemm::thread_invariant(),
+  // which a process may switch (bench step's configurations do), so it is part of the key.
+  bool one_thread;
   auto tie() const {
-    return std::tie(a, b, c, M, N, K, ta, tb, col_scale, accumulate, lda, ldb, ldc);
+    return std::tie(a, b, c, M, N, K, ta, tb, col_scale, accumulate, lda, ldb, ldc, one_thread);
   }
   bool operator<(const PrimitiveKey& o) const { return tie() < o.tie(); }
 };
@@ -48,7 +51,8 @@ struct PrimitiveKey {
 PrimitiveKey key_of(const Call& call) {
   const MatmulShape& s = call.shape;
   return PrimitiveKey{call.a, call.b, call.c, s.M, s.N, s.K, s.a_transposed, s.b_transposed,
-                      call.col_scale != nullptr, call.accumulate, s.lda, s.ldb, s.ldc};
+                      call.col_scale != nullptr, call.accumulate, s.lda, s.ldb, s.ldc,
+                      call.c == Type::kF32 && call.a != Type::kS8 && gemm::thread_invariant()};
 }
 
 // The S3R_MAX_ISA cap, applied before oneDNN dispatches anything (it may be set only once).
@@ -122,7 +126,7 @@ Primitive make_primitive(const PrimitiveKey& key, const dnnl::engine& engine) {
   // for the threads it sees when it is created (OMP_NUM_THREADS, also inside a parallel region),
   // and a plan for two threads may split K and add the halves even when one thread executes it:
   // planned for one thread, the bits do not depend on the thread count. (Int8 sums are exact.)
-  const bool one_thread_plan = key.c == Type::kF32 && key.a != Type::kS8 && gemm::thread_invariant();
+  const bool one_thread_plan = key.one_thread;
   const int threads = omp_get_max_threads();
   if (one_thread_plan) omp_set_num_threads(1);
   try {

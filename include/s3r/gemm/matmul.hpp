@@ -64,7 +64,9 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
 // products outside an OpenMP parallel region run as fixed 128 x 256 output tiles, each over the
 // whole K on one thread, and give the same bits for any thread count. The trainer keeps it on
 // (every logged number is the same for any thread count); the benchmarks turn it off so that
-// the f32 and bf16 baselines are oneDNN's own. int8 products are exact either way.
+// the f32 and bf16 baselines are oneDNN's own (bench step keeps it on for the int8 recipes'
+// LM head, as training runs it). It may be switched between products: oneDNN's plans are kept
+// per setting. int8 products are exact either way.
 // The tiles are planned for one thread (oneDNN would otherwise plan a K split for the threads it
 // sees). A row of a product depends on the tile's height too (oneDNN picks other kernels for
 // short tiles), so a short edge tile of a product whose A is stored by rows runs as a whole tile
