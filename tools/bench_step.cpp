@@ -232,7 +232,9 @@ nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
               " S3R-EC corrections, SwiGLU's activation, and a mixture of experts' router, sort, gathers\n"
               " and combine; page faults: memory touched for the first time, i.e. allocations that reach\n"
               " the kernel)\n");
-  const gemm::RooflineLimits& limits = gemm::roofline_limits();
+  // Measured again now that the timed steps are done; each limit the higher of the two.
+  const gemm::RooflineLimits& limits = gemm::remeasure_roofline_limits();
+  std::printf("\n%s\n", gemm::limits_line(limits).c_str());
   nlohmann::json roofline = nlohmann::json::object();
   for (size_t i = 0; i < configs.size(); ++i) {
     roofline[configs[i].name] = print_roofline("roofline of " + configs[i].name + " (per step)", phases[i], limits);

@@ -34,7 +34,7 @@ nlohmann::json limits_json(const gemm::RooflineLimits& l) {
   const auto one = [](const gemm::Limit& x) {
     return nlohmann::json{{"per_s", x.per_s}, {"instruction", x.instruction}};
   };
-  return {{"threads", l.threads}, {"int8_mac", one(l.int8)}, {"bf16_mac", one(l.bf16)},
+  return {{"threads", l.threads}, {"measurements", l.measurements}, {"int8_mac", one(l.int8)}, {"bf16_mac", one(l.bf16)},
           {"f32_mac", one(l.f32)}, {"l2_bytes", one(l.l2)}, {"llc_bytes", one(l.llc)}, {"memory_bytes", one(l.memory)}};
 }
 

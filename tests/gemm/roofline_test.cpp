@@ -204,6 +204,33 @@ TEST(Roofline, LimitsBoundLargeProductsOfEachType) {
   }
 }
 
+TEST(Roofline, HigherLimitsKeepsTheHigherOfEachAndCountsMeasurements) {
+  RooflineLimits a, b;
+  a.int8 = {5e9, "a int8"};
+  b.int8 = {3e9, "b int8"};  // lower: a's stays
+  a.f32 = {1e9, "f32"};
+  b.f32 = {2e9, "f32"};  // higher: b's
+  a.bf16 = {0, "none"};  // no limit stays none
+  a.l2 = {7e9, "l2"};
+  b.l2 = {7e9, "l2"};
+  a.llc = {1e9, "llc"};
+  b.llc = {4e9, "llc"};
+  a.memory = {9e9, "mem"};
+  b.memory = {8e9, "mem"};
+  b.measurements = 1;
+  const RooflineLimits h = higher_limits(a, b);
+  EXPECT_EQ(h.int8.per_s, 5e9);
+  EXPECT_EQ(h.int8.instruction, "a int8");
+  EXPECT_EQ(h.f32.per_s, 2e9);
+  EXPECT_EQ(h.bf16.per_s, 0);
+  EXPECT_EQ(h.l2.per_s, 7e9);
+  EXPECT_EQ(h.llc.per_s, 4e9);
+  EXPECT_EQ(h.memory.per_s, 9e9);
+  EXPECT_EQ(h.measurements, 2);
+  EXPECT_NE(limits_line(h).find("; each the higher of 2 measurements"), std::string::npos) << limits_line(h);
+  EXPECT_EQ(limits_line(a).find("measurements"), std::string::npos) << limits_line(a);
+}
+
 TEST(Roofline, LimitsLineNamesEveryLimit) {
   const std::string line = limits_line(roofline_limits());
   for (const char* part : {"int8 ", "bf16 ", "f32 ", "L2 ", "last-level cache ", "memory "}) {

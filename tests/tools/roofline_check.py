@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`s3r bench step --breakdown --json` on a tiny llama: the roofline's work per phase equals the
 multiply-adds of the model's products counted here from its shapes, the step row is the sum of
-the phases, int8 recipes do the same products as f32 in int8, and the limits are all there; and
+the phases, int8 recipes do the same products as f32 in int8, and the limits are all there (measured
+again after the timed steps); and
 `s3r bench ffn --breakdown --json` likewise for one SwiGLU block.
 
 usage: roofline_check.py S3R_BINARY SCRATCH_DIR
@@ -37,6 +38,10 @@ def main():
         "attention": 7 * B * NH * HD * (S * (S + 1) // 2) * L,
     }
     limits = j["breakdown"]["limits"]
+    # measured at the start and again after the timed steps, each limit the higher of the two
+    if limits.get("measurements") != 2 or not re.search(r"^limits on .*; each the higher of 2 measurements$",
+                                                         run.stdout, re.M):
+        sys.exit(f"FAIL: the limits were not measured again after the timed steps: {limits}\n{run.stdout}")
     for key in ("int8_mac", "bf16_mac", "f32_mac", "l2_bytes", "llc_bytes", "memory_bytes"):
         if key not in limits or "instruction" not in limits[key]:
             sys.exit(f"FAIL: limit {key} missing: {limits}")
@@ -92,6 +97,8 @@ def check_ffn(s3r, scratch):
             failures.append(f"bench ffn {recipe} block: {rows['block'][column]} {column}, expected {want}")
     if "limits" not in j:
         failures.append("bench ffn: no limits in the JSON")
+    elif j["limits"].get("measurements") != 2:
+        failures.append(f"bench ffn: the limits were not measured again after the timed runs: {j['limits']}")
     return failures
 
 

@@ -3,12 +3,13 @@
 // what this CPU can do per second with the instructions s3r runs on it, measured in this process,
 // and the shortest time a phase's work (s3r/core/work.hpp) can take at those rates.
 //
-// Each limit is measured once per process (about a second in all) by register-only loops of
+// Each limit is measured at the first use (about a second in all) by register-only loops of
 // the instruction the backend chosen for that type runs (kernels/peak_loops.hpp), on every
 // OpenMP thread at once; bandwidths by reads of the widest loads on every thread, four streams
 // each, of a buffer four times the last-level cache (memory), of half of it (last-level cache)
 // and of half the threads' L2 caches together (L2). Limits are the best of ten timed runs,
-// in two rounds over the loops.
+// in two rounds over the loops; the benchmarks measure them again after their timed runs and
+// keep the higher of the two (remeasure_roofline_limits).
 //   int8  oneDNN: AMX tdpbssd, else vpdpbusd zmm (AVX-512 VNNI); s3r's AVX2 GEMM: vpmaddwd +
 //         vpaddd ymm; the reference GEMM: none (no share is printed)
 //   bf16  native oneDNN: AMX tdpbf16ps, else vdpbf16ps zmm; emulated: the f32 limit
@@ -33,15 +34,26 @@ struct RooflineLimits {
   Limit int8, bf16, f32;
   Limit l2, llc, memory;  // bytes per second
   int threads = 1;
+  int measurements = 1;  // each limit the highest of this many measurements
 };
 
 // Measured at the first call with omp_get_max_threads() threads, for the backends then active.
 const RooflineLimits& roofline_limits();
+// Measures again and raises each of roofline_limits()'s limits to the higher of its two values
+// (the same reference, updated). A virtual machine's host can slow every core for longer than
+// one measurement: on an AMD Zen 3 VM one process measured bf16 at 51 G MAC/s against 102 in
+// every other, and printed the LM head at 139% of its limit. A second measurement after the timed
+// runs makes a low one unlikely, and a limit only ever rises: shares are never overstated by it.
+// Call it from one thread, outside parallel regions, with the thread count of the first call.
+const RooflineLimits& remeasure_roofline_limits();
+// a's limits each raised to b's where b's is higher; measurements: the two counts added.
+RooflineLimits higher_limits(const RooflineLimits& a, const RooflineLimits& b);
 // A fresh measurement, the same way (about 1 s): for checks that compare rates taken at
 // different moments on a machine whose speed drifts.
 RooflineLimits measure_roofline_limits();
 
-// One line: "limits on 2 threads: int8 1903 G MAC/s (AMX tdpbssd), ..., memory 14 GB/s (...), cache ...".
+// One line: "limits on 2 threads: int8 1903 G MAC/s (AMX tdpbssd), ..., memory 14 GB/s (...)", and
+// "; each the higher of 2 measurements" after a remeasurement.
 std::string limits_line(const RooflineLimits& limits);
 
 struct Bound {
