@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """`s3r bench step --breakdown --json` on a tiny llama: the roofline's work per phase equals the
 multiply-adds of the model's products counted here from its shapes, the step row is the sum of
-the phases, int8 recipes do the same products as f32 in int8, and the limits are all there (measured
-again after the timed steps); and
-`s3r bench ffn --breakdown --json` likewise for one SwiGLU block.
+the phases, int8 recipes do the same products as f32 in int8, and the limits are all there,
+measured again after the timed steps; and `s3r bench ffn --breakdown --json` likewise for one
+SwiGLU block.
 
 usage: roofline_check.py S3R_BINARY SCRATCH_DIR
 """
