@@ -24,7 +24,10 @@ const CacheSizes& cache_sizes() {
   static const CacheSizes sizes = [] {
     const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     CacheSizes c;
-    if (l2 > 0) c.l2 = static_cast<uint64_t>(l2) * static_cast<uint64_t>(omp_get_max_threads());
+    if (l2 > 0) {
+      c.l2_core = static_cast<uint64_t>(l2);
+      c.l2 = c.l2_core * static_cast<uint64_t>(omp_get_max_threads());
+    }
     c.llc = l3 > 0 ? static_cast<uint64_t>(l3) : c.l2;
     return c;
   }();

@@ -13,7 +13,7 @@ const AttentionKernels& attention_kernels_for(Isa isa) {
 #ifdef S3R_HAVE_AVX2
   static constexpr AttentionKernels kAvx2{avx2::attention_forward_block,
                                           avx2::attention_backward_head,
-                                          attention_backward_scratch_copies};
+                                          attention_backward_scratch_avx2};
 #endif
 #ifdef S3R_HAVE_AVX512
   static constexpr AttentionKernels kAvx512{avx512::attention_forward_block,

@@ -146,6 +146,14 @@ inline int64_t attention_backward_scratch_copies(int64_t seq_len, int64_t head_d
          4 * head_dim * attention_padded(seq_len);
 }
 
+// The AVX2 backward's: contiguous copies of the head's q and dout rows, one key block's k and v
+// transposed and its k rows, D, lse, and the p and dS of kAttnBackwardPairs pairs.
+inline int64_t attention_backward_scratch_avx2(int64_t seq_len, int64_t head_dim) {
+  const int64_t Sp = attention_padded(seq_len);
+  return 2 * head_dim * Sp + 3 * kAttnBlock * head_dim + 2 * Sp +
+         2 * kAttnBackwardPairs * kAttnBlock * kAttnBlock;
+}
+
 #define S3R_DECLARE_ATTENTION_KERNELS                                                             \
   /* Query block `block` of one head: rows [32 block, min(32 block + 32, S)) of out (row stride   \
      h.ld, HD columns written) and of lse (S) are written. scratch: attention_forward_scratch.   \

@@ -102,9 +102,11 @@ void for_each_backward_pair(const AttnHead& h, Pair&& pair, Group&& group) {
   }
 }
 
-// dst (rows, hd contiguous) = src's rows (stride lds). The backward reads the head's q, dout, k
-// and v rows from such copies where their stride would crowd the L1 cache's sets (32 KB, 8
-// ways of 64 sets on AMD Zen 3/4 and Intel cores since Skylake; the model's activations all
+// dst (rows, hd contiguous) = src's rows (stride lds). The backward reads the head's rows from
+// such copies (the AVX2 tier q's and dout's, and each key block's k rows as it transposes them;
+// the AVX-512 tier q, dout, k and v where copy says so) where their stride would crowd the L1
+// cache's sets (32 KB, 8 ways of 64 sets on AMD Zen 3/4 and Intel cores since Skylake; the
+// model's activations all
 // start at the same offset in their pages): rows 1 KB apart (`small`'s 256 floats) use a
 // quarter of the sets, and a 32-row block fills their ways; rows 4 KB apart (`wide`'s 1024) all
 // fall into the same sets, four times over their ways. On an AMD Zen 4 one AVX2 accumulation

@@ -72,11 +72,12 @@ struct Phase {
   }
 };
 
-// The sizes in bytes of the L2 caches of the OpenMP threads together and of the last-level
-// cache, as this process first read them (sysconf and omp_get_max_threads(); 0 when unknown:
-// nothing counts as fitting there).
+// The sizes in bytes of the L2 caches of the OpenMP threads together, of one core's L2 and of
+// the last-level cache, as this process first read them (sysconf and omp_get_max_threads(); 0
+// when unknown: nothing counts as fitting there).
 struct CacheSizes {
   uint64_t l2 = 0, llc = 0;
+  uint64_t l2_core = 0;
 };
 const CacheSizes& cache_sizes();
 

@@ -1,7 +1,9 @@
 // AVX2 fused causal attention kernels; operation for operation the same as
-// kernels/ref/attention_ref.cpp (bit-exact). The same layout as the AVX-512 twin
+// kernels/ref/attention_ref.cpp (bit-exact). The forward has the AVX-512 twin's layout
 // (kernels/avx512/attention_avx512.cpp): the 32 query rows of a block in the lanes (four
-// vectors) for the per-(key, query) quantities, HD in the lanes for the row accumulations.
+// vectors) for the per-(key, query) quantities, HD in the lanes for the row accumulations. The
+// backward puts a block's 32 keys in the lanes instead, so that it transposes one key block's k
+// and v at a time rather than the head's q and dout (attention_backward_head says why).
 #include <algorithm>
 #include <limits>
 
@@ -69,14 +71,19 @@ inline void score_rows(float* st, int64_t ldst, const float* a, int64_t lda, con
   }
 }
 
-// The scores of a block pair, st[j * ldst + r], per half of 16 lanes (rows): keys [0, nj); in the
-// diagonal pair, the lower half only for keys 0..15 (keys 16..31 are masked for rows 0..15).
+// Which of a block pair's scores a diagonal pair leaves out: with the query rows in the lanes
+// (the forward), keys 16..31 of rows 0..15; with the keys in the lanes (the backward), rows
+// 0..15 of keys 16..31 (the same scores: those keys are masked for those rows).
+enum class Lanes { kRows, kKeys };
+
+// The scores of a block pair, st[j * ldst + r] (j < nj the rows of a, r the lanes), per half of
+// 16 lanes; in the diagonal pair only the unmasked halves (Lanes).
 void score_tile(float* st, int64_t ldst, const float* a, int64_t lda, const float* bt, int64_t ldb,
-                int64_t hd, int64_t nj, bool diagonal, float scale) {
+                int64_t hd, int64_t nj, bool diagonal, float scale, Lanes lanes = Lanes::kRows) {
   constexpr int kJt = 6;  // 2 vectors x 6 keys: 12 accumulators
   for (int64_t half = 0; half < kB; half += 16) {
-    const int64_t jn = diagonal ? std::min(nj, half + 16) : nj;
-    int64_t j = 0;
+    const int64_t jn = diagonal && lanes == Lanes::kRows ? std::min(nj, half + 16) : nj;
+    int64_t j = diagonal && lanes == Lanes::kKeys ? half : 0;
     // Tiles of 6 keys; 2 keys left over are taken as 4 + 4 from the last 8 (a 2-key tile's 4
     // chains wait on the FMA's latency: 32 keys as 6 x 4 + 4 + 4 took 1.9% less time per AVX2
     // backward head and 0.9-1.6% per forward head than as 6 x 5 + 2, AMD Zen 4, `small`).
@@ -266,27 +273,68 @@ void row_dots(float* dd, const float* a, const float* b, int64_t rows, int64_t l
   }
 }
 
-// The backward's p and dS of a block pair (scores in p, dP in ds, both [j * ldp + r]), in place:
-// p = exp_poly(s - L_r) and dS = (p (dP - D_r)) scale where key j is unmasked for row r (dj = j0 -
+// The backward's p and dS of rows [y0, y1) of a block pair, keys [0, 8 NV), in place: the scores
+// in p and dP in ds, both [y * ldp + j] (query row y, key j: the keys in the lanes); p =
+// exp_poly(s - L_y) and dS = (p (dP - D_y)) scale where key j is unmasked for row y (dj = j0 -
 // i0), +0 elsewhere. kMasked = false: a pair with no masked key, whose lane masks are skipped.
+// Eight exps at a time (8 / NV rows; six for NV = 3), the rows left one vector at a time.
+template <int NV, bool kMasked>
+void probs_and_ds_rows(float* p, float* ds, int64_t ldp, const float* L, const float* D,
+                       __m256 sc, int64_t dj, int64_t y0, int64_t y1, int64_t W) {
+  const auto finish = [&](int64_t y, int c, __m256 e) {
+    float* pe = p + y * ldp + 8 * c;
+    float* de = ds + y * ldp + 8 * c;
+    const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(de), _mm256_set1_ps(D[y]));
+    __m256 d = _mm256_mul_ps(_mm256_mul_ps(e, dp), sc);
+    if constexpr (kMasked) {  // key k unmasked for row y: y - dj - W < k <= y - dj
+      const __m256 keep = lanes_unmasked(8 * c, y - dj - W + 1, W);
+      e = _mm256_and_ps(keep, e);
+      d = _mm256_and_ps(keep, d);
+    }
+    _mm256_storeu_ps(pe, e);
+    _mm256_storeu_ps(de, d);
+  };
+  constexpr int kRows = 8 / NV, kN = kRows * NV;
+  int64_t y = y0;
+  for (; y + kRows <= y1; y += kRows) {
+    __m256 e[kN];
+#pragma GCC unroll 8
+    for (int t = 0; t < kN; ++t) {
+      const int64_t r = y + t / NV;
+      e[t] = _mm256_sub_ps(_mm256_loadu_ps(p + r * ldp + 8 * (t % NV)), _mm256_set1_ps(L[r]));
+    }
+    exp_poly8_n<kN>(e);
+#pragma GCC unroll 8
+    for (int t = 0; t < kN; ++t) finish(y + t / NV, t % NV, e[t]);
+  }
+  for (; y < y1; ++y) {
+    for (int c = 0; c < NV; ++c) {
+      const __m256 s = _mm256_loadu_ps(p + y * ldp + 8 * c);
+      finish(y, c, exp_poly8(_mm256_sub_ps(s, _mm256_set1_ps(L[y]))));
+    }
+  }
+}
+template <bool kMasked>
+void probs_and_ds_rows(int64_t nv, float* p, float* ds, int64_t ldp, const float* L,
+                       const float* D, __m256 sc, int64_t dj, int64_t y0, int64_t y1, int64_t W) {
+  switch (nv) {
+    case 4: return probs_and_ds_rows<4, kMasked>(p, ds, ldp, L, D, sc, dj, y0, y1, W);
+    case 3: return probs_and_ds_rows<3, kMasked>(p, ds, ldp, L, D, sc, dj, y0, y1, W);
+    case 2: return probs_and_ds_rows<2, kMasked>(p, ds, ldp, L, D, sc, dj, y0, y1, W);
+    default: return probs_and_ds_rows<1, kMasked>(p, ds, ldp, L, D, sc, dj, y0, y1, W);
+  }
+}
+
+// The backward's p and dS of a block pair (ni query rows, nj keys): in the diagonal pair, rows
+// 0..15 only for keys 0..15 (the scores score_tile computed).
 template <bool kMasked>
 void probs_and_ds(float* p, float* ds, int64_t ldp, const float* L, const float* D, __m256 sc,
-                  int64_t dj, int64_t nj, bool diagonal, int64_t W) {
-  for (int64_t g = 0; g < kB; g += 8) {
-    const int64_t jn = diagonal ? std::min(nj, (g / 16) * 16 + 16) : nj;
-    const __m256 Lg = _mm256_loadu_ps(L + g), Dg = _mm256_loadu_ps(D + g);
-    exp_keys(p + g, ldp, Lg, jn, [&](int64_t j, __m256 e) {
-      const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(ds + j * ldp + g), Dg);
-      __m256 d = _mm256_mul_ps(_mm256_mul_ps(e, dp), sc);
-      if constexpr (kMasked) {
-        const __m256 keep = lanes_unmasked(g, dj + j, W);
-        e = _mm256_and_ps(keep, e);
-        d = _mm256_and_ps(keep, d);
-      }
-      _mm256_storeu_ps(p + j * ldp + g, e);
-      _mm256_storeu_ps(ds + j * ldp + g, d);
-    });
-  }
+                  int64_t dj, int64_t ni, int64_t nj, bool diagonal, int64_t W) {
+  const int64_t nv = (nj + 7) / 8;
+  if (!diagonal) return probs_and_ds_rows<kMasked>(nv, p, ds, ldp, L, D, sc, dj, 0, ni, W);
+  const int64_t split = std::min<int64_t>(ni, 16);
+  probs_and_ds_rows<kMasked>(std::min<int64_t>(nv, 2), p, ds, ldp, L, D, sc, dj, 0, split, W);
+  probs_and_ds_rows<kMasked>(nv, p, ds, ldp, L, D, sc, dj, split, ni, W);
 }
 
 }  // namespace
@@ -351,56 +399,68 @@ void attention_backward_head(float* dq, float* dk, float* dv, const float* dout,
                              const AttnNextRows* next) {
   const int64_t S = h.seq_len, HD = h.head_dim, ld = h.ld, Sp = attention_padded(S);
   const int64_t lddkv = h.ld_dkv, lp = kAttnBackwardPairs * kB;
-  float* qt = scratch;        // (Sp / 32, HD, 32): q transposed (backward_rows)
-  float* dot = qt + HD * Sp;  // (Sp / 32, HD, 32): dout transposed
-  float* D = dot + HD * Sp;   // (Sp)
-  float* L = D + Sp;          // (Sp)
-  float* p = L + Sp;          // (32, lp): p[j * lp + y], y a row of the pairs taken together
-  float* ds = p + kB * lp;    // (32, lp)
-  // The AVX2 tier reads contiguous copies of the rows at any stride (kernels/attention_rows.hpp).
-  const BackwardRows rows_of = backward_rows(h, dout, qt, dot, ds + kB * lp,
-                                             [](int64_t) { return true; });
+  float* qc = scratch;         // (Sp, HD): q's rows, contiguous
+  float* doc = qc + Sp * HD;   // (Sp, HD): dout's rows
+  float* kt = doc + Sp * HD;   // (HD, 32): key block j0's k transposed
+  float* vt = kt + HD * kB;    // (HD, 32): its v transposed
+  float* kj = vt + HD * kB;    // (32, HD): its k rows
+  float* D = kj + kB * HD;     // (Sp)
+  float* L = D + Sp;           // (Sp)
+  float* p = L + Sp;           // (lp, 32): p[y * 32 + j], y a row of the pairs taken together
+  float* ds = p + lp * kB;     // (lp, 32)
+  // The keys in the lanes of the pairs' scores: the head's q and dout are read as rows (from
+  // contiguous copies: kernels/attention_rows.hpp) and only the current key block's k and v are
+  // transposed. The scratch at `small` (S 256, HD 64) is 170 KB, where q and dout transposed as
+  // well as copied, and k and v copied, took 402: beside it a 512 KB L2 (AMD Zen 3) now holds
+  // the pairs' rows and a share of the next call's (model/attention.cpp). On an AMD Zen 3 (one
+  // thread, 64 heads of `small` from memory, alternating in one process) 5-6% less time per
+  // backward head than the query rows in the lanes, 4-5% at `wide`'s HD 128; the rows in cache,
+  // 70-71% of the FMA limit against 68%.
+  compact_rows(qc, h.q, ld, S, HD);
+  compact_rows(doc, dout, ld, S, HD);
   row_dots(D, dout, out, S, ld, HD);
   std::copy(lse, lse + S, L);
-  std::fill(D + S, D + Sp, 0.0f);
-  std::fill(L + S, L + Sp, 0.0f);
   // dq, dk, dv are not zeroed: each row's first accumulation starts from +0 (init).
 
   const __m256 sc = _mm256_set1_ps(h.scale);
   const int64_t W = window_or_all(h.window);
   const int64_t pairs = visited_pairs(S, h.window);
+  int64_t kv_block = -1;  // the key block kt, vt, kj hold
   for_each_backward_pair(
       h,
       [&](int64_t j0, int64_t i0, int64_t g0, int64_t pair) {
         const int64_t nj = std::min(kB, S - j0), ni = std::min(kB, S - i0);
         const bool diagonal = i0 == j0;
-        float* pp = p + (i0 - g0);  // p and dS of the pairs taken together: row g0 + y at y
-        float* dsp = ds + (i0 - g0);
+        float* pp = p + (i0 - g0) * kB;  // p and dS of the pairs taken together: row g0 + y at y
+        float* dsp = ds + (i0 - g0) * kB;
+        if (j0 != kv_block) {
+          transpose_block(kt, kB, h.k + j0 * h.ld_kv, h.ld_kv, nj, HD, kj);
+          transpose_block(vt, kB, h.v + j0 * h.ld_kv, h.ld_kv, nj, HD);
+          kv_block = j0;
+        }
         prefetch_next_call(next, pair, pairs, 0, 4);
-        score_tile(pp, lp, rows_of.k + j0 * rows_of.lkv, rows_of.lkv, qt + i0 * HD, kB, HD, nj,
-                   diagonal, h.scale);
+        score_tile(pp, kB, qc + i0 * HD, HD, kt, kB, HD, ni, diagonal, h.scale, Lanes::kKeys);
         prefetch_next_call(next, pair, pairs, 1, 4);
-        score_tile(dsp, lp, rows_of.v + j0 * rows_of.lkv, rows_of.lkv, dot + i0 * HD, kB, HD, nj,
-                   diagonal, 1.0f);
+        score_tile(dsp, kB, doc + i0 * HD, HD, vt, kB, HD, ni, diagonal, 1.0f, Lanes::kKeys);
         prefetch_next_call(next, pair, pairs, 2, 4);
         if (pair_unmasked(i0, ni, j0, W)) {
-          probs_and_ds<false>(pp, dsp, lp, L + i0, D + i0, sc, 0, nj, diagonal, W);
+          probs_and_ds<false>(pp, dsp, kB, L + i0, D + i0, sc, 0, ni, nj, diagonal, W);
         } else {
-          probs_and_ds<true>(pp, dsp, lp, L + i0, D + i0, sc, j0 - i0, nj, diagonal, W);
+          probs_and_ds<true>(pp, dsp, kB, L + i0, D + i0, sc, j0 - i0, ni, nj, diagonal, W);
         }
         prefetch_next_call(next, pair, pairs, 3, 4);
-        accum_rows(dq + i0 * ld, ld, ni, dsp, 1, lp, rows_of.k + j0 * rows_of.lkv, rows_of.lkv,
-                   nj, HD, j0 == first_key_block(i0, h.window), nullptr,
+        accum_rows(dq + i0 * ld, ld, ni, dsp, kB, 1, kj, HD, nj, HD,
+                   j0 == first_key_block(i0, h.window), nullptr,
                    diagonal ? Range::kKeysUpToGroup : Range::kAll);
       },
       [&](int64_t j0, int64_t g0, int64_t rows) {  // dv, dk over all the pairs' rows at once
         const int64_t nj = std::min(kB, S - j0);
         const bool first = g0 == j0;
         const Range range = first ? Range::kRowsFromGroup : Range::kAll;
-        accum_rows(dv + j0 * lddkv, lddkv, nj, p, lp, 1, rows_of.dout + g0 * rows_of.lq,
-                   rows_of.lq, rows, HD, first, nullptr, range);
-        accum_rows(dk + j0 * lddkv, lddkv, nj, ds, lp, 1, rows_of.q + g0 * rows_of.lq,
-                   rows_of.lq, rows, HD, first, nullptr, range);
+        accum_rows(dv + j0 * lddkv, lddkv, nj, p, 1, kB, doc + g0 * HD, HD, rows, HD, first,
+                   nullptr, range);
+        accum_rows(dk + j0 * lddkv, lddkv, nj, ds, 1, kB, qc + g0 * HD, HD, rows, HD, first,
+                   nullptr, range);
       });
 }
 
