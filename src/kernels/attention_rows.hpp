@@ -106,16 +106,15 @@ void for_each_backward_pair(const AttnHead& h, Pair&& pair, Group&& group) {
 // such copies (the AVX2 tier q's and dout's, and each key block's k rows as it transposes them;
 // the AVX-512 tier q, dout, k and v where copy says so) where their stride would crowd the L1
 // cache's sets (32 KB, 8 ways of 64 sets on AMD Zen 3/4 and Intel cores since Skylake; the
-// model's activations all
-// start at the same offset in their pages): rows 1 KB apart (`small`'s 256 floats) use a
-// quarter of the sets, and a 32-row block fills their ways; rows 4 KB apart (`wide`'s 1024) all
-// fall into the same sets, four times over their ways. On an AMD Zen 4 one AVX2 accumulation
-// over a 32 x 32 pair (HD = 64, all in L1 or L2) took 4100 TSC cycles on rows 1 KB apart and
-// 3350 on contiguous ones (2905 at the FMA limit); in the step, attention under the AVX2 cap
-// 10% less time at `small` and 25% at `wide`. The AVX-512 backward (its tiles read whole
-// 256-byte rows) was 3-4% slower with copies of rows 1 KB apart and about 9% faster with
-// copies of rows 4 KB apart; it copies where the stride is a multiple of 2 KB (more than 8 of
-// a block's lines per set).
+// model's activations all start at the same offset in their pages): rows 1 KB apart (`small`'s
+// 256 floats) use a quarter of the sets, and a 32-row block fills their ways; rows 4 KB apart
+// (`wide`'s 1024) all fall into the same sets, four times over their ways. On an AMD Zen 4 one
+// AVX2 accumulation over a 32 x 32 pair (HD = 64, all in L1 or L2) took 4100 TSC cycles on
+// rows 1 KB apart and 3350 on contiguous ones (2905 at the FMA limit); in the step, attention
+// under the AVX2 cap 10% less time at `small` and 25% at `wide`. The AVX-512 backward (its
+// tiles read whole 256-byte rows) was 3-4% slower with copies of rows 1 KB apart and about 9%
+// faster with copies of rows 4 KB apart; it copies where the stride is a multiple of 2 KB (more
+// than 8 of a block's lines per set).
 inline void compact_rows(float* dst, const float* src, int64_t lds, int64_t rows, int64_t hd) {
   for (int64_t r = 0; r < rows; ++r) std::copy(src + r * lds, src + r * lds + hd, dst + r * hd);
 }

@@ -36,9 +36,10 @@ inline void exp_keys(const float* p, int64_t ldp, __m256 sub, int64_t jn, Body&&
   for (; j < jn; ++j) body(j, exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(p + j * ldp), sub)));
 }
 
-// Lanes r (of the 8 starting at lane0) with t <= r < t + w: all-ones, else zero. With t = the
-// key's index minus the block's first row (j0 + j - i0) and w = window_or_all(W): the rows for
-// which the key is unmasked (causal, inside the window).
+// Lanes r (of the 8 starting at lane0) with t <= r < t + w: all-ones, else zero. With rows in
+// the lanes (the forward), t = the key's index minus the block's first row (j0 + j - i0) and
+// w = window_or_all(W): the rows for which the key is unmasked (causal, inside the window); with
+// keys in the lanes (the backward), t = y - dj - w + 1 for row y: the keys unmasked for it.
 inline __m256 lanes_unmasked(int64_t lane0, int64_t t, int64_t w) {
   const __m256i r = _mm256_add_epi32(lane_iota(), _mm256_set1_epi32(static_cast<int32_t>(lane0)));
   const __m256i from = _mm256_cmpgt_epi32(r, _mm256_set1_epi32(static_cast<int32_t>(t - 1)));
