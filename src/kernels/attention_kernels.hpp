@@ -137,7 +137,7 @@ inline int64_t attention_backward_scratch(int64_t seq_len, int64_t head_dim) {
   return 2 * head_dim * attention_padded(seq_len) + 2 * attention_padded(seq_len) +
          2 * kAttnBlock * kAttnBlock;
 }
-// The vector tiers' backward: the above, the p and dS of kAttnBackwardPairs pairs, and room for
+// The AVX-512 backward's: the above, the p and dS of kAttnBackwardPairs pairs, and room for
 // contiguous copies of the head's q, dout, k and v rows (kernels/attention_rows.hpp:
 // compact_rows).
 inline int64_t attention_backward_scratch_copies(int64_t seq_len, int64_t head_dim) {

@@ -208,9 +208,10 @@ void flash_attention_backward(std::span<float> dq, std::span<float> dk, std::spa
     return r;
   };
   const int64_t tasks = d.B * d.NKV;
-  const int next_sets = next_call_sets(kernel_scratch + (G > 1 ? 2 * S * HD : 0), S, HD);
+  const int64_t task_scratch = kernel_scratch + (G > 1 ? 2 * S * HD : 0);
+  const int next_sets = next_call_sets(task_scratch, S, HD);
   parallel_items_claimed_ahead(tasks, [&](int64_t task, int64_t task_next) {
-    float* scratch = thread_scratch(kernel_scratch + (G > 1 ? 2 * S * HD : 0));
+    float* scratch = thread_scratch(task_scratch);
     float* dk_h = scratch + kernel_scratch;  // (S, HD)
     float* dv_h = dk_h + S * HD;             // (S, HD)
     for (int64_t g = 0; g < G; ++g) {
