@@ -95,12 +95,12 @@ void padded_tile(Type type, float* C, const char* a, const void* b, MatmulShape 
   for (int64_t r = 0; r < rows; ++r) std::memcpy(C + r * tile.ldc, c_rows + r * tile.ldc, row_bytes);
 }
 
-// The full tiles of a strided f32 operand, each stored contiguously: tile t's row r (of `rows`,
-// `width` values each) read from src + r * ld + t * width.
+// The full tiles of a strided f32 operand, each stored contiguously from `offset` floats into
+// `buf`: tile t's row r (of `rows`, `width` values each) read from src + r * ld + t * width.
 const float* contiguous_tiles(AlignedVector<float>& buf, const float* src, int64_t tiles, int64_t rows,
-                              int64_t width, int64_t ld) {
-  buf.resize(static_cast<size_t>(tiles * rows * width));
-  float* out = buf.data();
+                              int64_t width, int64_t ld, int64_t offset) {
+  buf.resize(static_cast<size_t>(offset + tiles * rows * width));
+  float* out = buf.data() + offset;
   work::add_bytes(static_cast<uint64_t>(8 * tiles * rows * width));  // read once, written once
   parallel_blocks(tiles * rows, 64, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -111,7 +111,7 @@ const float* contiguous_tiles(AlignedVector<float>& buf, const float* src, int64
 }
 
 void float_product(Type type, float* C, const void* A, const void* B, const MatmulShape& s, bool accumulate) {
-  constexpr int64_t kTileM = kFloatTileRows, kTileN = 256;
+  constexpr int64_t kTileM = kFloatTileRows, kTileN = 256, kBTilesOffset = 4;
   const int64_t phase = s.a_transposed ? 0 : s.row_phase;  // the grid's rows before row 0
   const int64_t tiles_m = (phase + s.M + kTileM - 1) / kTileM, tiles_n = (s.N + kTileN - 1) / kTileN;
   // One tile still runs inside the parallel region (on one thread): outside it, oneDNN would
@@ -129,13 +129,17 @@ void float_product(Type type, float* C, const void* A, const void* B, const Matm
   // copied one after another; edge tiles read the operand in place. On AVX2 the sums keep their
   // bits (the same kernel on the same values: a Zen 3's training steps gave the same losses, and
   // the LM head took a third less time); oneDNN's AVX-512 kernels, fast on such operands already,
-  // may choose another kernel for another stride, so they read them in place as before.
+  // may choose another kernel for another stride, so they read them in place as before. B's copy
+  // starts 16 bytes past a 32-byte boundary: with its rows 32-byte aligned the same kernel took
+  // 9% longer over the LM head's dW (X^T G, leaves of 512 tokens, `small`'s C 256) and 19%
+  // longer at `wide`'s C 1024 (a Zen 3, in one process alternating; offsets of 2, 4 and 12
+  // floats alike, 0 and 8 slow; the same bits). A's copy gained nothing from an offset.
   thread_local AlignedVector<float> a_tiles, b_tiles;
   const bool avx2_kernels = type == Type::kF32 && !cpu_features().avx512f;
   const bool tile_a = avx2_kernels && s.a_transposed && s.lda > kTileM && s.M >= kTileM && tiles_n > 1;
   const bool tile_b = avx2_kernels && !s.b_transposed && s.ldb > kTileN && s.N >= kTileN && tiles_m > 1;
-  const float* a_tiled = tile_a ? contiguous_tiles(a_tiles, static_cast<const float*>(A), s.M / kTileM, s.K, kTileM, s.lda) : nullptr;
-  const float* b_tiled = tile_b ? contiguous_tiles(b_tiles, static_cast<const float*>(B), s.N / kTileN, s.K, kTileN, s.ldb) : nullptr;
+  const float* a_tiled = tile_a ? contiguous_tiles(a_tiles, static_cast<const float*>(A), s.M / kTileM, s.K, kTileM, s.lda, 0) : nullptr;
+  const float* b_tiled = tile_b ? contiguous_tiles(b_tiles, static_cast<const float*>(B), s.N / kTileN, s.K, kTileN, s.ldb, kBTilesOffset) : nullptr;
   // Tiles one at a time to whichever thread is free: edge tiles cost less than full ones.
   parallel_blocks_dynamic(tiles_m * tiles_n, 1, [&](int64_t t, int64_t) {
     const int64_t g0 = (t / tiles_n) * kTileM - phase, n0 = (t % tiles_n) * kTileN;  // the tile's rows [g0, g0 + 128)

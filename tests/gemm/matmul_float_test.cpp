@@ -180,11 +180,12 @@ TEST(Matmul, Bf16OperandsMayHoldOnlyTheirWidenedValues) {
 }
 
 // Bit-for-bit equality (+0 and -0 told apart); "" when equal, else the first difference.
-std::string first_difference(const AlignedVector<float>& want, const AlignedVector<float>& got, int64_t N) {
+std::string first_difference(const AlignedVector<float>& want, const AlignedVector<float>& got, int64_t N,
+                             const std::string& want_from = "1 thread") {
   for (size_t i = 0; i < want.size(); ++i) {
     if (std::bit_cast<uint32_t>(want[i]) != std::bit_cast<uint32_t>(got[i])) {
       return "[" + std::to_string(i / N) + ", " + std::to_string(i % N) + "]: " + std::to_string(got[i]) +
-             " instead of " + std::to_string(want[i]) + " (1 thread)";
+             " instead of " + std::to_string(want[i]) + " (" + want_from + ")";
     }
   }
   return "";
@@ -276,6 +277,33 @@ TEST(Matmul, FloatProductRowsDoNotDependOnTheRowCount) {
         }
       }
     }
+  }
+}
+
+// An f32 product whose operands' tile rows lie far apart (thread invariance on) gets, tile for
+// tile, the bits of the same 128 x 256 tile read in place: under oneDNN's AVX2 kernels such an
+// operand is read from a contiguous copy of its tiles, B's starting 16 bytes off a 32-byte
+// boundary (gemm/matmul.cpp), which must change only the time. The reference tiles run inside a
+// parallel region, where a product is one oneDNN call on the operands as given. Shapes: the LM
+// head's dW = X^T G (A transposed with rows of 256 > 128, B rows of 768 > 256: both copied)
+// and its forward X W (B copied), full tiles only (a short tile is padded, not read in place).
+TEST(Matmul, FloatTileCopiesKeepTheBitsOfTheOperandsInPlace) {
+  for (const Case& c : {Case{256, 768, 300, true, false}, Case{256, 768, 96, false, false}}) {
+    const auto a = random_f32(c.M * c.K, 41), b = random_f32(c.K * c.N, 42);
+    AlignedVector<float> tiled(c.M * c.N), in_place(c.M * c.N);
+    matmul_f32(tiled.data(), a.data(), b.data(), shape_of(c));
+    const int64_t lda = c.ta ? c.M : c.K;
+    bool parallel = true;
+#pragma omp parallel for num_threads(2) schedule(static, 1) reduction(&& : parallel)
+    for (int64_t t = 0; t < (c.M / 128) * (c.N / 256); ++t) {
+      parallel = parallel && omp_in_parallel();
+      const int64_t m0 = t / (c.N / 256) * 128, n0 = t % (c.N / 256) * 256;
+      const float* at = a.data() + (c.ta ? m0 : m0 * lda);
+      matmul_f32(in_place.data() + m0 * c.N + n0, at, b.data() + n0,
+                 {128, 256, c.K, c.ta, false, lda, c.N, c.N});
+    }
+    ASSERT_TRUE(parallel) << "the reference tiles must run inside an active parallel region";
+    EXPECT_EQ(first_difference(in_place, tiled, c.N, "in place"), "") << describe(c);
   }
 }
 
