@@ -134,6 +134,7 @@ struct ShapeResult {
   std::vector<std::vector<double>> ms;  // [configuration][timed repeat]
   std::vector<nn::PhaseTimes> phases;   // [configuration], summed over timed repeats
   std::vector<work::Phase> block;       // [configuration], the whole block, summed likewise
+  std::vector<double> core_checks;      // with --breakdown: after each timed repeat
 };
 
 double median(std::vector<double> v) {
@@ -156,7 +157,7 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
   nn::SwigluScratch scratch;
   const size_t n = configs().size();
   ShapeResult result{s, std::vector<std::vector<double>>(n), std::vector<nn::PhaseTimes>(n),
-                     std::vector<work::Phase>(n)};
+                     std::vector<work::Phase>(n), {}};
   const int total = o.warmup + o.repeats;
   for (int rep = 0; rep < total; ++rep) {
     const bool timed = rep >= o.warmup;
@@ -184,6 +185,7 @@ ShapeResult run_shape(const FfnShape& s, const Options& o) {
                    cfg.name().c_str(), ms);
       std::fflush(stderr);
     }
+    if (timed && o.breakdown) result.core_checks.push_back(gemm::core_check(gemm::roofline_limits()));
   }
   std::fprintf(stderr, "\r%*s\r", 60, "");
   return result;
@@ -264,6 +266,10 @@ nlohmann::json print_rooflines(const std::vector<ShapeResult>& results) {
   // Measured again now that the timed runs are done; each limit the higher of the two.
   const gemm::RooflineLimits& limits = gemm::remeasure_roofline_limits();
   std::printf("\n%s\n", gemm::limits_line(limits).c_str());
+  std::vector<double> checks;
+  for (const ShapeResult& r : results) checks.insert(checks.end(), r.core_checks.begin(), r.core_checks.end());
+  const std::string cores = gemm::core_check_line(checks);
+  if (!cores.empty()) std::printf("%s\n", cores.c_str());
   nlohmann::json out = nlohmann::json::object();
   for (const ShapeResult& r : results) {
     for (size_t c = 0; c < configs().size(); ++c) {
@@ -291,6 +297,7 @@ void write_json(const std::vector<ShapeResult>& results, const Options& o, const
     s["name"] = r.shape.name;
     s["H"] = r.shape.H;
     s["D"] = r.shape.D;
+    if (o.breakdown) s["core_check"] = r.core_checks;
     for (size_t c = 0; c < configs().size(); ++c) {
       const std::string name = configs()[c].name();
       s["median_ms"][name] = median(r.ms[c]);

@@ -201,7 +201,8 @@ std::vector<RooflineRow> mean_phases(const StepRunner& r) {
 // Mean milliseconds per step of each phase (rows) per configuration (columns) and its share of
 // the step, then each configuration's roofline; returns both as JSON.
 nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
-                               const std::vector<std::unique_ptr<StepRunner>>& runners) {
+                               const std::vector<std::unique_ptr<StepRunner>>& runners,
+                               const std::vector<double>& core_checks) {
   std::vector<std::vector<RooflineRow>> phases;
   for (const auto& r : runners) phases.push_back(mean_phases(*r));
   std::printf("\nbreakdown: mean ms per step (share of the step), over the timed repeats\n%-27s", "phase");
@@ -235,12 +236,14 @@ nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
   // Measured again now that the timed steps are done; each limit the higher of the two.
   const gemm::RooflineLimits& limits = gemm::remeasure_roofline_limits();
   std::printf("\n%s\n", gemm::limits_line(limits).c_str());
+  const std::string cores = gemm::core_check_line(core_checks);
+  if (!cores.empty()) std::printf("%s\n", cores.c_str());
   nlohmann::json roofline = nlohmann::json::object();
   for (size_t i = 0; i < configs.size(); ++i) {
     roofline[configs[i].name] = print_roofline("roofline of " + configs[i].name + " (per step)", phases[i], limits);
   }
   print_roofline_legend();
-  return {{"phases", out}, {"roofline", roofline}, {"limits", limits_json(limits)}};
+  return {{"phases", out}, {"roofline", roofline}, {"limits", limits_json(limits)}, {"core_check", core_checks}};
 }
 
 // The table of medians, minima, tokens/s, speed against bf16 and sr (where measured) and peak
@@ -346,18 +349,25 @@ void run(const Options& o) {
     for (auto& r : runners) r->step();
   }
   std::vector<std::vector<double>> ms(configs.size());
+  std::vector<double> core_checks;  // with --breakdown: before the first repeat and after each
+  if (o.breakdown) core_checks.push_back(gemm::core_check(gemm::roofline_limits()));
   for (int rep = 0; rep < o.repeats; ++rep) {
     for (size_t j = 0; j < configs.size(); ++j) {
       const size_t i = (j + rep) % configs.size();  // rotate the order: no configuration always first
       ms[i].push_back(runners[i]->step(o.breakdown));
     }
-    std::printf("repeat %d/%d done\n", rep + 1, o.repeats);
+    std::printf("repeat %d/%d done", rep + 1, o.repeats);
+    if (o.breakdown) {
+      core_checks.push_back(gemm::core_check(gemm::roofline_limits()));
+      if (core_checks.back() >= 0) std::printf(" (core check %.2f)", core_checks.back());
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
 
   const nlohmann::json rows = print_results(configs, ms, memory, cfg.tokens());
   nlohmann::json breakdown = nlohmann::json::array();
-  if (o.breakdown) breakdown = print_breakdown(configs, runners);
+  if (o.breakdown) breakdown = print_breakdown(configs, runners, core_checks);
   if (!o.json_path.empty()) {
     nlohmann::json out = {{"preset", o.model.preset}, {"model", cfg.describe()}, {"tokens_per_step", cfg.tokens()},
                                 {"threads", omp_get_max_threads()}, {"warmup", o.warmup},

@@ -169,6 +169,9 @@ RooflineLimits measure() {
     if (bf16.loop) l.bf16.per_s = std::max(l.bf16.per_s, rate_on_all_threads(bf16.loop));
   }
   if (!bf16.loop) l.bf16.per_s = l.f32.per_s;
+#ifdef S3R_HAVE_AVX2
+  if (f.has_avx2_tier()) l.core_reference_per_s = rate_on_all_threads(kernels::peak::avx2::fma_f32_ymm);
+#endif
   const StreamLoop stream = widest_stream(f);
   const work::CacheSizes& cache = work::cache_sizes();
   l.memory = {read_bandwidth(stream, std::clamp<int64_t>(4 * static_cast<int64_t>(cache.llc), int64_t{256} << 20,
@@ -204,6 +207,7 @@ RooflineLimits higher_limits(const RooflineLimits& a, const RooflineLimits& b) {
     (l.*member).per_s = std::max((a.*member).per_s, (b.*member).per_s);
   }
   l.measurements = a.measurements + b.measurements;
+  l.core_reference_per_s = std::max(a.core_reference_per_s, b.core_reference_per_s);
   return l;
 }
 
@@ -214,6 +218,48 @@ const RooflineLimits& remeasure_roofline_limits() {
 }
 
 RooflineLimits measure_roofline_limits() { return measure(); }
+
+double core_check(const RooflineLimits& l) {
+  if (l.core_reference_per_s <= 0) return -1.0;
+#ifdef S3R_HAVE_AVX2
+  // About 2 ms per thread at the reference rate: 96 multiply-adds per iteration.
+  const double per_thread = l.core_reference_per_s / l.threads;
+  const int64_t iterations = std::max<int64_t>(1000, static_cast<int64_t>(per_thread * 2e-3 / 96));
+  double slowest = 0.0;
+  bool first = true;
+#pragma omp parallel num_threads(l.threads)
+  {
+    const auto start = std::chrono::steady_clock::now();
+    const double rate = static_cast<double>(kernels::peak::avx2::fma_f32_busy_ymm(iterations)) / seconds_since(start);
+#pragma omp critical
+    {
+      slowest = first ? rate : std::min(slowest, rate);
+      first = false;
+    }
+  }
+  return slowest / per_thread;
+#else
+  return -1.0;
+#endif
+}
+
+std::string core_check_line(const std::vector<double>& samples) {
+  std::vector<double> s;
+  for (double x : samples) {
+    if (x >= 0) s.push_back(x);
+  }
+  if (s.empty()) return "";
+  std::sort(s.begin(), s.end());
+  const size_t n = s.size();
+  const double median = n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "cores: the core check at %.2f (%.2f-%.2f) over %zu samples around the timed repeats "
+                "(about 1 on cores of their own; lower while another thread, such as a VM's co-tenant, "
+                "shares them, and every share below with it: s3r/gemm/roofline.hpp)",
+                median, s.front(), s.back(), n);
+  return buf;
+}
 
 std::string limits_line(const RooflineLimits& l) {
   const std::string best =

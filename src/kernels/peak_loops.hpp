@@ -20,6 +20,8 @@ uint64_t stream_read_xmm(const uint32_t* words, int64_t n, uint32_t* sink);
 
 namespace avx2 {
 uint64_t fma_f32_ymm(int64_t iterations);     // vfmadd231ps ymm: 8 multiply-adds
+// fma_f32_ymm's loop with an integer add after each FMA (returns the same count): the core check
+uint64_t fma_f32_busy_ymm(int64_t iterations);
 uint64_t madd_s16_ymm(int64_t iterations);    // vpmaddwd + vpaddd ymm: 16 (s3r's AVX2 int8 GEMM)
 // vpsignb + vpmaddubsw + vpmaddwd + vpaddd ymm: ggml's sign trick, 32 per vpmaddubsw (8 chains)
 uint64_t maddubs_sign_ymm(int64_t iterations);

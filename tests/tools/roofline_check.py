@@ -71,6 +71,7 @@ def main():
         for phase, r in rows[c].items():
             if r["ms"] > 0 and (r["mac_f32"] + r["mac_s8"] + r["mac_bf16"] + r["bytes"]) > 0 and "share" not in r:
                 failures.append(f"{c} {phase}: no share")
+    failures += check_core(j["breakdown"].get("core_check"), 2, run.stdout, "bench step")
     failures += check_ffn(s3r, scratch)
     if failures:
         sys.exit("FAIL:\n" + "\n".join(failures))
@@ -95,11 +96,29 @@ def check_ffn(s3r, scratch):
             failures.append(f"bench ffn {recipe} gemm: {rows['gemm'][column]} {column}, expected {want}")
         if rows["block"][column] != want:
             failures.append(f"bench ffn {recipe} block: {rows['block'][column]} {column}, expected {want}")
+    ffn_samples = [x for shape in j["shapes"] for x in shape.get("core_check", [])] if "shapes" in j else None
+    failures += check_core(ffn_samples, 2, run.stdout, "bench ffn")
     if "limits" not in j:
         failures.append("bench ffn: no limits in the JSON")
     elif j["limits"].get("measurements") != 2:
         failures.append(f"bench ffn: the limits were not measured again after the timed runs: {j['limits']}")
     return failures
+
+
+def check_core(samples, count, stdout, what):
+    """The core check's samples (one before the first timed repeat and one after each for bench step,
+    one after each for bench ffn): all in (0, 2) and summarized in a 'cores:' line, or all negative
+    (no AVX2) and no line."""
+    if samples is None or len(samples) != count:
+        return [f"{what}: {count} core check samples expected, got {samples}"]
+    line = re.search(r"^cores: the core check at [0-9.]+ \([0-9.]+-[0-9.]+\) over (\d+) samples", stdout, re.M)
+    if all(x < 0 for x in samples):
+        return [f"{what}: a cores line without samples"] if line else []
+    if not all(0 < x < 2 for x in samples):
+        return [f"{what}: core check samples out of (0, 2): {samples}"]
+    if not line or int(line.group(1)) != count:
+        return [f"{what}: no cores line for {count} samples in:\n{stdout}"]
+    return []
 
 
 if __name__ == "__main__":

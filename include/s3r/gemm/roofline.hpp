@@ -20,6 +20,7 @@
 // level their calls fit in, s3r/core/work.hpp); its share of the limit is that bound over its
 // measured time.
 #include <string>
+#include <vector>
 
 #include "s3r/core/work.hpp"
 
@@ -35,6 +36,9 @@ struct RooflineLimits {
   Limit l2, llc, memory;  // bytes per second
   int threads = 1;
   int measurements = 1;  // each limit the highest of this many measurements
+  // The core check's reference: vfmadd231ps ymm's rate on every thread (multiply-adds per
+  // second, the highest measured); 0 where the CPU has no AVX2 (no check).
+  double core_reference_per_s = 0;
 };
 
 // Measured at the first call with omp_get_max_threads() threads, for the backends then active.
@@ -55,6 +59,22 @@ RooflineLimits measure_roofline_limits();
 // One line: "limits on 2 threads: int8 1903 G MAC/s (AMX tdpbssd), ..., memory 14 GB/s (...)", and
 // "; each the higher of 2 measurements" after a remeasurement.
 std::string limits_line(const RooflineLimits& limits);
+
+// The core check: how much of its cores this process has now. A virtual machine's vCPU is often
+// one hyperthread of a core whose other thread runs another tenant's work, unseen from inside.
+// The limit loops above issue about 2 instructions per cycle and run at full rate beside it;
+// kernels that also load, broadcast and count issue 3.5-4 per cycle, and the shared front end
+// and load ports slow them by up to a third (an AMD Zen 3 VM: an AVX2 accumulation tile in L1
+// at 95% of the FMA limit in one second and 69-81% in the next, the FMA loop at 2.64-2.65 per
+// TSC cycle throughout). The check runs vfmadd231ps ymm with an integer add after each (4.2
+// instructions per cycle at the FMA limit) for about 2 ms on every thread and returns the
+// slowest thread's rate over the reference's per thread: about 1 on cores of their own (AMD
+// Zen 3: 1.00 in calm spells), lower while another thread shares one; and then every share of a
+// phase that loads reads low with it. Negative where there is no reference (no AVX2). Call it
+// outside parallel regions.
+double core_check(const RooflineLimits& limits);
+// "cores: the core check at MEDIAN (MIN-MAX) over N samples; ..." for a run's samples, or "" if none.
+std::string core_check_line(const std::vector<double>& samples);
 
 struct Bound {
   double compute_ms = 0, memory_ms = 0;

@@ -46,6 +46,36 @@ uint64_t fma_f32_ymm(int64_t iterations) {
   return static_cast<uint64_t>(iterations) * 12 * 8;
 }
 
+// fma_f32_ymm's twelve FMAs with an integer add after each (4.2 instructions per cycle at the
+// FMA limit of a core with two FMA pipes, where the FMA loop alone issues 2.2): the core check of
+// s3r/gemm/roofline.hpp. On a core of its own it runs as fast as the FMA loop; where another
+// thread shares the core's front end (a virtual machine's co-tenant on the sibling hyperthread)
+// it slows, while the FMA loop alone does not.
+uint64_t fma_f32_busy_ymm(int64_t iterations) {
+  S3R_ZERO_YMM;
+  uint64_t a = 0, b = 0, c = 0, d = 0, e = 0, f = 0;
+  for (int64_t it = 0; it < iterations; ++it) {
+    __asm__ volatile(
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm0\n\tadd $1, %[a]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm1\n\tadd $1, %[b]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm2\n\tadd $1, %[c]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm3\n\tadd $1, %[d]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm4\n\tadd $1, %[e]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm5\n\tadd $1, %[f]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm6\n\tadd $1, %[a]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm7\n\tadd $1, %[b]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm8\n\tadd $1, %[c]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm9\n\tadd $1, %[d]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm10\n\tadd $1, %[e]\n\t"
+"vfmadd231ps %%ymm13, %%ymm12, %%ymm11\n\tadd $1, %[f]\n\t"
+        : [a] "+r"(a), [b] "+r"(b), [c] "+r"(c), [d] "+r"(d), [e] "+r"(e), [f] "+r"(f)
+        :
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+          "xmm10", "xmm11", "xmm12", "xmm13");
+  }
+  return static_cast<uint64_t>(iterations) * 12 * 8;
+}
+
 uint64_t madd_s16_ymm(int64_t iterations) {
   S3R_ZERO_YMM;
   for (int64_t it = 0; it < iterations; ++it) {
