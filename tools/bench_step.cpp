@@ -303,6 +303,30 @@ void print_header(const Options& o, const model::ModelConfig& cfg) {
   std::fflush(stdout);
 }
 
+// The timed repeats, each running every configuration once (the order rotated: none always
+// first); returns each configuration's step times. With --breakdown, the core check before the
+// first repeat and after each goes to *core_checks.
+std::vector<std::vector<double>> time_repeats(const Options& o, const std::vector<std::unique_ptr<StepRunner>>& runners,
+                                              std::vector<double>* core_checks) {
+  const size_t n = runners.size();
+  std::vector<std::vector<double>> ms(n);
+  if (o.breakdown) core_checks->push_back(gemm::core_check(gemm::roofline_limits()));
+  for (int rep = 0; rep < o.repeats; ++rep) {
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = (j + rep) % n;
+      ms[i].push_back(runners[i]->step(o.breakdown));
+    }
+    std::printf("repeat %d/%d done", rep + 1, o.repeats);
+    if (o.breakdown) {
+      core_checks->push_back(gemm::core_check(gemm::roofline_limits()));
+      if (core_checks->back() >= 0) std::printf(" (core check %.2f)", core_checks->back());
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  return ms;
+}
+
 void run(const Options& o) {
   // Each value was range-checked as it was parsed; here the combinations, the output file and
   // the memory, all before any work.
@@ -348,22 +372,8 @@ void run(const Options& o) {
   for (int w = 0; w < o.warmup; ++w) {
     for (auto& r : runners) r->step();
   }
-  std::vector<std::vector<double>> ms(configs.size());
   std::vector<double> core_checks;  // with --breakdown: before the first repeat and after each
-  if (o.breakdown) core_checks.push_back(gemm::core_check(gemm::roofline_limits()));
-  for (int rep = 0; rep < o.repeats; ++rep) {
-    for (size_t j = 0; j < configs.size(); ++j) {
-      const size_t i = (j + rep) % configs.size();  // rotate the order: no configuration always first
-      ms[i].push_back(runners[i]->step(o.breakdown));
-    }
-    std::printf("repeat %d/%d done", rep + 1, o.repeats);
-    if (o.breakdown) {
-      core_checks.push_back(gemm::core_check(gemm::roofline_limits()));
-      if (core_checks.back() >= 0) std::printf(" (core check %.2f)", core_checks.back());
-    }
-    std::printf("\n");
-    std::fflush(stdout);
-  }
+  const std::vector<std::vector<double>> ms = time_repeats(o, runners, &core_checks);
 
   const nlohmann::json rows = print_results(configs, ms, memory, cfg.tokens());
   nlohmann::json breakdown = nlohmann::json::array();
