@@ -5,6 +5,7 @@
 // backward puts a block's 32 keys in the lanes instead, so that it transposes one key block's k
 // and v at a time rather than the head's q and dout (attention_backward_head says why).
 #include <algorithm>
+#include <cassert>
 #include <limits>
 
 #include "kernels/attention_kernels.hpp"
@@ -55,11 +56,22 @@ inline void score_rows(float* st, int64_t ldst, const float* a, int64_t lda, con
   __m256 c0[JT], c1[JT];
 #pragma GCC unroll 16
   for (int j = 0; j < JT; ++j) c0[j] = c1[j] = _mm256_setzero_ps();
-  for (int64_t d = 0; d < hd; ++d) {
-    const __m256 b0 = _mm256_loadu_ps(bt + d * ldb), b1 = _mm256_loadu_ps(bt + d * ldb + 8);
+  // A register per row: left to itself, GCC addresses rows 3 and 5 through two more registers
+  // that it recomputes at every d (27 instructions per 12 FMAs instead of 24). Instructions count
+  // where another thread shares the core's front end (a VM's co-tenant on the other hyperthread:
+  // s3r/gemm/roofline.hpp's core check): the fewer a tile issues, the less it loses.
+  const float* aj[JT];
+#pragma GCC unroll 16
+  for (int j = 0; j < JT; ++j) {
+    aj[j] = a + j * lda;
+    asm("" : "+r"(aj[j]));  // hides that the rows are lda apart
+  }
+  const float* b = bt;
+  for (int64_t d = 0; d < hd; ++d, b += ldb) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 16
     for (int j = 0; j < JT; ++j) {
-      const __m256 x = _mm256_broadcast_ss(a + j * lda + d);
+      const __m256 x = _mm256_broadcast_ss(aj[j] + d);
       c0[j] = _mm256_fmadd_ps(x, b0, c0[j]);
       c1[j] = _mm256_fmadd_ps(x, b1, c1[j]);
     }
@@ -124,15 +136,22 @@ __attribute__((noinline)) void score_tile(float* st, int64_t ldst, const float* 
   }
 }
 
-// XT rows x (8 NV) columns of c, the last vector's first `last_n` lanes only: c = +0 (init) or
-// as read, then for y in [y0, y1) in order c[x, :] = fma(coef[x cx + y cy], r[y, :], c[x, :]);
-// with alpha set, first c[x, :] = c[x, :] * alpha[y + x] at each y > y0 that is a multiple of
-// 32 (the forward's rescaling as each key block after the first starts: the forward runs over
-// all of a query block's keys at once, its accumulators in registers throughout).
-template <int XT, int NV>
-void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy, const float* r,
-                int64_t ldr, int64_t y0, int64_t y1, bool init, const float* alpha,
-                int64_t last_n) {
+// XT rows x (8 NV) columns of c, the last vector's first `last_n` lanes only (all 8: kFull): c =
+// +0 (init) or as read, then for y in [y0, y1) in order c[x, :] = fma(coef[x cx + y cy], r[y, :],
+// c[x, :]), the coefficients' strides (cx, cy) = (CX, 32 / CX) with CX 1 or 32; with alpha set,
+// first c[x, :] = c[x, :] * alpha[y + x] at each y > y0 that is a multiple of 32 (the forward's
+// rescaling as each key block after the first starts: the forward runs over all of a query
+// block's keys at once, its accumulators in registers throughout).
+// kFull and the constant strides keep the step at 22 instructions per 12 FMAs (why that counts:
+// score_rows): with last_n at run time GCC loads every row's last vector masked (its mask
+// reloaded from the stack each step), and with run-time strides it adds an address computation
+// (26 in all).
+template <int XT, int NV, bool kFull, int CX>
+void accum_tile(float* c, int64_t ldc, const float* coef, const float* r, int64_t ldr, int64_t y0,
+                int64_t y1, bool init, const float* alpha, int64_t last_n_given) {
+  static_assert(CX == 1 || CX == kB);
+  constexpr int64_t cx = CX, cy = kB / CX;
+  const int64_t last_n = kFull ? 8 : last_n_given;
   __m256 acc[XT][NV];
 #pragma GCC unroll 16
   for (int x = 0; x < XT; ++x) {
@@ -151,13 +170,14 @@ void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy
         for (int v = 0; v < NV; ++v) acc[x][v] = _mm256_mul_ps(acc[x][v], a);
       }
     }
-    for (int64_t y = yb; y < ye; ++y) {
+    const float* ry = r + yb * ldr;
+    for (const float *cf = coef + yb * cy, *end = coef + ye * cy; cf != end; cf += cy, ry += ldr) {
       __m256 rv[NV];
 #pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) rv[v] = load8(r + y * ldr + 8 * v, v == NV - 1 ? last_n : 8);
+      for (int v = 0; v < NV; ++v) rv[v] = load8(ry + 8 * v, v == NV - 1 ? last_n : 8);
 #pragma GCC unroll 16
       for (int x = 0; x < XT; ++x) {
-        const __m256 w = _mm256_broadcast_ss(coef + x * cx + y * cy);
+        const __m256 w = _mm256_broadcast_ss(cf + x * cx);
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) acc[x][v] = _mm256_fmadd_ps(w, rv[v], acc[x][v]);
       }
@@ -175,10 +195,11 @@ void accum_tile(float* c, int64_t ldc, const float* coef, int64_t cx, int64_t cy
 // tile is one group, so the diagonal pair's ranges are per tile.
 constexpr int kXt = static_cast<int>(kAttnGroup);
 constexpr int kNv = 3;
-using AccumFn = void (*)(float*, int64_t, const float*, int64_t, int64_t, const float*, int64_t,
-                         int64_t, int64_t, bool, const float*, int64_t);
+using AccumFn = void (*)(float*, int64_t, const float*, const float*, int64_t, int64_t, int64_t,
+                         bool, const float*, int64_t);
 #define S3R_ACCUM_ROW(X) \
-  { accum_tile<X, 1>, accum_tile<X, 2>, accum_tile<X, 3> }
+  { accum_tile<X, 1, kFull, CX>, accum_tile<X, 2, kFull, CX>, accum_tile<X, 3, kFull, CX> }
+template <bool kFull, int CX>
 constexpr AccumFn kAccum[kXt][kNv] = {S3R_ACCUM_ROW(1), S3R_ACCUM_ROW(2), S3R_ACCUM_ROW(3),
                                       S3R_ACCUM_ROW(4)};
 #undef S3R_ACCUM_ROW
@@ -186,9 +207,11 @@ constexpr AccumFn kAccum[kXt][kNv] = {S3R_ACCUM_ROW(1), S3R_ACCUM_ROW(2), S3R_AC
 // As in the AVX-512 twin: which y a row x accumulates over (the diagonal pair's y from yd on).
 enum class Range { kAll, kKeysUpToGroup, kRowsFromGroup };
 
-void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx, int64_t cy,
-                const float* r, int64_t ldr, int64_t ny, int64_t hd, bool init, const float* alpha,
-                Range range, int64_t yd = 0) {
+// The coefficients' strides (cx, cy) are (1, 32) or (32, 1): accum_tile has them as constants.
+void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx,
+                [[maybe_unused]] int64_t cy, const float* r, int64_t ldr, int64_t ny, int64_t hd,
+                bool init, const float* alpha, Range range, int64_t yd = 0) {
+  assert((cx == 1 && cy == kB) || (cx == kB && cy == 1));
   for (int64_t d0 = 0, w = 0; d0 < hd; d0 += w) {
     // Chunks of 24 columns; 32 left are taken as 16 + 16, not 24 + 8 (a one-vector tile's 4
     // chains wait on the FMA's latency).
@@ -199,8 +222,11 @@ void accum_rows(float* c, int64_t ldc, int64_t nx, const float* coef, int64_t cx
       const int64_t xt = std::min<int64_t>(kXt, nx - x);
       const int64_t y0 = range == Range::kRowsFromGroup ? yd + x : 0;
       const int64_t y1 = range == Range::kKeysUpToGroup ? std::min(ny, yd + x + kXt) : ny;
-      kAccum[xt - 1][nv - 1](c + x * ldc + d0, ldc, coef + x * cx, cx, cy, r + d0, ldr, y0, y1,
-                             init, alpha != nullptr ? alpha + x : nullptr, last_n);
+      const bool full = last_n == 8;
+      const auto& tiles = cx == 1 ? (full ? kAccum<true, 1> : kAccum<false, 1>)
+                                  : (full ? kAccum<true, kB> : kAccum<false, kB>);
+      tiles[xt - 1][nv - 1](c + x * ldc + d0, ldc, coef + x * cx, r + d0, ldr, y0, y1, init,
+                            alpha != nullptr ? alpha + x : nullptr, last_n);
     }
   }
 }
