@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 
 #include "kernels/peak_loops.hpp"
@@ -225,17 +226,11 @@ double core_check(const RooflineLimits& l) {
   // About 2 ms per thread at the reference rate: 96 multiply-adds per iteration.
   const double per_thread = l.core_reference_per_s / l.threads;
   const int64_t iterations = std::max<int64_t>(1000, static_cast<int64_t>(per_thread * 2e-3 / 96));
-  double slowest = 0.0;
-  bool first = true;
-#pragma omp parallel num_threads(l.threads)
+  double slowest = std::numeric_limits<double>::infinity();
+#pragma omp parallel num_threads(l.threads) reduction(min : slowest)
   {
     const auto start = std::chrono::steady_clock::now();
-    const double rate = static_cast<double>(kernels::peak::avx2::fma_f32_busy_ymm(iterations)) / seconds_since(start);
-#pragma omp critical
-    {
-      slowest = first ? rate : std::min(slowest, rate);
-      first = false;
-    }
+    slowest = static_cast<double>(kernels::peak::avx2::fma_f32_busy_ymm(iterations)) / seconds_since(start);
   }
   return slowest / per_thread;
 #else
