@@ -268,7 +268,7 @@ nlohmann::json print_rooflines(const std::vector<ShapeResult>& results) {
   std::printf("\n%s\n", gemm::limits_line(limits).c_str());
   std::vector<double> checks;
   for (const ShapeResult& r : results) checks.insert(checks.end(), r.core_checks.begin(), r.core_checks.end());
-  const std::string cores = gemm::core_check_line(checks);
+  const std::string cores = gemm::core_check_line(checks, "after the timed repeats");
   if (!cores.empty()) std::printf("%s\n", cores.c_str());
   nlohmann::json out = nlohmann::json::object();
   for (const ShapeResult& r : results) {

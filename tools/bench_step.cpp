@@ -236,7 +236,7 @@ nlohmann::json print_breakdown(const std::vector<StepConfig>& configs,
   // Measured again now that the timed steps are done; each limit the higher of the two.
   const gemm::RooflineLimits& limits = gemm::remeasure_roofline_limits();
   std::printf("\n%s\n", gemm::limits_line(limits).c_str());
-  const std::string cores = gemm::core_check_line(core_checks);
+  const std::string cores = gemm::core_check_line(core_checks, "around the timed repeats");
   if (!cores.empty()) std::printf("%s\n", cores.c_str());
   nlohmann::json roofline = nlohmann::json::object();
   for (size_t i = 0; i < configs.size(); ++i) {

@@ -40,6 +40,9 @@ void register_bench_ffn(CLI::App& bench);
 // `s3r bench step`: one full training step per configuration (paper, Table IV).
 void register_bench_step(CLI::App& bench);
 
+// `s3r bench cores`: the core check alone (s3r/gemm/roofline.hpp), for scripts that time other programs.
+void register_bench_cores(CLI::App& bench);
+
 // `s3r diag grad-error`: gradient errors per configuration on a checkpoint (paper, Table II).
 void register_diag_grad_error(CLI::App& diag);
 

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   s3r::tools::register_bench_ffn(*bench);
   s3r::tools::register_bench_step(*bench);
+  s3r::tools::register_bench_cores(*bench);
   CLI::App* data = app.add_subcommand("data", "prepare training data");
   data->require_subcommand(1);
   s3r::tools::register_data_prepare(*data);

@@ -119,13 +119,23 @@ def parse_args():
                                                           "or a list such as f32,bf16")
     ap.add_argument("--work", default=None, help="folder for the per-process JSON files and the log")
     ap.add_argument("--retries", type=int, default=2,
-                    help="reruns of a job disturbed by other processes (> 10%% of the CPUs); default 2")
+                    help="reruns of a disturbed job (other processes took > 10%% of the CPUs, or the core check "
+                         "read below --min-core-check); default 2")
+    ap.add_argument("--min-core-check", type=float, default=0.9,
+                    help="a job before or after which `s3r bench cores` reads below this ran while another thread "
+                         "shared the cores (a VM's co-tenant) and runs again; 0: no core check (default 0.9)")
+    ap.add_argument("--core-wait", type=float, default=60,
+                    help="seconds to wait before each job for the core check to reach --min-core-check (default 60)")
     ap.add_argument("--json", help="write the pooled results as JSON")
     ap.add_argument("--cap", choices=sorted(CAPS), help="both sides behave as this lesser CPU: "
                     + "; ".join(f"{k}: {v[2]}" for k, v in sorted(CAPS.items())))
     args = ap.parse_args()
     if min(args.rounds, args.repeats, args.threads) < 1 or min(args.warmup, args.retries) < 0:
         ap.error("--rounds, --repeats and --threads must be >= 1, --warmup and --retries >= 0")
+    if args.core_wait < 0:
+        ap.error(f"--core-wait must be >= 0, got {args.core_wait}")
+    if not 0 <= args.min_core_check < 1:
+        ap.error(f"--min-core-check must be in [0, 1), got {args.min_core_check}")
     if args.kv_heads is not None and args.kv_heads < 1:
         ap.error("--kv-heads must be >= 1")
     if args.warmup < PEER_WARMUP:
@@ -159,25 +169,73 @@ def commands(args):
     return peer, s3r
 
 
-def run_job(cmd, out, log, cap_env, retries, label):
-    """Runs one job; a job during which other processes took more than 10% of the CPUs is run
-    again (at most `retries` times) and the least disturbed run is kept. Returns (share of the
-    CPUs others took, its JSON result, seconds, reruns)."""
+def core_check(args, work):
+    """The median of `s3r bench cores` now: about 1 while this machine's cores are its own, lower
+    while another thread shares them (a VM's co-tenant on the cores' other hyperthreads, which
+    /proc/stat does not show and which slows s3r's load-heavy kernels more than the peer's: see
+    s3r/gemm/roofline.hpp). None where the CPU has no core check (no AVX2) or --min-core-check
+    is 0."""
+    if args.min_core_check <= 0:
+        return None
+    out = os.path.join(work, "cores.json")
+    r = subprocess.run([args.s3r, "bench", "cores", "--threads", str(args.threads), "--json", out],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"side_by_side: {args.s3r} bench cores failed (exit {r.returncode}): {r.stderr.strip()}")
+    with open(out) as f:
+        return json.load(f)["median"]
+
+
+def wait_for_cores(args, work, label):
+    """The core check before a job, after waiting (polling every 2 s, at most --core-wait seconds)
+    for it to read at least --min-core-check: a co-tenant's busy spells last minutes."""
+    cores, t0, said = core_check(args, work), time.time(), False
+    while cores is not None and cores < args.min_core_check and time.time() - t0 < args.core_wait:
+        if not said:
+            print(f"{label}: the core check reads {cores:.2f}; waiting up to {args.core_wait:.0f} s for the cores")
+            sys.stdout.flush()
+            said = True
+        time.sleep(2.0)
+        cores = core_check(args, work)
+    return cores
+
+
+def disturbance(share, cores, args):
+    """How disturbed a job was, 1 at the limits: other processes' share of the CPUs over 10%, and
+    the core check's shortfall from 1 over 1 - --min-core-check."""
+    d = share / 0.10
+    if cores is not None:
+        d = max(d, (1.0 - cores) / (1.0 - args.min_core_check))
+    return d
+
+
+def run_job(cmd, out, log, cap_env, args, work, label):
+    """Runs one job; a disturbed job (other processes took more than 10% of the CPUs, or the core
+    check before or after it read below --min-core-check) is run again (at most --retries times)
+    and the least disturbed run is kept. Returns (share of the CPUs others took, the core check
+    (the lower of before and after, or None), its JSON result, seconds, reruns)."""
     best, reruns = None, 0
-    for attempt in range(retries + 1):
+    for attempt in range(args.retries + 1):
+        before = wait_for_cores(args, work, label)
         job_load = OtherLoad()
         secs = run(cmd, log, cap_env)
         share = job_load.share()
+        after = core_check(args, work)
+        cores = min(before, after) if before is not None and after is not None else None
         with open(out) as f:
             result = json.load(f)
-        if best is None or share < best[0]:
-            best = (share, result, secs)
-        if share <= 0.10:
+        d = disturbance(share, cores, args)
+        if best is None or d < best[0]:
+            best = (d, share, cores, result, secs)
+        if d <= 1.0:
             break
-        if attempt < retries:
+        if attempt < args.retries:
             reruns += 1
-            print(f"{label} disturbed (other processes took {100 * share:.0f}% of the CPUs): again")
-    return best + (reruns,)
+            why = [f"other processes took {100 * share:.0f}% of the CPUs"] if share > 0.10 else []
+            if cores is not None and cores < args.min_core_check:
+                why.append(f"the core check read {cores:.2f}: another thread shared the cores")
+            print(f"{label} disturbed ({'; '.join(why)}): again")
+    return best[1:] + (reruns,)
 
 
 def run_rounds(args, modes, peer, s3r, work, log, cap_env):
@@ -197,10 +255,12 @@ def run_rounds(args, modes, peer, s3r, work, log, cap_env):
                 # Peak memory (one child process per configuration) once, in the first round.
                 cmd = s3r + ["--json", out] + ([] if r == 0 else ["--no-memory"])
             label = f"round {r + 1}/{args.rounds}: {kind}{' ' + mode if mode else ''}"
-            share, result, secs, again = run_job(cmd, out, log, cap_env, args.retries, label)
+            share, cores, result, secs, again = run_job(cmd, out, log, cap_env, args, work, label)
             reruns += again
+            result["core_check"] = cores
             (peer_runs[mode] if kind == "peer" else s3r_runs).append(result)
-            print(f"{label} done ({secs:.0f} s{f', others took {100 * share:.0f}% of the CPUs' if share > 0.02 else ''})")
+            print(f"{label} done ({secs:.0f} s{f', others took {100 * share:.0f}% of the CPUs' if share > 0.02 else ''}"
+                  f"{f', core check {cores:.2f}' if cores is not None else ''})")
             sys.stdout.flush()
     return peer_runs, s3r_runs, reruns
 
@@ -247,6 +307,15 @@ def print_table(args, rows, best):
           f"that configuration alone\n (peer: Python + torch included; s3r: one child per configuration))")
 
 
+def core_summary(peer_runs, s3r_runs):
+    """Per side, the median and range of its jobs' core checks (None where there are none)."""
+    out = {}
+    for side, runs in (("peer", [r for m in peer_runs.values() for r in m]), ("s3r", s3r_runs)):
+        c = [r["core_check"] for r in runs if r.get("core_check") is not None]
+        out[side] = {"median": statistics.median(c), "min": min(c), "max": max(c), "jobs": c} if c else None
+    return out
+
+
 def write_json(path, result):
     tmp = path + ".tmp"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -282,6 +351,10 @@ def main():
     idle_share = probe.share()
     if idle_share > 0.1:
         print(f"WARNING: other processes use {100 * idle_share:.0f}% of the CPUs before the start; timings will be noisy")
+    cores_start = core_check(args, work)
+    if cores_start is not None and cores_start < args.min_core_check:
+        print(f"WARNING: the core check reads {cores_start:.2f} before the start: another thread shares the cores "
+              f"(a VM's co-tenant?); jobs that see it run again, at most {args.retries} times each")
     print(f"log: {log}")
     sys.stdout.flush()
 
@@ -310,6 +383,10 @@ def main():
     print(f"load:    other processes used {100 * other_share:.1f}% of the CPUs during the runs "
           f"({100 * idle_share:.1f}% just before; {reruns} disturbed jobs run again); load average "
           f"{load_start:.2f} before, {load_end:.2f} after")
+    cores = core_summary(peer_runs, s3r_runs)
+    if cores["s3r"] or cores["peer"]:
+        print("cores:   the core check before and after each job (the lower kept; about 1 on cores of their own): " +
+              ", ".join(f"{side} {c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f})" for side, c in cores.items() if c))
     print()
     print_table(args, rows, best)
     if other_share > 0.05:
@@ -324,7 +401,8 @@ def main():
                 "torch", "blas", "blas_libraries", "env_notes", "torch_build", "malloc")} if p0 else {},
             "onednn_bf16_matmul": peer_runs["bf16"][0].get("onednn_bf16_matmul") if "bf16" in peer_runs else None,
             "start_utc": start.isoformat(), "load_average": [load_start, load_end],
-            "other_processes_cpu_share": other_share, "disturbed_reruns": reruns, "rows": rows})
+            "other_processes_cpu_share": other_share, "disturbed_reruns": reruns,
+            "min_core_check": args.min_core_check, "core_check": cores, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <thread>
 
 #include "kernels/peak_loops.hpp"
 #include "s3r/core/cpu_features.hpp"
@@ -238,21 +239,54 @@ double core_check(const RooflineLimits& l) {
 #endif
 }
 
-std::string core_check_line(const std::vector<double>& samples) {
+std::vector<double> core_check_now(int samples, double gap_s) {
+  std::vector<double> out;
+#ifdef S3R_HAVE_AVX2
+  if (!cpu_features().has_avx2_tier()) return out;
+  RooflineLimits l;
+  l.threads = omp_get_max_threads();
+  l.core_reference_per_s = rate_on_all_threads(kernels::peak::avx2::fma_f32_ymm);
+  for (int i = 0; i < samples; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(gap_s));
+    out.push_back(core_check(l));
+  }
+#else
+  (void)samples;
+  (void)gap_s;
+#endif
+  return out;
+}
+
+namespace {
+// A run's samples without the negative ones (a CPU without AVX2), sorted.
+std::vector<double> valid_sorted(const std::vector<double>& samples) {
   std::vector<double> s;
   for (double x : samples) {
     if (x >= 0) s.push_back(x);
   }
-  if (s.empty()) return "";
   std::sort(s.begin(), s.end());
+  return s;
+}
+double median_of_sorted(const std::vector<double>& s) {
   const size_t n = s.size();
-  const double median = n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+}  // namespace
+
+double core_check_median(const std::vector<double>& samples) {
+  const std::vector<double> s = valid_sorted(samples);
+  return s.empty() ? -1.0 : median_of_sorted(s);
+}
+
+std::string core_check_line(const std::vector<double>& samples, const char* where) {
+  const std::vector<double> s = valid_sorted(samples);
+  if (s.empty()) return "";
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "cores: the core check at %.2f (%.2f-%.2f) over %zu samples around the timed repeats "
+                "cores: the core check at %.2f (%.2f-%.2f) over %zu sample%s %s "
                 "(about 1 on cores of their own; lower while another thread, such as a VM's co-tenant, "
                 "shares them, and every share below with it: s3r/gemm/roofline.hpp)",
-                median, s.front(), s.back(), n);
+                median_of_sorted(s), s.front(), s.back(), s.size(), s.size() == 1 ? "" : "s", where);
   return buf;
 }
 

@@ -2,8 +2,8 @@
 """`s3r bench step --breakdown --json` on a tiny llama: the roofline's work per phase equals the
 multiply-adds of the model's products counted here from its shapes, the step row is the sum of
 the phases, int8 recipes do the same products as f32 in int8, and the limits are all there,
-measured again after the timed steps; and `s3r bench ffn --breakdown --json` likewise for one
-SwiGLU block.
+measured again after the timed steps; `s3r bench ffn --breakdown --json` likewise for one
+SwiGLU block; and `s3r bench cores` gives the core check's samples.
 
 usage: roofline_check.py S3R_BINARY SCRATCH_DIR
 """
@@ -73,6 +73,7 @@ def main():
                 failures.append(f"{c} {phase}: no share")
     failures += check_core(j["breakdown"].get("core_check"), 2, run.stdout, "bench step")
     failures += check_ffn(s3r, scratch)
+    failures += check_cores_command(s3r, scratch)
     if failures:
         sys.exit("FAIL:\n" + "\n".join(failures))
     print(f"ok: roofline of tiny (L={L} C={C} F={F} V={V} S={S} B={B}): products and attention counted exactly")
@@ -102,6 +103,24 @@ def check_ffn(s3r, scratch):
         failures.append("bench ffn: no limits in the JSON")
     elif j["limits"].get("measurements") != 2:
         failures.append(f"bench ffn: the limits were not measured again after the timed runs: {j['limits']}")
+    return failures
+
+
+def check_cores_command(s3r, scratch):
+    """`s3r bench cores`: the samples asked for, their median in the JSON, the line; or, without
+    AVX2, no samples and a line that says so."""
+    out = os.path.join(scratch, "cores.json")
+    run = subprocess.run([s3r, "bench", "cores", "--samples", "3", "--gap-ms", "1", "--json", out],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        return [f"s3r bench cores exited {run.returncode}:\n{run.stdout}\n{run.stderr}"]
+    j = json.load(open(out))
+    if not j["samples"]:
+        ok = j["median"] is None and run.stdout.startswith("cores: no core check on this CPU")
+        return [] if ok else [f"bench cores: no samples but {j} and:\n{run.stdout}"]
+    failures = check_core(j["samples"], 3, run.stdout, "bench cores")
+    if j["median"] != sorted(j["samples"])[1]:
+        failures.append(f"bench cores: median {j['median']} is not that of {j['samples']}")
     return failures
 
 

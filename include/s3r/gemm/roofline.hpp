@@ -73,8 +73,19 @@ std::string limits_line(const RooflineLimits& limits);
 // phase that loads reads low with it. Negative where there is no reference (no AVX2). Call it
 // outside parallel regions.
 double core_check(const RooflineLimits& limits);
-// "cores: the core check at MEDIAN (MIN-MAX) over N samples; ..." for a run's samples, or "" if none.
-std::string core_check_line(const std::vector<double>& samples);
+// The core check on its own, for checks between other programs' runs (`s3r bench cores`, which
+// scripts/bench_peer.sh runs before and after each job): the reference measured now (the FMA loop
+// on every thread, about 60 ms: a process started for the check has no limits measured), then
+// `samples` checks `gap_s` seconds apart (a co-tenant comes and goes within seconds). Empty where
+// the CPU has no AVX2. A co-tenant that also takes the FMA pipes while the reference runs (rare on
+// the AMD Zen 3 VM: its FMA loop held 2.48-2.65 per TSC cycle while the check fell) lowers both,
+// and the check then reads higher than the cores' state.
+std::vector<double> core_check_now(int samples, double gap_s);
+// The median of a run's samples (negative ones, from a CPU without AVX2, left out); -1 if none.
+double core_check_median(const std::vector<double>& samples);
+// "cores: the core check at MEDIAN (MIN-MAX) over N samples WHERE (about 1 on ...)" for a run's
+// samples (WHERE: "around the timed repeats"), or "" if none.
+std::string core_check_line(const std::vector<double>& samples, const char* where);
 
 struct Bound {
   double compute_ms = 0, memory_ms = 0;
