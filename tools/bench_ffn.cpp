@@ -137,12 +137,6 @@ struct ShapeResult {
   std::vector<double> core_checks;      // with --breakdown: after each timed repeat
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 ShapeResult run_shape(const FfnShape& s, const Options& o) {
   const int64_t T = o.tokens, C = s.H, F = s.D;
   const int64_t S = o.seq_len ? o.seq_len : T;

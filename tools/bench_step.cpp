@@ -152,12 +152,6 @@ int64_t measure_memory(const Options& o, const StepConfig& c) {
   return pclose(p) == 0 ? bytes : -1;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // The rows of the breakdown: the step's phases (their sum is the step), then the projections'
 // own split of 'attn projections' + 'ffn (swiglu)' (indented).
 struct PhaseRow {

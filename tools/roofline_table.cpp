@@ -1,5 +1,6 @@
 #include "roofline_table.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace s3r::tools {
@@ -47,6 +48,12 @@ void print_roofline_legend() {
               " runs to what this CPU can do with those instructions; '-': no limit for some of its work.\n"
               " Attention counts 2 P HD multiply-adds forward and 5 P HD backward over its P unmasked\n"
               " (query, key) pairs; docs/TRAINING.md, \"The roofline of a step\")\n");
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace s3r::tools

@@ -27,4 +27,7 @@ nlohmann::json limits_json(const gemm::RooflineLimits& limits);
 // The note under the tables: what the columns mean.
 void print_roofline_legend();
 
+// The median of repeated timings (the mean of the middle two for an even count); v not empty.
+double median(std::vector<double> v);
+
 }  // namespace s3r::tools
