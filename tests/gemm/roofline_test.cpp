@@ -273,12 +273,11 @@ TEST(Roofline, CoreCheckNowMeasuresItsReferenceThenTheSamples) {
   }
   std::vector<double> s = core_check_now(3, 1e-3);
   ASSERT_EQ(s.size(), 3u);
-  // A reference measured while another thread took the FMA pipes reads low: measure again.
-  for (int again = 0; again < 3 && core_check_median(s) > 1.3; ++again) s = core_check_now(3, 1e-3);
-  for (double x : s) {
-    EXPECT_GT(x, 0.1);
-    EXPECT_LE(x, 1.5) << "a check that forgot the threads would read about 2 on two";
-  }
+  // A reference measured while something else took the CPUs (another test beside this one) or
+  // the FMA pipes reads low, and the check high: measure again. A check that forgot the threads
+  // would read about 2 on two every time.
+  for (int again = 0; again < 5 && core_check_median(s) > 1.3; ++again) s = core_check_now(3, 1e-3);
+  for (double x : s) EXPECT_GT(x, 0.1);
   EXPECT_LE(core_check_median(s), 1.3);
 }
 

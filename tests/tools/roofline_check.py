@@ -110,11 +110,18 @@ def check_cores_command(s3r, scratch):
     """`s3r bench cores`: the samples asked for, their median in the JSON, the line; or, without
     AVX2, no samples and a line that says so."""
     out = os.path.join(scratch, "cores.json")
-    run = subprocess.run([s3r, "bench", "cores", "--samples", "3", "--gap-ms", "1", "--json", out],
-                         capture_output=True, text=True)
-    if run.returncode != 0:
-        return [f"s3r bench cores exited {run.returncode}:\n{run.stdout}\n{run.stderr}"]
-    j = json.load(open(out))
+    # A reference that ran while another test took the CPUs reads low and the check high (the
+    # tool says so): run it again. A check that forgot the threads reads about 2 every time.
+    for _ in range(5):
+        run = subprocess.run([s3r, "bench", "cores", "--samples", "3", "--gap-ms", "1", "--json", out],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            return [f"s3r bench cores exited {run.returncode}:\n{run.stdout}\n{run.stderr}"]
+        j = json.load(open(out))
+        if j["median"] is None or j["median"] <= 1.3:
+            break
+    if j["median"] is not None and j["median"] > 1.3:
+        return [f"bench cores: the check read {j['samples']} five times over (above 1.3):\n{run.stdout}"]
     if not j["samples"]:
         ok = j["median"] is None and run.stdout.startswith("cores: no core check on this CPU")
         return [] if ok else [f"bench cores: no samples but {j} and:\n{run.stdout}"]
