@@ -16,7 +16,7 @@
 #   --retries: a disturbed process runs again (default 2): other processes took > 10% of the CPUs, or
 #          `s3r bench cores` before or after it read below --min-core-check (default 0.9; 0: no check):
 #          another thread shared the cores, e.g. a VM's co-tenant on their other hyperthreads, unseen in
-#          /proc/stat; before each job it waits up to --core-wait seconds (default 60) for the check
+#          /proc/stat; a job waits up to --core-wait seconds in all (default 60) for the check
 #   --cap: both sides behave as a lesser CPU than this one (s3r: S3R_MAX_ISA; the peer: oneDNN,
 #          ATen and OpenBLAS kernel limits), e.g. avx512_bf16 (Zen 4/5, no AMX) or avx2 (Zen 3)
 #   --no-build: time build/release/tools/s3r as it is (no `cmake --build` first, e.g. while another

@@ -125,7 +125,8 @@ def parse_args():
                     help="a job before or after which `s3r bench cores` reads below this ran while another thread "
                          "shared the cores (a VM's co-tenant) and runs again; 0: no core check (default 0.9)")
     ap.add_argument("--core-wait", type=float, default=60,
-                    help="seconds to wait before each job for the core check to reach --min-core-check (default 60)")
+                    help="seconds a job waits in all (before its first run and its reruns) for the core check to "
+                         "reach --min-core-check (default 60)")
     ap.add_argument("--json", help="write the pooled results as JSON")
     ap.add_argument("--cap", choices=sorted(CAPS), help="both sides behave as this lesser CPU: "
                     + "; ".join(f"{k}: {v[2]}" for k, v in sorted(CAPS.items())))
@@ -186,13 +187,14 @@ def core_check(args, work):
         return json.load(f)["median"]
 
 
-def wait_for_cores(args, work, label):
-    """The core check before a job, after waiting (polling every 2 s, at most --core-wait seconds)
-    for it to read at least --min-core-check: a co-tenant's busy spells last minutes."""
-    cores, t0, said = core_check(args, work), time.time(), False
-    while cores is not None and cores < args.min_core_check and time.time() - t0 < args.core_wait:
+def wait_for_cores(args, work, label, deadline):
+    """The core check before a job, after waiting (polling every 2 s, until `deadline`) for it to
+    read at least --min-core-check: a co-tenant's busy spells last minutes."""
+    cores, said = core_check(args, work), False
+    while cores is not None and cores < args.min_core_check and time.time() < deadline:
         if not said:
-            print(f"{label}: the core check reads {cores:.2f}; waiting up to {args.core_wait:.0f} s for the cores")
+            print(f"{label}: the core check reads {cores:.2f}; waiting up to {deadline - time.time():.0f} s "
+                  "for the cores")
             sys.stdout.flush()
             said = True
         time.sleep(2.0)
@@ -215,8 +217,9 @@ def run_job(cmd, out, log, cap_env, args, work, label):
     and the least disturbed run is kept. Returns (share of the CPUs others took, the core check
     (the lower of before and after, or None), its JSON result, seconds, reruns)."""
     best, reruns = None, 0
+    deadline = time.time() + args.core_wait  # for all of the job's attempts
     for attempt in range(args.retries + 1):
-        before = wait_for_cores(args, work, label)
+        before = wait_for_cores(args, work, label, deadline)
         job_load = OtherLoad()
         secs = run(cmd, log, cap_env)
         share = job_load.share()
