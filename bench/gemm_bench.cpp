@@ -272,7 +272,7 @@ const bool registered = [] {
                                          bm_s8, layout, N, K, b, threads)
                 ->UseRealTime()->Unit(benchmark::kMillisecond);
           }
-          for (Bf16Backend b : {Bf16Backend::kDpbf16, Bf16Backend::kOnednn, Bf16Backend::kF32}) {
+          for (Bf16Backend b : {Bf16Backend::kAmx, Bf16Backend::kDpbf16, Bf16Backend::kOnednn, Bf16Backend::kF32}) {
             benchmark::RegisterBenchmark(("gemm/bf16/" + dims + "/" + std::string(gemm::to_string(b))).c_str(),
                                          bm_bf16, layout, N, K, b, threads)
                 ->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -20,6 +20,7 @@
 #include "memory_check.hpp"
 #include "option_checks.hpp"
 #include "s3r/core/error.hpp"
+#include "s3r/gemm/backend.hpp"
 #include "s3r/gemm/matmul.hpp"
 #include "s3r/core/machine.hpp"
 #include "s3r/gemm/machine_line.hpp"
@@ -288,11 +289,17 @@ void print_header(const Options& o, const model::ModelConfig& cfg) {
               static_cast<long long>(cfg.tokens()));
   std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
               omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
-  std::printf("f32 and bf16 products: %s\n",
+  // s3r's own bf16 GEMMs (dpbf16, amx) need no tiles: every mode runs them as s3r train does.
+  const gemm::Bf16Backend b16 = gemm::bf16_backend();
+  const bool own_bf16 = b16 == gemm::Bf16Backend::kDpbf16 || b16 == gemm::Bf16Backend::kAmx;
+  std::printf("f32 and bf16 products: %s%s\n",
               o.fixed_tiles ? "fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"
                             : "the int8 recipes' (LM head) in fixed tiles, one thread each, as s3r train runs "
                               "them; the bf16 and f32 modes' with oneDNN's own threading (--fixed-tiles: "
-                              "theirs in tiles too)");
+                              "theirs in tiles too)",
+              own_bf16 ? "; except the bf16 products: s3r's own GEMM, the same bits for any thread count "
+                         "without tiles, in every mode"
+                       : "");
   if (o.breakdown) std::printf("%s\n", gemm::limits_line(gemm::roofline_limits()).c_str());
   std::fflush(stdout);
 }

@@ -164,6 +164,15 @@ bool int8_available(Int8Backend b, std::string* why) {
 bool bf16_available(Bf16Backend b, std::string* why) {
   const CpuFeatures& f = cpu_features();
   if (b == Bf16Backend::kF32) return true;
+  if (b == Bf16Backend::kAmx) {
+#ifndef S3R_HAVE_AVX512
+    if (why) *why = "this build has no AVX-512 kernels (configured with -DS3R_AVX512=OFF)";
+    return false;
+#endif
+    if (f.has_avx512_tier() && f.amx_bf16) return true;
+    if (why) *why = "this CPU (or the OS, or S3R_MAX_ISA) gives no AMX-BF16 (it has: " + describe(f) + ")";
+    return false;
+  }
   if (b == Bf16Backend::kDpbf16) {
 #ifndef S3R_HAVE_AVX512
     if (why) *why = "this build has no AVX-512 kernels (configured with -DS3R_AVX512=OFF)";
@@ -232,14 +241,15 @@ Bf16Backend initial_bf16() {
   const char* env = std::getenv("S3R_GEMM_BF16");
   if (env != nullptr && *env != '\0' && std::string_view(env) != "auto") {
     const Bf16Backend b =
-        parse_backend("S3R_GEMM_BF16", env, {Bf16Backend::kDpbf16, Bf16Backend::kOnednn, Bf16Backend::kF32});
+        parse_backend("S3R_GEMM_BF16", env,
+                      {Bf16Backend::kAmx, Bf16Backend::kDpbf16, Bf16Backend::kOnednn, Bf16Backend::kF32});
     std::string why;
     if (!bf16_available(b, &why)) throw Error("S3R_GEMM_BF16=" + std::string(env) + ": " + why);
     return b;
   }
-  // AMX-BF16 tiles (oneDNN's) outrun vdpbf16ps; without them, s3r's own vdpbf16ps GEMM.
+  // s3r's own AMX-BF16 GEMM where the OS grants AMX; without it, s3r's own vdpbf16ps GEMM.
   const CpuFeatures& f = cpu_features();
-  if (f.amx_bf16) return Bf16Backend::kOnednn;
+  if (bf16_available(Bf16Backend::kAmx, nullptr)) return Bf16Backend::kAmx;
   if (bf16_available(Bf16Backend::kDpbf16, nullptr)) return Bf16Backend::kDpbf16;
   return f.has_native_bf16() ? Bf16Backend::kOnednn : Bf16Backend::kF32;
 }
@@ -268,6 +278,7 @@ std::string_view to_string(Int8Backend b) {
 
 std::string_view to_string(Bf16Backend b) {
   switch (b) {
+    case Bf16Backend::kAmx: return "amx";
     case Bf16Backend::kDpbf16: return "dpbf16";
     case Bf16Backend::kOnednn: return "onednn";
     case Bf16Backend::kF32: return "f32";
@@ -308,6 +319,8 @@ std::string backends_line() {
     s << "f32-emulated";
   } else if (b16 == Bf16Backend::kDpbf16) {
     s << "dpbf16 (s3r's vdpbf16ps panels)";
+  } else if (b16 == Bf16Backend::kAmx) {
+    s << "amx (s3r's AMX-BF16 tiles)";
   } else {
     s << "onednn (" << (cpu_features().has_native_bf16() ? "native" : "emulated by oneDNN") << ")";
   }

@@ -7,7 +7,9 @@
 
 namespace s3r::gemm::bf16_panels {
 
-// `shape` has its leading dimensions resolved. Only where the CPU has AVX-512 BF16.
-void gemm(float* C, const bf16* A, const bf16* B, const MatmulShape& shape, bool accumulate);
+// `shape` has its leading dimensions resolved. Only where the CPU has AVX-512 BF16; with `amx`
+// (only where the OS granted AMX-BF16) the blocks are AMX's tdpbf16ps (kernels/gemm_bf16.hpp),
+// whose sums are the instruction's own, not vdpbf16ps's chain, and as thread-invariant.
+void gemm(float* C, const bf16* A, const bf16* B, const MatmulShape& shape, bool accumulate, bool amx = false);
 
 }  // namespace s3r::gemm::bf16_panels

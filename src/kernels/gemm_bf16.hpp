@@ -2,7 +2,7 @@
 // Kernels of s3r's own bf16 GEMM on CPUs with AVX-512 BF16 (the driver: gemm/bf16_gemm.cpp).
 //
 // Panels: 16 rows of op(X) (rows of op(A), or columns of op(B)), k in pairs, kp = K rounded up
-// to even, zero beyond K and beyond the valid rows:
+// to even (for the AMX block below, to a multiple of 32), zero beyond K and beyond the valid rows:
 //   out[p * 32 + 2 i + h] = op(X)[i, 2 p + h]      (p < kp / 2, i < 16, h < 2)
 // so that each 64-byte row of a panel holds one pair of k for its 16 rows (vdpbf16ps's layout).
 // A block is kBf16Block x kBf16Block (32 x 32): 32 rows of op(A) and two consecutive B panels
@@ -24,6 +24,7 @@ namespace s3r::kernels {
 
 inline constexpr int64_t kBf16Rows = 16;  // rows of a panel
 inline constexpr int64_t kBf16Block = 2 * kBf16Rows;
+inline constexpr int64_t kBf16AmxDepth = 32;  // k per AMX tile: 64 bytes of a row
 
 // Where a block's 32 rows of op(A) are, in bf16 elements: pair p of row i at
 // a + (i / 16) * panel + (i % 16) * row + p * pair.
@@ -37,9 +38,14 @@ struct Bf16Rows {
 // `panels` consecutive panels from op(X)[r, k] = x[r * stride_r + k * stride_k] (x at the first
 // panel's first row; one of the strides is 1), rows r < valid (<= 16 panels) and k < K; panel q
 // at out + 16 q kp.
+// pack_bf16_rows: `rows` rows of op(X) as they are, each kp long: out[r * kp + k] =
+// op(X)[r, k] for r < valid and k < K, zero elsewhere (the AMX block's A where op(A)'s rows are
+// not contiguous; kp a multiple of 32).
 #define S3R_DECLARE_BF16_GEMM                                                                      \
   void pack_bf16_panels(bf16* out, const bf16* x, int64_t stride_r, int64_t stride_k, int64_t valid, \
                         int64_t panels, int64_t K, int64_t kp);                                     \
+  void pack_bf16_rows(bf16* out, const bf16* x, int64_t stride_r, int64_t stride_k, int64_t valid,   \
+                      int64_t rows, int64_t K, int64_t kp);                                         \
   void gemm_bf16_block(const Bf16Rows& a, const bf16* b, int64_t kp, float* c, int64_t ldc, bool stream);
 
 namespace ref {
@@ -50,5 +56,18 @@ namespace avx512 {
 S3R_DECLARE_BF16_GEMM
 }  // namespace avx512
 #undef S3R_DECLARE_BF16_GEMM
+
+// The AMX block (kernels/avx512/gemm_bf16_amx.cpp, compiled with AMX's flags; call only where the
+// OS granted AMX-BF16, between amx::amx_tiles_configure() and amx_tiles_release() of
+// kernels/gemm_s8.hpp on the calling thread): the same 32 x 32 block from op(A)'s rows as they
+// are (a.pair = 2: row i at a.a + (i / 16) * a.panel + (i % 16) * a.row, 64-byte tile rows) and
+// the same B panels, kp a multiple of kBf16AmxDepth, each output summed by tdpbf16ps over 32 k
+// at a time in order, from +0. The instruction's own arithmetic (not the chain above: on Emerald
+// Rapids about 45% of the outputs differ from it in their last bits): deterministic, and an
+// output still depends on nothing but its row of op(A), its column of op(B) and kp, so the same
+// bits for any blocking and thread count.
+namespace amx {
+void gemm_bf16_amx_block(const Bf16Rows& a, const bf16* b, int64_t kp, float* c, int64_t ldc);
+}  // namespace amx
 
 }  // namespace s3r::kernels

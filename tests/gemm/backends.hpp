@@ -39,7 +39,7 @@ inline std::vector<gemm::Int8Backend> int8_backends() {
 
 inline std::vector<gemm::Bf16Backend> bf16_backends() {
   using gemm::Bf16Backend;
-  return runnable_backends({Bf16Backend::kF32, Bf16Backend::kOnednn, Bf16Backend::kDpbf16}, &gemm::bf16_backend_available, "bf16");
+  return runnable_backends({Bf16Backend::kF32, Bf16Backend::kOnednn, Bf16Backend::kDpbf16, Bf16Backend::kAmx}, &gemm::bf16_backend_available, "bf16");
 }
 
 }  // namespace s3r::testing

@@ -18,12 +18,17 @@
 //                OpenMP over output blocks; the choice on every other CPU with AVX2
 //     reference  plain loops (the oracle of the tests; the fallback without AVX2)
 //   bf16 x bf16 -> f32 accumulation:
+//     amx        s3r's own GEMM with AMX-BF16 tiles (tdpbf16ps; dpbf16's panels and blocks, op(A)
+//                read as rows): the choice where the OS grants AMX-BF16. Each output is summed by
+//                the instruction in its own arithmetic (not dpbf16's chain), 32 k at a time in
+//                order: the same bits for any thread count without fixed tiles
 //     dpbf16     s3r's own GEMM with AVX-512 BF16's vdpbf16ps (bf16 panels, 32 x 32 output
 //                blocks, each output one chain over K: the same bits for any thread count
 //                without fixed tiles): the choice on AVX-512 BF16 CPUs without AMX-BF16, where
 //                the LM head's three products took 0.88-1.03x the time of oneDNN 2.6's own
 //                threading and 0.75-0.86x that of its thread-invariant tiles (AMD Zen 4)
-//     onednn     oneDNN's native bf16 products (AVX-512 BF16 or AMX-BF16): the choice with AMX
+//     onednn     oneDNN's native bf16 products (AVX-512 BF16 or AMX-BF16), in fixed tiles where
+//                the bits must not depend on the thread count
 //     f32        emulated: operands widened to f32 (exact) and multiplied by the f32 GEMM; the
 //                same products, summed in f32 in another order
 //   f32: oneDNN on every CPU.
@@ -36,7 +41,7 @@
 // process and the machine line says why.
 //
 // Overrides (tests, benchmarks): S3R_GEMM_INT8=auto|amx|vnni|onednn|avx2|reference and
-// S3R_GEMM_BF16=auto|dpbf16|onednn|f32, read at first use, or set_int8_backend / set_bf16_backend.
+// S3R_GEMM_BF16=auto|amx|dpbf16|onednn|f32, read at first use, or set_int8_backend / set_bf16_backend.
 // Asking for a backend this CPU cannot run (or whose self-check failed) is an s3r::Error.
 #include <string>
 #include <string_view>
@@ -44,10 +49,10 @@
 namespace s3r::gemm {
 
 enum class Int8Backend { kAmx, kVnni, kOnednn, kAvx2, kReference };
-enum class Bf16Backend { kDpbf16, kOnednn, kF32 };
+enum class Bf16Backend { kAmx, kDpbf16, kOnednn, kF32 };
 
 std::string_view to_string(Int8Backend b);  // "amx" | "vnni" | "onednn" | "avx2" | "reference"
-std::string_view to_string(Bf16Backend b);  // "dpbf16" | "onednn" | "f32"
+std::string_view to_string(Bf16Backend b);  // "amx" | "dpbf16" | "onednn" | "f32"
 
 // True when this process can use the backend; otherwise *why_not says why. For Int8Backend::
 // kOnednn this runs the self-check (once).

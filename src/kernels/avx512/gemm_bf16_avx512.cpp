@@ -34,7 +34,7 @@ void pack_k_major(bf16* out, const bf16* x, int64_t stride_k, int64_t valid, int
     for (int64_t q = 0; q < panels; ++q) {
       const __mmask16 rows = first_lanes16(valid - q * kBf16Rows);
       const bf16* xq = x + q * kBf16Rows;
-      const __m256i lo = _mm256_maskz_loadu_epi16(rows, xq + k * stride_k);
+      const __m256i lo = k < K ? _mm256_maskz_loadu_epi16(rows, xq + k * stride_k) : _mm256_setzero_si256();
       const __m256i hi = k + 1 < K ? _mm256_maskz_loadu_epi16(rows, xq + (k + 1) * stride_k) : _mm256_setzero_si256();
       const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
       _mm512_storeu_si512(out + q * kBf16Rows * kp + k * kBf16Rows, _mm512_permutexvar_epi16(idx, both));
@@ -58,7 +58,7 @@ void pack_k_contiguous(bf16* out, const bf16* x, int64_t stride_r, int64_t valid
     for (int64_t p = i < tiled_rows ? tiled_pairs : 0; p < pairs; ++p) {
       bf16* o = out + p * 2 * kBf16Rows + 2 * i;
       const bool row = i < valid;
-      o[0] = row ? x[i * stride_r + 2 * p] : bf16{0};
+      o[0] = row && 2 * p < K ? x[i * stride_r + 2 * p] : bf16{0};
       o[1] = row && 2 * p + 1 < K ? x[i * stride_r + 2 * p + 1] : bf16{0};
     }
   }
@@ -72,6 +72,39 @@ void pack_bf16_panels(bf16* out, const bf16* x, int64_t stride_r, int64_t stride
     const int64_t rows = std::clamp<int64_t>(valid - q * kBf16Rows, 0, kBf16Rows);
     const bf16* first = x + (rows > 0 ? q * kBf16Rows * stride_r : 0);
     pack_k_contiguous(out + q * kBf16Rows * kp, first, stride_r, rows, K, kp);
+  }
+}
+
+// A k-major op(X) goes through panels of 256 k at a time (in L1), whose 32-bit words (pairs of k)
+// are transposed back into rows (rows a multiple of 16, kp of 16); rows with contiguous k are
+// copied.
+void pack_bf16_rows(bf16* out, const bf16* x, int64_t stride_r, int64_t stride_k, int64_t valid,
+                    int64_t rows, int64_t K, int64_t kp) {
+  if (stride_r != 1) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t n = r < valid ? K : 0;
+      if (n > 0) std::memcpy(out + r * kp, x + r * stride_r, static_cast<size_t>(n) * sizeof(bf16));
+      std::memset(out + r * kp + n, 0, static_cast<size_t>(kp - n) * sizeof(bf16));
+    }
+    return;
+  }
+  constexpr int64_t kSlice = 256;
+  alignas(64) bf16 panel[kBf16Rows * kSlice];
+  auto* words = reinterpret_cast<float*>(out);
+  for (int64_t r0 = 0; r0 < rows; r0 += kBf16Rows) {
+    const int64_t live = std::clamp<int64_t>(valid - r0, 0, kBf16Rows);
+    for (int64_t k0 = 0; k0 < kp; k0 += kSlice) {
+      const int64_t slice = std::min(kSlice, kp - k0), k = std::clamp<int64_t>(K - k0, 0, slice);
+      const int64_t kk = live > 0 ? k + k % 2 : 0;  // the pairs with a k < K; zero after them
+      if (kk > 0) pack_k_major(panel, x + r0 + k0 * stride_k, stride_k, live, 1, k, kk);
+      std::memset(panel + kk * kBf16Rows, 0, static_cast<size_t>((slice - kk) * kBf16Rows) * sizeof(bf16));
+      const auto* src = reinterpret_cast<const float*>(panel);
+      for (int64_t p = 0; p < slice / 2; p += 8) {
+        for (int64_t i = 0; i < kBf16Rows; i += 8) {
+          transpose8x8(words + (r0 + i) * (kp / 2) + k0 / 2 + p, kp / 2, src + p * kBf16Rows + i, kBf16Rows);
+        }
+      }
+    }
   }
 }
 

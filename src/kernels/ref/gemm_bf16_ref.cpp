@@ -24,6 +24,14 @@ void pack_bf16_panels(bf16* out, const bf16* x, int64_t stride_r, int64_t stride
   }
 }
 
+void pack_bf16_rows(bf16* out, const bf16* x, int64_t stride_r, int64_t stride_k, int64_t valid,
+                    int64_t rows, int64_t K, int64_t kp) {
+  std::memset(out, 0, static_cast<size_t>(rows * kp) * sizeof(bf16));
+  for (int64_t r = 0; r < valid; ++r) {
+    for (int64_t k = 0; k < K; ++k) out[r * kp + k] = x[r * stride_r + k * stride_k];
+  }
+}
+
 void gemm_bf16_block(const Bf16Rows& a, const bf16* b, int64_t kp, float* c, int64_t ldc, bool /*stream*/) {
   for (int64_t i = 0; i < kBf16Block; ++i) {
     const bf16* ai = a.a + (i / kBf16Rows) * a.panel + (i % kBf16Rows) * a.row;
