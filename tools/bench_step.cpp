@@ -280,6 +280,23 @@ nlohmann::json print_results(const std::vector<StepConfig>& configs, const std::
   return rows;
 }
 
+// How the float products run: oneDNN's in fixed tiles, one thread each, as s3r train runs them
+// (the int8 recipes' LM head), or with oneDNN's own threading (the bf16 and f32 modes, unless
+// --fixed-tiles); s3r's own bf16 GEMMs (dpbf16, amx) need no tiles and run as s3r train runs them.
+std::string products_line(bool fixed_tiles) {
+  const gemm::Bf16Backend b16 = gemm::bf16_backend();
+  if (b16 == gemm::Bf16Backend::kDpbf16 || b16 == gemm::Bf16Backend::kAmx) {
+    return std::string("f32 and bf16 products: the bf16 ones (every LM head, the bf16 mode's) by s3r's own GEMM, the "
+                       "same bits for any thread count without tiles, as s3r train runs them; the f32 mode's ") +
+           (fixed_tiles ? "in fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"
+                        : "with oneDNN's own threading (--fixed-tiles: in fixed tiles, as s3r train runs them)");
+  }
+  return fixed_tiles ? "f32 and bf16 products: fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"
+                     : "f32 and bf16 products: the int8 recipes' (LM head) in fixed tiles, one thread each, as s3r "
+                       "train runs them; the bf16 and f32 modes' with oneDNN's own threading (--fixed-tiles: "
+                       "theirs in tiles too)";
+}
+
 // What is timed, on which machine and how; with --breakdown the roofline's limits, measured here,
 // before any model exists, on idle cores.
 void print_header(const Options& o, const model::ModelConfig& cfg) {
@@ -289,17 +306,7 @@ void print_header(const Options& o, const model::ModelConfig& cfg) {
               static_cast<long long>(cfg.tokens()));
   std::printf("%d threads, %d warm-up steps, medians of %d interleaved repeats\nmachine: %s\n",
               omp_get_max_threads(), o.warmup, o.repeats, machine_line().c_str());
-  // s3r's own bf16 GEMMs (dpbf16, amx) need no tiles: every mode runs them as s3r train does.
-  const gemm::Bf16Backend b16 = gemm::bf16_backend();
-  const bool own_bf16 = b16 == gemm::Bf16Backend::kDpbf16 || b16 == gemm::Bf16Backend::kAmx;
-  std::printf("f32 and bf16 products: %s%s\n",
-              o.fixed_tiles ? "fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"
-                            : "the int8 recipes' (LM head) in fixed tiles, one thread each, as s3r train runs "
-                              "them; the bf16 and f32 modes' with oneDNN's own threading (--fixed-tiles: "
-                              "theirs in tiles too)",
-              own_bf16 ? "; except the bf16 products: s3r's own GEMM, the same bits for any thread count "
-                         "without tiles, in every mode"
-                       : "");
+  std::printf("%s\n", products_line(o.fixed_tiles).c_str());
   if (o.breakdown) std::printf("%s\n", gemm::limits_line(gemm::roofline_limits()).c_str());
   std::fflush(stdout);
 }
