@@ -164,22 +164,18 @@ bool int8_available(Int8Backend b, std::string* why) {
 bool bf16_available(Bf16Backend b, std::string* why) {
   const CpuFeatures& f = cpu_features();
   if (b == Bf16Backend::kF32) return true;
-  if (b == Bf16Backend::kAmx) {
+  if (b == Bf16Backend::kAmx || b == Bf16Backend::kDpbf16) {  // s3r's own, in the AVX-512 tier
 #ifndef S3R_HAVE_AVX512
     if (why) *why = "this build has no AVX-512 kernels (configured with -DS3R_AVX512=OFF)";
     return false;
 #endif
-    if (f.has_avx512_tier() && f.amx_bf16) return true;
-    if (why) *why = "this CPU (or the OS, or S3R_MAX_ISA) gives no AMX-BF16 (it has: " + describe(f) + ")";
-    return false;
-  }
-  if (b == Bf16Backend::kDpbf16) {
-#ifndef S3R_HAVE_AVX512
-    if (why) *why = "this build has no AVX-512 kernels (configured with -DS3R_AVX512=OFF)";
-    return false;
-#endif
-    if (f.has_avx512_tier() && f.avx512_bf16) return true;
-    if (why) *why = "this CPU (or S3R_MAX_ISA) gives no AVX-512 BF16 (it has: " + describe(f) + ")";
+    const bool amx = b == Bf16Backend::kAmx;
+    if (f.has_avx512_tier() && (amx ? f.amx_bf16 : f.avx512_bf16)) return true;
+    if (why) {
+      *why = std::string(amx ? "this CPU (or the OS, or S3R_MAX_ISA) gives no AMX-BF16"
+                             : "this CPU (or S3R_MAX_ISA) gives no AVX-512 BF16") +
+             " (it has: " + describe(f) + ")";
+    }
     return false;
   }
   // oneDNN 2.6 runs bf16 matmuls on avx512_core and above (emulated there without BF16).

@@ -2,8 +2,10 @@
 // 32 x 32 block against their scalar twins, bit for bit, on values where a pair's order and the
 // flushing of subnormals show (the test proves its data tells those apart); and the whole product
 // (backend dpbf16) against the contract's chain per output, written out here, for the three
-// layouts of a linear layer, edges and accumulation. Each runs where the CPU has AVX-512 BF16;
-// elsewhere it says it was skipped and why.
+// layouts of a linear layer, edges and accumulation. The AMX block's rows of op(A) against their
+// scalar twin, and the block itself (backend amx) within the f32 summation bound, which the data
+// shows catches a dropped tile of k or a shifted B. Each runs where the CPU has AVX-512 BF16 (the
+// AMX block where the OS grants AMX-BF16); elsewhere it says it was skipped and why.
 #include <gtest/gtest.h>
 #include <immintrin.h>
 

@@ -91,10 +91,11 @@ void pack_bf16_rows(bf16* out, const bf16* x, int64_t stride_r, int64_t stride_k
   constexpr int64_t kSlice = 256;
   alignas(64) bf16 panel[kBf16Rows * kSlice];
   auto* words = reinterpret_cast<float*>(out);
-  for (int64_t r0 = 0; r0 < rows; r0 += kBf16Rows) {
-    const int64_t live = std::clamp<int64_t>(valid - r0, 0, kBf16Rows);
-    for (int64_t k0 = 0; k0 < kp; k0 += kSlice) {
-      const int64_t slice = std::min(kSlice, kp - k0), k = std::clamp<int64_t>(K - k0, 0, slice);
+  // Slices of k outside, panels inside: each of a slice's rows of x is read along its length.
+  for (int64_t k0 = 0; k0 < kp; k0 += kSlice) {
+    const int64_t slice = std::min(kSlice, kp - k0), k = std::clamp<int64_t>(K - k0, 0, slice);
+    for (int64_t r0 = 0; r0 < rows; r0 += kBf16Rows) {
+      const int64_t live = std::clamp<int64_t>(valid - r0, 0, kBf16Rows);
       const int64_t kk = live > 0 ? k + k % 2 : 0;  // the pairs with a k < K; zero after them
       if (kk > 0) pack_k_major(panel, x + r0 + k0 * stride_k, stride_k, live, 1, k, kk);
       std::memset(panel + kk * kBf16Rows, 0, static_cast<size_t>((slice - kk) * kBf16Rows) * sizeof(bf16));
