@@ -284,8 +284,7 @@ nlohmann::json print_results(const std::vector<StepConfig>& configs, const std::
 // (the int8 recipes' LM head), or with oneDNN's own threading (the bf16 and f32 modes, unless
 // --fixed-tiles); s3r's own bf16 GEMMs (dpbf16, amx) need no tiles and run as s3r train runs them.
 std::string products_line(bool fixed_tiles) {
-  const gemm::Bf16Backend b16 = gemm::bf16_backend();
-  if (b16 == gemm::Bf16Backend::kDpbf16 || b16 == gemm::Bf16Backend::kAmx) {
+  if (gemm::own_bf16(gemm::bf16_backend())) {
     return std::string("f32 and bf16 products: the bf16 ones (every LM head, the bf16 mode's) by s3r's own GEMM, the "
                        "same bits for any thread count without tiles, as s3r train runs them; the f32 mode's ") +
            (fixed_tiles ? "in fixed tiles, one thread each, as s3r train runs them (--fixed-tiles)"

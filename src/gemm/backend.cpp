@@ -164,7 +164,7 @@ bool int8_available(Int8Backend b, std::string* why) {
 bool bf16_available(Bf16Backend b, std::string* why) {
   const CpuFeatures& f = cpu_features();
   if (b == Bf16Backend::kF32) return true;
-  if (b == Bf16Backend::kAmx || b == Bf16Backend::kDpbf16) {  // s3r's own, in the AVX-512 tier
+  if (own_bf16(b)) {  // in the AVX-512 tier
 #ifndef S3R_HAVE_AVX512
     if (why) *why = "this build has no AVX-512 kernels (configured with -DS3R_AVX512=OFF)";
     return false;

@@ -285,9 +285,8 @@ void matmul_bf16(float* C, const Bf16Operand& A, const Bf16Operand& B, const Mat
                 "products were emulated, S3R_GEMM_BF16=f32), but the native bf16 backend reads "
                 "bf16 values");
   }
-  // s3r's own: each output's sum depends on nothing but its row, column and K, the same for any
-  // split (no fixed tiles).
-  if (bf16_backend() == Bf16Backend::kDpbf16 || bf16_backend() == Bf16Backend::kAmx) {
+  // s3r's own: the same bits for any split, no fixed tiles.
+  if (own_bf16(bf16_backend())) {
     return bf16_panels::gemm(C, A.values, B.values, s, accumulate, bf16_backend() == Bf16Backend::kAmx);
   }
   float_product(Type::kBf16, C, A.values, B.values, s, accumulate);
@@ -309,7 +308,7 @@ void matmul_bf16(bf16* C, const bf16* A, const bf16* B, const MatmulShape& shape
   out.resize(static_cast<size_t>(s.M * s.N));
   MatmulShape packed = s;
   packed.ldc = s.N;
-  if (bf16_backend() == Bf16Backend::kDpbf16 || bf16_backend() == Bf16Backend::kAmx) {
+  if (own_bf16(bf16_backend())) {
     bf16_panels::gemm(out.data(), A, B, packed, false, bf16_backend() == Bf16Backend::kAmx);
   } else {
     emulated_bf16(out.data(), Bf16Operand{A}, Bf16Operand{B}, packed, false);

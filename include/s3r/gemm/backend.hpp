@@ -63,6 +63,10 @@ bool bf16_backend_available(Bf16Backend b, std::string* why_not = nullptr);
 Int8Backend int8_backend();
 Bf16Backend bf16_backend();
 
+// s3r's own bf16 GEMMs (dpbf16, amx): each output's sum depends only on its row, column and K,
+// so they need no fixed tiles for thread invariance.
+inline bool own_bf16(Bf16Backend b) { return b == Bf16Backend::kDpbf16 || b == Bf16Backend::kAmx; }
+
 // Process-wide overrides; throw s3r::Error when the backend is not available.
 void set_int8_backend(Int8Backend b);
 void set_bf16_backend(Bf16Backend b);
