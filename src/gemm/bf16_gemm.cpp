@@ -101,7 +101,7 @@ class ARows {
 
 // The block of the backend, into c (ldc) or streamed past the caches.
 void block(bool amx, const kernels::Bf16Rows& a, const bf16* b, int64_t kp, float* c, int64_t ldc, bool stream) {
-  if (amx) return kernels::amx::gemm_bf16_amx_block(a, b, kp, c, ldc);
+  if (amx) return kernels::amx::gemm_bf16_amx_block(a, b, kp, c, ldc, stream);
   kernels::avx512::gemm_bf16_block(a, b, kp, c, ldc, stream);
 }
 
@@ -123,8 +123,10 @@ void gemm(float* C, const bf16* A, const bf16* B, const MatmulShape& s, bool acc
   const int64_t chunk = std::clamp<int64_t>(kL2PanelBytes / (kBf16Block * kp * 2), 1, n_blocks);
   const int64_t total = m_blocks * n_blocks, threads = parallel_threads();
   // An output larger than the threads' share of L2 goes to memory by non-temporal stores (as the
-  // VNNI GEMM's), where its lines are whole; AMX stores its tiles as they are.
-  const bool stream = !amx && !accumulate && M * N * int64_t{sizeof(float)} > threads * kL2PanelBytes &&
+  // VNNI GEMM's), where its lines are whole. AMX too: `small`'s LM head (its 64 MB of logits)
+  // took 25.0-25.3 against 27.4-28.5 ms per step on the Emerald Rapids VM (three alternations,
+  // 2026-12-07), the cross-entropy that reads them next 7.0-7.2 ms either way.
+  const bool stream = !accumulate && M * N * int64_t{sizeof(float)} > threads * kL2PanelBytes &&
                       reinterpret_cast<uintptr_t>(C) % 64 == 0 && s.ldc % 16 == 0;
   parallel_blocks(total, (total + threads - 1) / threads, [&](int64_t blk0, int64_t blk1) {
     thread_local AlignedVector<bf16> b_chunk;

@@ -461,9 +461,12 @@ void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const O
   // without the read of each line a store to it would cost first: on an AMD Zen 4 the GEMMs of
   // `small` (outputs of 4-12 MB) took 169-198 against 226-268 ms per step, while the host's
   // memory was busy the step 10-15% less; in a calm spell their consumers, reading the outputs
-  // from memory, gave most of it back (2026-12-05; docs/TRAINING.md). AMX: not measured, so
-  // not used there.
-  epi.stream = vnni && M * N * int64_t{sizeof(float)} > threads * kL2PanelBytes;
+  // from memory, gave most of it back (2026-12-05; docs/TRAINING.md). AMX: the same for every
+  // output but dX's. On the Emerald Rapids VM, whose cores write to memory at 18 GB/s with plain
+  // stores and 45 non-temporal, the GEMMs of `small` took 71-75 against 80-81 ms per step and the
+  // step 285-291 against 288-294 (three alternations, 2026-12-07); streamed too, dX's outputs,
+  // which RMSNorm's backward reads next, cost that phase 2-3 ms and gained nothing.
+  epi.stream = (vnni || out.dx == nullptr) && M * N * int64_t{sizeof(float)} > threads * kL2PanelBytes;
   // The blocks go by chunks of B panels that stay in L2 (kL2PanelBytes) while every block row of
   // A meets them; sweeping all of B once per block row read it from L3 when it was larger than L2
   // (4 MB for N x K = 4096 x 1024): 1.3-1.4x slower on two threads of the Emerald Rapids VM.

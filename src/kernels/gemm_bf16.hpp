@@ -65,9 +65,10 @@ S3R_DECLARE_BF16_GEMM
 // at a time in order, from +0. The instruction's own arithmetic (not the chain above: on Emerald
 // Rapids about 45% of the outputs differ from it in their last bits): deterministic, and an
 // output still depends on nothing but its row of op(A), its column of op(B) and kp, so the same
-// bits for any blocking and thread count.
+// bits for any blocking and thread count. `stream`: C's rows by non-temporal stores (c 64-byte
+// aligned, ldc a multiple of 16; the caller fences), as gemm_bf16_block's.
 namespace amx {
-void gemm_bf16_amx_block(const Bf16Rows& a, const bf16* b, int64_t kp, float* c, int64_t ldc);
+void gemm_bf16_amx_block(const Bf16Rows& a, const bf16* b, int64_t kp, float* c, int64_t ldc, bool stream);
 }  // namespace amx
 
 }  // namespace s3r::kernels

@@ -210,10 +210,19 @@ TEST(Bf16Panels, AmxBlockIsTheProductWithinItsRounding) {
     ref::pack_bf16_panels(bp.data(), bx.data(), K, 1, kBf16Block, 2, K, kp);
     AlignedVector<float> direct(kBf16Block * kBf16Block), packed(direct.size());
     amx::amx_tiles_configure();
-    amx::gemm_bf16_amx_block({a.data(), lda, 2, kBf16Rows * lda}, bp.data(), kp, direct.data(), kBf16Block);
-    amx::gemm_bf16_amx_block({ar.data(), kp, 2, kBf16Rows * kp}, bp.data(), kp, packed.data(), kBf16Block);
+    amx::gemm_bf16_amx_block({a.data(), lda, 2, kBf16Rows * lda}, bp.data(), kp, direct.data(), kBf16Block, false);
+    amx::gemm_bf16_amx_block({ar.data(), kp, 2, kBf16Rows * kp}, bp.data(), kp, packed.data(), kBf16Block, false);
+    // streamed into rows 48 floats apart (64-byte lines), the same bits
+    AlignedVector<float> streamed(kBf16Block * 48, -1.0f);
+    amx::gemm_bf16_amx_block({ar.data(), kp, 2, kBf16Rows * kp}, bp.data(), kp, streamed.data(), 48, true);
+    _mm_sfence();
     amx::amx_tiles_release();
     ASSERT_EQ(std::memcmp(direct.data(), packed.data(), direct.size() * sizeof(float)), 0) << "K " << K;
+    for (int64_t i = 0; i < kBf16Block; ++i) {
+      ASSERT_EQ(std::memcmp(direct.data() + i * kBf16Block, streamed.data() + i * 48, kBf16Block * sizeof(float)), 0)
+          << "K " << K << " streamed row " << i;
+      ASSERT_EQ(streamed[i * 48 + kBf16Block], -1.0f) << "K " << K << " streamed past row " << i;
+    }
     for (int64_t i = 0; i < kBf16Block; ++i) {
       for (int64_t j = 0; j < kBf16Block; ++j) {
         std::vector<float> ai(K), bj(K);

@@ -33,7 +33,8 @@ using testing::random_s8;
 // contiguous and K is a multiple of 64, but for a last partial block: M = 64 and 77 at K = 192):
 // crossing each edge by one, with odd K. N = 515: on a CPU with AMX int8, oneDNN's
 // products with a transposed A and N >= 512 run on a row-major copy of A (gemm/onednn_matmul.cpp).
-// Outputs of 300 x 1001 and 300 x 1040: over 1 MB, stored past the caches by the VNNI GEMM.
+// Outputs of 300 x 1001 and 300 x 1040: over 1 MB, stored past the caches by the VNNI and AMX
+// GEMMs.
 std::vector<Case> blocked_cases() {
   std::vector<Case> c;
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{6, 16, 2}, {7, 17, 3}, {5, 15, 511},

@@ -9,7 +9,7 @@
 
 namespace s3r::kernels::amx {
 
-void gemm_bf16_amx_block(const Bf16Rows& a, const bf16* b, int64_t kp, float* c, int64_t ldc) {
+void gemm_bf16_amx_block(const Bf16Rows& a, const bf16* b, int64_t kp, float* c, int64_t ldc, bool stream) {
   const bf16* a0 = a.a;
   const bf16* a1 = a.a + a.panel;
   const bf16* b1 = b + kBf16Rows * kp;
@@ -28,11 +28,21 @@ void gemm_bf16_amx_block(const Bf16Rows& a, const bf16* b, int64_t kp, float* c,
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  const int64_t stride = ldc * static_cast<int64_t>(sizeof(float));
-  _tile_stored(0, c, stride);
-  _tile_stored(1, c + kBf16Rows, stride);
-  _tile_stored(2, c + kBf16Rows * ldc, stride);
-  _tile_stored(3, c + kBf16Rows * ldc + kBf16Rows, stride);
+  // Streamed: the tiles go to a buffer in L1, whose rows then go out by non-temporal stores
+  // (tilestored has no such form).
+  alignas(64) float sums[kBf16Block * kBf16Block];
+  float* out = stream ? sums : c;
+  const int64_t ld = stream ? kBf16Block : ldc;
+  const int64_t stride = ld * static_cast<int64_t>(sizeof(float));
+  _tile_stored(0, out, stride);
+  _tile_stored(1, out + kBf16Rows, stride);
+  _tile_stored(2, out + kBf16Rows * ld, stride);
+  _tile_stored(3, out + kBf16Rows * ld + kBf16Rows, stride);
+  if (!stream) return;
+  for (int64_t i = 0; i < kBf16Block; ++i) {
+    _mm512_stream_ps(c + i * ldc, _mm512_load_ps(sums + i * kBf16Block));
+    _mm512_stream_ps(c + i * ldc + kBf16Rows, _mm512_load_ps(sums + i * kBf16Block + kBf16Rows));
+  }
 }
 
 }  // namespace s3r::kernels::amx
