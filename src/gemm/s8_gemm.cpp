@@ -511,6 +511,70 @@ void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const O
     if (epi.stream) _mm_sfence();  // this thread's non-temporal stores done before the join
   });
 }
+
+// AMX products with a long K and an output that fits the threads' L2 (a weight's gradient at
+// `small`: 256 x 768 or 768 x 256 over the step's 4096 tokens) go by K slices instead, as the
+// AVX2 GEMM's do: packed whole, their operands (1-3 MB each, a k-major A transposed) went to
+// memory and came back once per chunk of B panels, and the transposing packing ran at 5-6 GB/s
+// per thread on the Emerald Rapids VM (15 GB/s when it stays in L2). There, two threads: 768 x
+// 256 x 4096 in 0.45-0.47 ms against 0.93-0.97, 256 x 768 0.44-0.45 against 0.58-0.59, 256 x
+// 256 0.19 against 0.25; slices of 256, 768, 1024 and 2048 k took 2-35% longer than 512.
+constexpr int64_t kAmxSliceK = 512;      // a slice's depth: 16 KB per block row of A (L1)
+constexpr int64_t kAmxSliceMinK = 2048;  // two slices at least
+
+bool amx_by_slice(const MatmulShape& s, int64_t threads) {
+  return s.K >= kAmxSliceMinK && s.M * s.N * int64_t{sizeof(int32_t)} <= threads * kL2PanelBytes;
+}
+
+// Each thread takes a contiguous share of the larger dimension's 32-wide blocks and all of the
+// other's; per slice of K it packs its A rows and B columns into its own buffers (its L2), then
+// adds the slice to each of its blocks' int32 sums (kept in its buffer between slices); the
+// epilogue runs on the whole sums at the end. The split is by the thread count, which is not
+// numerics: integer sums are exact.
+void gemm_amx_by_slice(const Operands& ops, const MatmulShape& s, const Output& out, int64_t threads) {
+  using kernels::kAmxBlock, kernels::kAmxDepth, kernels::kAmxRows;
+  namespace k512 = kernels::avx512;
+  const int64_t M = s.M, N = s.N, K = s.K;
+  const int64_t m_blocks = (M + kAmxBlock - 1) / kAmxBlock, n_blocks = (N + kAmxBlock - 1) / kAmxBlock;
+  const bool by_rows = m_blocks >= n_blocks;
+  const int64_t parts = by_rows ? m_blocks : n_blocks;
+  const kernels::S8Epilogue epi = epilogue_of(out, s.ldc);
+  parallel_blocks(parts, (parts + threads - 1) / threads, [&](int64_t p0, int64_t p1) {
+    const int64_t mb0 = by_rows ? p0 : 0, mb1 = by_rows ? p1 : m_blocks;
+    const int64_t nb0 = by_rows ? 0 : p0, nb1 = by_rows ? n_blocks : p1;
+    const int64_t m0 = mb0 * kAmxBlock, n0 = nb0 * kAmxBlock;
+    const int64_t rows = (mb1 - mb0) * kAmxBlock, cols = (nb1 - nb0) * kAmxBlock;
+    thread_local AlignedVector<int8_t> a_slice, b_slice;
+    thread_local AlignedVector<int32_t> sums_buffer;
+    int8_t* ap = scratch(a_slice, rows * kAmxSliceK);
+    int8_t* bp = scratch(b_slice, cols * kAmxSliceK);
+    int32_t* sums = scratch(sums_buffer, rows * cols);
+    kernels::amx::amx_tiles_configure();
+    for (int64_t k0 = 0; k0 < K; k0 += kAmxSliceK) {
+      const int64_t depth = std::min(kAmxSliceK, K - k0), kp = (depth + kAmxDepth - 1) / kAmxDepth * kAmxDepth;
+      const int64_t a_valid = std::min(rows, M - m0), b_valid = std::min(cols, N - n0);
+      k512::pack_amx_a(ap, ops.a.data + k0 * ops.a.stride_k + m0 * ops.a.stride_r, ops.a.stride_r,
+                       ops.a.stride_k, a_valid, rows / kAmxRows, depth, kp);
+      k512::pack_amx_b(bp, ops.b.data + k0 * ops.b.stride_k + n0 * ops.b.stride_r, ops.b.stride_r,
+                       ops.b.stride_k, b_valid, cols / kAmxRows, depth, kp);
+      for (int64_t i = 0; i < rows; i += kAmxBlock) {  // a block row of A (L1) meets every B block (L2)
+        for (int64_t j = 0; j < cols; j += kAmxBlock) {
+          int32_t* c = sums + i * cols + j;
+          if (k0 > 0) kernels::amx::gemm_s8_amx_load(c, cols);
+          (k0 > 0 ? kernels::amx::gemm_s8_amx_add : kernels::amx::gemm_s8_amx_sum)(ap + i * kp, kp, bp + j * kp, kp);
+          kernels::amx::gemm_s8_amx_store(c, cols);
+        }
+      }
+    }
+    kernels::amx::amx_tiles_release();
+    for (int64_t i = 0; i < rows && m0 + i < M; i += kAmxBlock) {
+      for (int64_t j = 0; j < cols && n0 + j < N; j += kAmxBlock) {
+        k512::gemm_s8_epilogue(epi, sums + i * cols + j, cols, m0 + i, std::min(kAmxBlock, M - m0 - i), n0 + j,
+                               std::min(kAmxBlock, N - n0 - j));
+      }
+    }
+  });
+}
 #endif
 
 }  // namespace
@@ -518,6 +582,8 @@ void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const O
 void gemm_amx(const int8_t* A, const int8_t* B, const MatmulShape& s, const Output& out) {
   check_depth(s.K);
 #ifdef S3R_HAVE_AVX512
+  const int64_t threads = parallel_threads();
+  if (amx_by_slice(s, threads)) return gemm_amx_by_slice(operands(A, B, s), s, out, threads);
   gemm_panels(A, B, s, out, PanelBlock::kAmx);
 #else
   (void)A, (void)B, (void)out;

@@ -132,6 +132,11 @@ void gemm_s8_amx_block(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp
 // two that uses no tiles runs while the tile unit computes.
 void gemm_s8_amx_sum(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp);
 void gemm_s8_amx_store(int32_t* c, int64_t ldc);
+// Sums carried over K slices: gemm_s8_amx_load puts a block's int32 sums (as _store wrote them)
+// back in tiles 0..3, gemm_s8_amx_add adds kp more k to them (_sum is _add from zero tiles).
+// Integer sums are exact, so a block summed slice by slice has the bits of one summed at once.
+void gemm_s8_amx_load(const int32_t* c, int64_t ldc);
+void gemm_s8_amx_add(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp);
 void amx_tiles_configure();  // palette 1: eight tiles of 16 rows x 64 bytes
 void amx_tiles_release();
 }  // namespace amx

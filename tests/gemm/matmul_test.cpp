@@ -40,8 +40,10 @@ std::vector<Case> blocked_cases() {
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{6, 16, 2}, {7, 17, 3}, {5, 15, 511},
                          {97, 257, 513}, {145, 40, 513}, {7, 17, 1031}, {12, 32, 1024}, {33, 515, 70},
                          {64, 33, 192}, {77, 31, 192},
-                         // several chunks of B panels of the AMX/VNNI blocks (512 KB each: 7 and
-                         // 4 blocks of 32 columns at these K), with edges in every dimension
+                         // several chunks of B panels of the VNNI blocks (512 KB each: 7 and 4
+                         // blocks of 32 columns at these K), with edges in every dimension; AMX:
+                         // by K slices of 512 (K >= 2048, outputs within the threads' L2), the
+                         // last one partial, the blocks split by columns (and below by rows)
                          {40, 300, 2100}, {40, 200, 4096},
                          // AVX2: packed by K slice (M <= 768, K >= 2048), odd K, blocks split over
                          // the threads

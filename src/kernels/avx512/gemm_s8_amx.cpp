@@ -40,12 +40,24 @@ void amx_tiles_configure() {
 void amx_tiles_release() { _tile_release(); }
 
 void gemm_s8_amx_sum(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp) {
-  const int8_t* a1 = a + kAmxRows * lda;
-  const int8_t* b1 = b + kAmxRows * kp;
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
+  gemm_s8_amx_add(a, lda, b, kp);
+}
+
+void gemm_s8_amx_load(const int32_t* c, int64_t ldc) {
+  const int64_t stride = ldc * static_cast<int64_t>(sizeof(int32_t));
+  _tile_loadd(0, c, stride);
+  _tile_loadd(1, c + kAmxRows, stride);
+  _tile_loadd(2, c + kAmxRows * ldc, stride);
+  _tile_loadd(3, c + kAmxRows * ldc + kAmxRows, stride);
+}
+
+void gemm_s8_amx_add(const int8_t* a, int64_t lda, const int8_t* b, int64_t kp) {
+  const int8_t* a1 = a + kAmxRows * lda;
+  const int8_t* b1 = b + kAmxRows * kp;
   for (int64_t k = 0; k < kp; k += kAmxDepth) {
     // Each product right after the last load it needs: the loads of A1 and B1 then overlap the
     // first products (all four loads first: 1.1-1.35x slower on Emerald Rapids).
