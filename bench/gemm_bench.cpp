@@ -4,11 +4,13 @@
 //   gemm/TYPE/LAYOUT/M:4096/N:n/K:k/threads:P/BACKEND   one product through s3r::gemm, (n, k) of
 //            1024 and 4096, and (256, 256), (768, 256), (256, 768): the projections of `small`,
 //            and (4096, 256), (256, 4096): its LM head's forward (xw) and dX (gwt)
+//   gemm/s8/xtg/M:m/N:n/K:4096/threads:P/BACKEND   `small`'s weight gradients (m, n of 256 and
+//            768, K its 4096 tokens), the products the AMX GEMM takes by K slices
 //     TYPE     s8 (the production call of the layout: Y = X W with row and column scales,
 //              dX = G W^T with S3R-EC's dX epilogue fused, dW = X^T G with the column scale) | bf16 (f32 output) | f32
 //     LAYOUT   xw (Y = X W) | gwt (dX = G W^T: B transposed) | xtg (dW = X^T G: A transposed)
-//     BACKEND  s8: onednn | avx2 | reference (reference only at N = K = 1024, 1 thread);
-//              bf16: onednn | f32 (emulated); f32: onednn
+//     BACKEND  s8: amx | vnni | onednn | avx2 | reference (reference only at N = K = 1024,
+//              1 thread); bf16: amx | dpbf16 (s3r's own) | onednn | f32 (emulated); f32: onednn
 //   peak/avx2_fma_f32            register-only loop of vfmadd231ps ymm (12 independent chains):
 //                                the f32 FMA limit of the core (8 multiply-adds per instruction)
 //   peak/avx2_madd_s16           vpmaddwd + vpaddd ymm (12 chains): the limit of s3r's exact int8
@@ -96,16 +98,16 @@ const Operands& operands() {
 enum class Layout { kXw, kGwt, kXtg };
 const char* layout_name(Layout l) { return l == Layout::kXw ? "xw" : l == Layout::kGwt ? "gwt" : "xtg"; }
 
-gemm::MatmulShape shape_of(Layout l, int64_t N, int64_t K) {
-  return {kM, N, K, l == Layout::kXtg, l == Layout::kGwt};
+gemm::MatmulShape shape_of(Layout l, int64_t N, int64_t K, int64_t M = kM) {
+  return {M, N, K, l == Layout::kXtg, l == Layout::kGwt};
 }
 
-void finish(benchmark::State& state, int64_t N, int64_t K) {
-  state.SetItemsProcessed(state.iterations() * kM * N * K);
+void finish(benchmark::State& state, int64_t N, int64_t K, int64_t M = kM) {
+  state.SetItemsProcessed(state.iterations() * M * N * K);
 }
 
 void bm_s8(benchmark::State& state, Layout layout, int64_t N, int64_t K, Int8Backend backend,
-           int threads) {
+           int threads, int64_t M = kM) {
   if (!enter(state, Isa::kReference, threads)) return;
   std::string why;
   if (!gemm::int8_backend_available(backend, &why)) {
@@ -114,8 +116,8 @@ void bm_s8(benchmark::State& state, Layout layout, int64_t N, int64_t K, Int8Bac
   }
   const gemm::ScopedInt8Backend scoped(backend);
   const Operands& o = operands();
-  AlignedVector<float> c(static_cast<size_t>(kM * N));
-  const gemm::MatmulShape s = shape_of(layout, N, K);
+  AlignedVector<float> c(static_cast<size_t>(M * N));
+  const gemm::MatmulShape s = shape_of(layout, N, K, M);
   for (auto _ : state) {
     switch (layout) {
       case Layout::kXw:
@@ -124,7 +126,7 @@ void bm_s8(benchmark::State& state, Layout layout, int64_t N, int64_t K, Int8Bac
         break;
       case Layout::kGwt: {  // S3R-EC's dX epilogue fused, one example of kM tokens (s3r + dx)
         const kernels::DxTerms d{1e-3f, o.row_scale.data(), o.col_scale.data(), o.row_scale.data(),
-                                 o.col_scale.data(), kM, N, false};
+                                 o.col_scale.data(), M, N, false};
         gemm::matmul_s8_dx(c.data(), o.a8.data(), o.b8.data(), s, d);
         break;
       }
@@ -134,7 +136,7 @@ void bm_s8(benchmark::State& state, Layout layout, int64_t N, int64_t K, Int8Bac
     }
     benchmark::ClobberMemory();
   }
-  finish(state, N, K);
+  finish(state, N, K, M);
 }
 
 void bm_bf16(benchmark::State& state, Layout layout, int64_t N, int64_t K, Bf16Backend backend,
@@ -269,7 +271,7 @@ const bool registered = [] {
                                 Int8Backend::kReference}) {
             if (b == Int8Backend::kReference && (N != 1024 || K != 1024 || threads != 1)) continue;
             benchmark::RegisterBenchmark(("gemm/s8/" + dims + "/" + std::string(gemm::to_string(b))).c_str(),
-                                         bm_s8, layout, N, K, b, threads)
+                                         bm_s8, layout, N, K, b, threads, kM)
                 ->UseRealTime()->Unit(benchmark::kMillisecond);
           }
           for (Bf16Backend b : {Bf16Backend::kAmx, Bf16Backend::kDpbf16, Bf16Backend::kOnednn, Bf16Backend::kF32}) {
@@ -280,6 +282,18 @@ const bool registered = [] {
           benchmark::RegisterBenchmark(("gemm/f32/" + dims + "/onednn").c_str(), bm_f32, layout, N, K, threads)
               ->UseRealTime()->Unit(benchmark::kMillisecond);
         }
+      }
+    }
+  }
+  // `small`'s weight gradients: dW = X^T G over the step's 4096 tokens, M x N the layer's widths
+  for (auto [M, N] : {std::pair<int64_t, int64_t>{256, 768}, {768, 256}, {256, 256}}) {
+    for (int threads : thread_counts()) {
+      const std::string dims = "xtg/M:" + std::to_string(M) + "/N:" + std::to_string(N) + "/K:4096/threads:" +
+                               std::to_string(threads);
+      for (Int8Backend b : {Int8Backend::kAmx, Int8Backend::kVnni, Int8Backend::kOnednn, Int8Backend::kAvx2}) {
+        benchmark::RegisterBenchmark(("gemm/s8/" + dims + "/" + std::string(gemm::to_string(b))).c_str(), bm_s8,
+                                     Layout::kXtg, N, int64_t{4096}, b, threads, M)
+            ->UseRealTime()->Unit(benchmark::kMillisecond);
       }
     }
   }
