@@ -512,7 +512,7 @@ void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const O
   });
 }
 
-// AMX products with a long K and an output that fits the threads' L2 (a weight's gradient at
+// AMX products with a long K and an output that fits the threads' L2s (a weight's gradient at
 // `small`: 256 x 768 or 768 x 256 over the step's 4096 tokens) go by K slices instead, as the
 // AVX2 GEMM's do: packed whole, their operands (1-3 MB each, a k-major A transposed) went to
 // memory and came back once per chunk of B panels, and the transposing packing ran at 5-6 GB/s
@@ -521,9 +521,14 @@ void gemm_panels(const int8_t* A, const int8_t* B, const MatmulShape& s, const O
 // 256 0.19 against 0.25; slices of 256, 768, 1024 and 2048 k took 2-35% longer than 512.
 constexpr int64_t kAmxSliceK = 512;      // a slice's depth: 16 KB per block row of A (L1)
 constexpr int64_t kAmxSliceMinK = 2048;  // two slices at least
+// A thread's int32 sums: up to half of an AMX core's 2 MB L2, beside its slices of A and B. With
+// 512 KB, one thread (an MPI rank of two on two cores) took 768 x 256 x 4096 the whole way, 1.32
+// ms against 0.92 by slices; at 1024 x 1024 x 2048 slices gained nothing (1.22-1.25 ms either
+// way, two threads), so larger outputs keep the panels packed whole.
+constexpr int64_t kAmxSliceSumsBytes = 1 << 20;
 
 bool amx_by_slice(const MatmulShape& s, int64_t threads) {
-  return s.K >= kAmxSliceMinK && s.M * s.N * int64_t{sizeof(int32_t)} <= threads * kL2PanelBytes;
+  return s.K >= kAmxSliceMinK && s.M * s.N * int64_t{sizeof(int32_t)} <= threads * kAmxSliceSumsBytes;
 }
 
 // Each thread takes a contiguous share of the larger dimension's 32-wide blocks and all of the
