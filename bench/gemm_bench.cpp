@@ -62,7 +62,7 @@ constexpr int64_t kM = 4096;
 constexpr int64_t kMaxDim = 4096;
 
 struct Operands {
-  std::vector<int8_t> a8, b8;
+  AlignedVector<int8_t> a8, b8;  // 64-byte aligned, as the step's codes (AMX then reads op(A) in place)
   AlignedVector<float> a32, b32, row_scale, col_scale;
   std::vector<bf16> a16, b16;
 };
