@@ -212,30 +212,48 @@ void pack_vnni_b(int8_t* out, const int8_t* x, int64_t stride_r, int64_t stride_
   pack_b(out, x, stride_r, stride_k, valid, panels, K, kp, _mm512_set1_epi8(static_cast<char>(0x80)));
 }
 
+namespace {
+// Rows of gemm_s8_epilogue's f32 output; kCs, kRow, kAcc, kStream: the terms known per call, so
+// that the loop over a row tests nothing (with them read from `e` in the loop, GCC reloaded each
+// flag per vector: a store through c may alias them).
+template <bool kCs, bool kRow, bool kAcc, bool kStream>
+void f32_rows(float* f32, int64_t ldc, const float* row_scale, const float* col_scale,
+              const int32_t* acc, int64_t ld_acc, int64_t m0, int64_t rows, int64_t n0, int64_t cols) {
+  const float* cs = kCs ? col_scale + n0 : nullptr;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t* a = acc + i * ld_acc;
+    float* c = f32 + (m0 + i) * ldc + n0;
+    const __m512 rs = _mm512_set1_ps(kRow ? row_scale[m0 + i] : 1.0f);
+    for_each_vector16(0, cols, [&](int64_t j, auto k) {
+      __m512 v = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k, a + j));
+      if constexpr (kCs) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, cs + j));
+      if constexpr (kRow) v = _mm512_mul_ps(v, rs);
+      if constexpr (kAcc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c + j), v);
+      store_ps(c + j, k, v, kStream);
+    });
+  }
+}
+}  // namespace
+
 void gemm_s8_epilogue(const S8Epilogue& e, const int32_t* acc, int64_t ld_acc, int64_t m0,
                       int64_t rows, int64_t n0, int64_t cols) {
   if (e.dx != nullptr) return dx_epilogue_rows(e.f32, e.ldc, acc, ld_acc, m0, m0 + rows, n0, n0 + cols, *e.dx, e.stream);
-  const bool stream = e.stream && !e.accumulate;
-  for (int64_t i = 0; i < rows; ++i) {
-    const int32_t* a = acc + i * ld_acc;
-    const int64_t m = m0 + i;
-    if (e.s32 != nullptr) {
-      std::memcpy(e.s32 + m * e.ldc + n0, a, static_cast<size_t>(cols) * sizeof(int32_t));
-      continue;
+  if (e.s32 != nullptr) {
+    for (int64_t i = 0; i < rows; ++i) {
+      std::memcpy(e.s32 + (m0 + i) * e.ldc + n0, acc + i * ld_acc, static_cast<size_t>(cols) * sizeof(int32_t));
     }
-    float* c = e.f32 + m * e.ldc + n0;
-    const float* cs = e.col_scale != nullptr ? e.col_scale + n0 : nullptr;
-    const bool row = e.row_scale != nullptr;
-    const __m512 rs = _mm512_set1_ps(row ? e.row_scale[m] : 1.0f);
-    for (int64_t j = 0; j < cols; j += 16) {
-      const __mmask16 k = cols - j >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (cols - j)) - 1);
-      __m512 v = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k, a + j));
-      if (cs != nullptr) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, cs + j));
-      if (row) v = _mm512_mul_ps(v, rs);
-      if (e.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c + j), v);
-      store_ps(c + j, k, v, stream);
-    }
+    return;
   }
+  using Rows = decltype(&f32_rows<false, false, false, false>);
+#define S3R_F32_ROWS(CS, ROW) \
+  { {f32_rows<CS, ROW, false, false>, f32_rows<CS, ROW, false, true>}, \
+    {f32_rows<CS, ROW, true, false>, f32_rows<CS, ROW, true, false>} }
+  // [col scale][row scale][accumulate][stream]: a stream only without accumulating.
+  static constexpr Rows kRows[2][2][2][2] = {{S3R_F32_ROWS(false, false), S3R_F32_ROWS(false, true)},
+                                             {S3R_F32_ROWS(true, false), S3R_F32_ROWS(true, true)}};
+#undef S3R_F32_ROWS
+  kRows[e.col_scale != nullptr][e.row_scale != nullptr][e.accumulate][e.stream](
+      e.f32, e.ldc, e.row_scale, e.col_scale, acc, ld_acc, m0, rows, n0, cols);
 }
 
 }  // namespace s3r::kernels::avx512

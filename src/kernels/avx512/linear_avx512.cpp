@@ -1,5 +1,7 @@
 // AVX-512 correction kernels of the linear layer. dx_epilogue mirrors the reference operation for
 // operation (bit-exact); gemv_s8_f32 sums in 16 f32 lanes with FMA (close, not bit-exact).
+#include <algorithm>
+
 #include "kernels/avx512/common_avx512.hpp"
 #include "kernels/kernels.hpp"
 
@@ -60,28 +62,63 @@ void gemv_s8_f32(float* out, const int8_t* w, const float* a, int64_t B, int64_t
   }
 }
 
+namespace {
+// One row t of dx_epilogue_rows: inv = 1 / sx[t], scale = D inv, dt = delta[t], wa_b = example's
+// Wq a_b (or null); kWa, kAcc, kStream: the terms known per call, so the loop has no tests.
+template <bool kWa, bool kAcc, bool kStream>
+inline void dx_row(float* row, const int32_t* a, int64_t k0, int64_t k1, __m512 inv, __m512 scale,
+                   __m512 dt, const float* wa_b, const float* rowsum) {
+  for_each_vector16(k0, k1, [&](int64_t k, auto m) {
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, a + (k - k0))), scale);
+    if constexpr (kWa) {
+      const __m512 corr = _mm512_add_ps(_mm512_maskz_loadu_ps(m, wa_b + k),
+                                        _mm512_mul_ps(dt, _mm512_maskz_loadu_ps(m, rowsum + k)));
+      v = _mm512_sub_ps(v, _mm512_mul_ps(corr, inv));
+    }
+    if constexpr (kAcc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, row + k), v);
+    store_ps(row + k, m, v, kStream);
+  });
+}
+
+template <bool kWa, bool kAcc, bool kStream>
+void dx_rows(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
+             int64_t k0, int64_t k1, const DxTerms& d) {
+  // Sixteen rows' 1 / sx and D / sx at once (the same IEEE quotients and products as one row at
+  // a time), and the example of each row counted on rather than divided for: per row, a scalar
+  // division and an integer one cost as much as a block's 32 columns (AMX's 32 x 32 blocks).
+  alignas(64) float inv[16], scale[16];
+  int64_t b = kWa ? t0 / d.S : 0, next = (b + 1) * d.S;  // row t's example, its end
+  for (int64_t g = t0; g < t1; g += 16) {
+    const __mmask16 m = first_lanes(std::min<int64_t>(16, t1 - g));
+    const __m512 iv = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, d.sx + g));
+    _mm512_store_ps(inv, iv);
+    _mm512_store_ps(scale, _mm512_mul_ps(_mm512_set1_ps(d.D), iv));
+    for (int64_t t = g; t < std::min(t1, g + 16); ++t) {
+      const float* wa_b = nullptr;
+      __m512 dt = _mm512_setzero_ps();
+      if constexpr (kWa) {
+        while (t >= next) next = (++b + 1) * d.S;
+        wa_b = d.wa + b * d.K;
+        dt = _mm512_set1_ps(d.delta[t]);
+      }
+      dx_row<kWa, kAcc, kStream>(dx + t * ldx, acc + (t - t0) * ld_acc, k0, k1,
+                                 _mm512_set1_ps(inv[t - g]), _mm512_set1_ps(scale[t - g]), dt,
+                                 wa_b, d.rowsum);
+    }
+  }
+}
+}  // namespace
+
 void dx_epilogue_rows(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
                       int64_t k0, int64_t k1, const DxTerms& d, bool stream) {
-  stream = stream && !d.accumulate;
-  for (int64_t t = t0; t < t1; ++t) {
-    const float inv_s = 1.0f / d.sx[t];
-    const __m512 inv = _mm512_set1_ps(inv_s);
-    const __m512 scale = _mm512_set1_ps(d.D * inv_s);
-    const float* wa_b = d.wa ? d.wa + (t / d.S) * d.K : nullptr;
-    const __m512 dt = _mm512_set1_ps(d.wa ? d.delta[t] : 0.0f);
-    const int32_t* a = acc + (t - t0) * ld_acc;  // a[k - k0]: (t, k)
-    float* row = dx + t * ldx;
-    for_each_vector16(k0, k1, [&](int64_t k, auto m) {
-      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, a + (k - k0))), scale);
-      if (wa_b) {
-        const __m512 corr = _mm512_add_ps(_mm512_maskz_loadu_ps(m, wa_b + k),
-                                          _mm512_mul_ps(dt, _mm512_maskz_loadu_ps(m, d.rowsum + k)));
-        v = _mm512_sub_ps(v, _mm512_mul_ps(corr, inv));
-      }
-      if (d.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, row + k), v);
-      store_ps(row + k, m, v, stream);
-    });
-  }
+  using Rows = decltype(&dx_rows<false, false, false>);
+  // [wa][accumulate][stream]: a stream only without accumulating.
+  static constexpr Rows kRows[2][2][2] = {
+      {{dx_rows<false, false, false>, dx_rows<false, false, true>},
+       {dx_rows<false, true, false>, dx_rows<false, true, false>}},
+      {{dx_rows<true, false, false>, dx_rows<true, false, true>},
+       {dx_rows<true, true, false>, dx_rows<true, true, false>}}};
+  kRows[d.wa != nullptr][d.accumulate][stream](dx, ldx, acc, ld_acc, t0, t1, k0, k1, d);
 }
 
 void dx_epilogue(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
