@@ -94,7 +94,15 @@ bool softmax_xent_rows(float* z, double* loss, const int32_t* targets, int64_t r
     const float zy = row[y];
     const __m512 vm = _mm512_set1_ps(mx);
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();  // partials 0..7, 8..15
+    // The next row's lines are fetched while its exps run (the sum pass is compute-bound, the
+    // max pass reads from memory): on the Emerald Rapids VM the 4096 x 4096 logits of `small`
+    // took 5.5-5.7 ms against 7.3-7.4 (two threads, rows of 8 per task).
+    const float* next = r + 1 < r1 ? row + vocab : nullptr;
     for_each_vector16(0, vocab, [&](int64_t i, auto m) {
+      if (next != nullptr && i % 32 == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(next + i + 16), _MM_HINT_T0);
+      }
       const __m512 e = _mm512_maskz_mov_ps(m, exp_poly16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + i), vm)));
       _mm512_mask_storeu_ps(row + i, m, e);
       lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
