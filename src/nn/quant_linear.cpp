@@ -353,7 +353,7 @@ void quantize_grad(QuantizedGrad& q, std::span<const float> g, const LinearInput
   const BatchPlacement& place = config.placement;
   quantize_gradient(q, g, x.tokens, w.out, x.scales, w.scales,
                     GradQuantConfig{rounding, config.tokens_per_example, key, stats, place.first_token,
-                                    reduction_group(place), place.ragged});
+                                    reduction_group(place), place.ragged, config.g_absmax});
 }
 
 void zero_backward(std::span<float> dx, std::span<float> dw, bool accumulate_dx) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <string>
 
 #include "core/parallel_blocks.hpp"
 #include "kernels/dispatch.hpp"
@@ -171,6 +172,19 @@ kernels::GradProblem problem_of(std::span<const T> g, int64_t tokens, int64_t ch
   return p;
 }
 
+// Pass 1 for the rows [t0, t1) of an f32 G (GradAbsMax): the kernel tensor_step runs, on them.
+GradAbsMax absmax_of_rows(std::span<const float> g, int64_t channels, std::span<const float> sx,
+                          std::span<const float> sw, int64_t t0, int64_t t1) {
+  kernels::GradProblem p;
+  p.g_f32 = g.data();
+  p.sx = sx.data();
+  p.sw = sw.data();
+  p.channels = channels;
+  GradAbsMax out;
+  out.value = kernels::active_kernels().grad_absmax(p, t0, t1, &out.nonfinite);
+  return out;
+}
+
 // Pass 1: the per-tensor step D = max |G'| / 127 over this process's rows, or over the group's
 // (one max all-reduce that also carries "some rank saw NaN/Inf", so that every rank skips the
 // step together; SPEC section 6). Throws on a non-finite G or an overflowing G'.
@@ -179,14 +193,16 @@ float tensor_step(const kernels::GradProblem& p, const RowBlocks& blocks, std::s
                   const GradQuantConfig& config) {
   const auto& k = kernels::active_kernels();
   // max is exact, so the reduction order does not matter.
-  float absmax = 0.0f;
-  bool nonfinite = false;
-  // Raw OpenMP: a max and an or reduction over per-thread accumulators (exact in any grouping).
+  float absmax = config.absmax != nullptr ? config.absmax->value : 0.0f;
+  bool nonfinite = config.absmax != nullptr && config.absmax->nonfinite;
+  if (config.absmax == nullptr) {
+    // Raw OpenMP: a max and an or reduction over per-thread accumulators (exact in any grouping).
 #pragma omp parallel for schedule(static) reduction(max : absmax) reduction(|| : nonfinite)
-  for (int64_t b = 0; b < blocks.count; ++b) {
-    bool bad = false;
-    absmax = std::max(absmax, k.grad_absmax(p, blocks.begin(b), blocks.end(b), &bad));
-    nonfinite = nonfinite || bad;
+    for (int64_t b = 0; b < blocks.count; ++b) {
+      bool bad = false;
+      absmax = std::max(absmax, k.grad_absmax(p, blocks.begin(b), blocks.end(b), &bad));
+      nonfinite = nonfinite || bad;
+    }
   }
   if (config.group != nullptr && config.group->size() > 1) {
     AlignedVector<float> v{nonfinite ? 1.0f : 0.0f, nonfinite ? 0.0f : absmax};  // never NaN into MPI_MAX
@@ -244,8 +260,10 @@ void quantize_gradient_impl(QuantizedGrad& out, std::span<const T> g, int64_t to
   const int64_t B = ragged.empty() ? tokens / S : ragged.examples();
   const int count = quantization_count(config.mode);
   const kernels::GradProblem p = problem_of(g, tokens, channels, sx, sw, S, count, config);
-  // G read twice (its maximum, then the codes), `count` code arrays written
-  work::add_bytes(static_cast<uint64_t>(tokens * channels) * (2 * sizeof(T) + count));
+  // G read twice (its maximum, unless its writer took it, then the codes), `count` code arrays
+  // written
+  const uint64_t g_reads = config.absmax != nullptr ? 1 : 2;
+  work::add_bytes(static_cast<uint64_t>(tokens * channels) * (g_reads * sizeof(T) + count));
 
   out.mode = config.mode;
   out.tokens = tokens;
@@ -308,6 +326,19 @@ void quantize_gradient(QuantizedGrad& out, std::span<const bf16> g, int64_t toke
                        int64_t channels, std::span<const float> sx, std::span<const float> sw,
                        const GradQuantConfig& config) {
   quantize_gradient_impl(out, g, tokens, channels, sx, sw, config);
+}
+
+GradAbsMax grad_absmax_rows(std::span<const float> g, int64_t channels, std::span<const float> sx,
+                            std::span<const float> sw, int64_t t0, int64_t t1) {
+  if (t0 < 0 || t1 < t0 || channels < 0 || static_cast<int64_t>(sx.size()) < t1 ||
+      static_cast<int64_t>(sw.size()) < channels ||
+      static_cast<int64_t>(g.size()) < t1 * channels) {
+    throw Error("grad_absmax_rows: rows [" + std::to_string(t0) + ", " + std::to_string(t1) +
+                ") of " + std::to_string(channels) + " channels do not fit G (" +
+                std::to_string(g.size()) + " values), sx (" + std::to_string(sx.size()) +
+                ") or sw (" + std::to_string(sw.size()) + ")");
+  }
+  return absmax_of_rows(g, channels, sx, sw, t0, t1);
 }
 
 }  // namespace s3r

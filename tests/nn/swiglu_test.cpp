@@ -228,6 +228,45 @@ TEST(Swiglu, OneScratchServesEveryBlockBitForBit) {
   }
 }
 
+// The int8 backward takes the gate's and the up projection's gradient maxima while it writes
+// dh1 and dh3, so that their quantizers read them once. Its dW1, dW3 and dX must be the bits of
+// the same layers' backward given dh1 and dh3 without those maxima (quantize_gradient's own pass);
+// a maximum taken with the other projection's scales, or over part of the rows, would differ.
+// T = 40: blocks of 16 rows and a partial one; F = 20: a partial vector per row.
+TEST(Swiglu, MaximaTakenWithTheActivationsGradientChangeNoBit) {
+  const Block b = make_block(40, 16, 20, 21);
+  for (Isa isa : testing::runnable_isas()) {
+    ScopedIsa scoped(isa);
+    for (LinearMode mode : {LinearMode::kRtne, LinearMode::kSr, LinearMode::kS3r, LinearMode::kS3rBcast}) {
+      for (Correction corr : {Correction::kNone, Correction::kTwoWay}) {
+        const std::string ctx = std::string(isa_name(isa)) + " " + std::string(to_string(mode)) + " + " +
+                                std::string(to_string(corr));
+        Result r{AlignedVector<float>(b.T * b.C), AlignedVector<float>(b.T * b.C),
+                 AlignedVector<float>(b.C * b.F), AlignedVector<float>(b.C * b.F),
+                 AlignedVector<float>(b.F * b.C)};
+        SwigluState st;
+        SwigluScratch scratch;
+        swiglu_forward(r.y, b.x, {b.w1, b.w3, b.w2}, b.T, b.C, b.F, mode, st, scratch);
+        const Key key = fold_in(key_from_seed(5), 0);
+        swiglu_backward(r.dx, {r.dw1, r.dw3, r.dw2}, b.r, corr, 8, key, 0, st, scratch);
+        // The gate and up layers again, from the block's own dh1 and dh3 (in its scratch), as
+        // swiglu_backward calls them but with the quantizers taking their own maxima.
+        AlignedVector<float> dx(b.T * b.C), dw1(b.C * b.F), dw3(b.C * b.F);
+        LinearWorkspace ws;
+        LinearBackwardConfig cfg{corr, 8, fold_in(key, 0), false, 0};
+        linear_backward(dx, dw1, scratch.dh1, st.x_in, st.gate_w, cfg, ws);
+        cfg.layer_key = fold_in(key, 1);
+        cfg.layer_index = 1;
+        cfg.accumulate_dx = true;
+        linear_backward(dx, dw3, scratch.dh3, st.x_in, st.up_w, cfg, ws);
+        EXPECT_EQ(first_difference(r.dw1, dw1), "") << ctx << " dW1";
+        EXPECT_EQ(first_difference(r.dw3, dw3), "") << ctx << " dW3";
+        EXPECT_EQ(first_difference(r.dx, dx), "") << ctx << " dX";
+      }
+    }
+  }
+}
+
 TEST(Swiglu, BadInputIsRejected) {
   const Block b = make_block(4, 8, 12, 3);
   AlignedVector<float> y(4 * 8);

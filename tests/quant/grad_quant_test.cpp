@@ -445,6 +445,49 @@ TEST(GradQuant, NonFiniteGradientIsReportedWithItsPosition) {
   }
 }
 
+// Pass 1 taken by G's writer (GradAbsMax, added over blocks of rows in any order): the same D,
+// codes and statistics as quantize_gradient's own pass, in every tier and mode. And the maximum
+// given is the one used: twice it doubles D (a quantizer that ignored it would not), and its
+// nonfinite flag is the quantizer's own NaN report.
+TEST(GradQuant, AMaximumTakenByGsWriterGivesTheSameQuantization) {
+  const Problem p = make_problem(45, 37, 15, 4);
+  const Key key = fold_in(key_from_seed(2024), 7);
+  for (Isa isa : testing::runnable_isas()) {
+    ScopedIsa scoped(isa);
+    GradAbsMax whole;
+    for (int64_t t0 : {32, 0, 16}) whole.add(grad_absmax_rows(p.g, p.N, p.sx, p.sw, t0, std::min<int64_t>(p.T, t0 + 16)));
+    ASSERT_GT(whole.value, 0.0f);
+    ASSERT_FALSE(whole.nonfinite);
+    for (GradRounding mode : kModes) {
+      const std::string ctx = where(p, mode);
+      const QuantizedGrad own = run(p, mode, true);
+      QuantizedGrad given;
+      GradQuantConfig cfg{mode, p.S, key, true};
+      cfg.absmax = &whole;
+      quantize_gradient(given, std::span<const float>(p.g), p.T, p.N, p.sx, p.sw, cfg);
+      expect_codes_equal(given, own, ctx);
+      expect_stats_close(given, own, ctx, /*bit_exact=*/true);
+      GradAbsMax twice = whole;
+      twice.value *= 2.0f;
+      cfg.absmax = &twice;
+      quantize_gradient(given, std::span<const float>(p.g), p.T, p.N, p.sx, p.sw, cfg);
+      EXPECT_EQ(given.step, twice.value / 127.0f) << ctx;
+      EXPECT_EQ(given.step, 2.0f * own.step) << ctx;
+      GradAbsMax flagged = whole;
+      flagged.nonfinite = true;
+      cfg.absmax = &flagged;
+      EXPECT_THROW(quantize_gradient(given, std::span<const float>(p.g), p.T, p.N, p.sx, p.sw, cfg),
+                   NonFiniteGradient) << ctx;
+    }
+  }
+  AlignedVector<float> g = p.g;
+  g[3 * p.N + 5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(grad_absmax_rows(g, p.N, p.sx, p.sw, 0, 16).nonfinite);
+  EXPECT_FALSE(grad_absmax_rows(g, p.N, p.sx, p.sw, 4, 16).nonfinite);
+  EXPECT_NE(message_of([&] { grad_absmax_rows(p.g, p.N, p.sx, p.sw, 40, 46); }).find("rows [40, 46)"),
+            std::string::npos);
+}
+
 // A CPU without AVX-512 runs the reference kernels through the same public API.
 TEST(GradQuant, ForcedScalarFallbackWorks) {
   ScopedIsa scoped(Isa::kReference);

@@ -87,6 +87,9 @@ struct LinearBackwardConfig {
   // from the product (dW^T = D/sw * (Q^T Xq): the same bits as transposing dW). Only where
   // dw_transposable says so; linear_backward throws otherwise.
   bool dw_transposed = false;
+  // The quantizer's pass 1 over G, already taken by G's writer (s3r/quant/grad_quant.hpp:
+  // GradAbsMax, over every row of G with this layer's sx and sw), or nullptr. int8 modes only.
+  const GradAbsMax* g_absmax = nullptr;
 };
 
 // Whether linear_backward can write dW transposed (config.dw_transposed): the int8 modes on one

@@ -18,9 +18,10 @@
 // fold_in(fold_in(key(seed), step), layer_index)). Token t is the global token index b*S + s
 // (config.first_token + the row).
 //
-// Implementation: two passes over G (absmax; then quantize + statistics), thresholds made in
-// registers from the Threefry words (no full-size random or threshold tensor is written),
-// OpenMP-threaded over fixed blocks of tokens. Codes and D are bit-identical for every ISA and
+// Implementation: two passes over G (absmax, unless G's writer took it; then quantize +
+// statistics), thresholds made in
+// registers from the Threefry words (no full-size random or threshold tensor is
+// written), OpenMP-threaded over fixed blocks of tokens. Codes and D are bit-identical for every ISA and
 // thread count; the statistics are bit-identical for every thread count and agree between the
 // reference and the vectorized tiers to a few f32 rounding errors (see tests/quant).
 #include <cstdint>
@@ -64,6 +65,23 @@ struct RaggedRows {
   int64_t examples() const { return empty() ? 0 : static_cast<int64_t>(example_offsets.size()) - 1; }
 };
 
+// Pass 1 of quantize_gradient (the maximum of |G'| over G's rows, and whether a G value is NaN
+// or +-Inf), taken by the code that writes G while G's rows are still in its caches; the
+// quantizer then reads G once instead of twice (GradQuantConfig::absmax). It is the same kernel
+// on the same G', and a maximum is exact in any order, so D is the same bits either way.
+struct GradAbsMax {
+  float value = 0.0f;      // max |(sx[t] * G[t,n]) * sw[n]| over the rows taken
+  bool nonfinite = false;  // some G value of those rows is NaN or +-Inf
+  void add(const GradAbsMax& o) {
+    value = o.value > value ? o.value : value;
+    nonfinite = nonfinite || o.nonfinite;
+  }
+};
+// Rows [t0, t1) of G (rows of `channels` floats, row-major), with sx and sw as quantize_gradient
+// will be given them. Safe to call from several threads at once.
+GradAbsMax grad_absmax_rows(std::span<const float> g, int64_t channels, std::span<const float> sx,
+                            std::span<const float> sw, int64_t t0, int64_t t1);
+
 struct GradQuantConfig {
   GradRounding mode = GradRounding::kS3r;
   int64_t tokens_per_example = 0;  // S; T = B*S must be a multiple of it
@@ -75,6 +93,9 @@ struct GradQuantConfig {
   uint64_t first_token = 0;
   dist::Communicator* group = nullptr;
   RaggedRows ragged{};  // non-empty: rows and examples as RaggedRows says (S, first_token unused)
+  // Pass 1 over every row of G already taken (grad_absmax_rows, added over all of them), or
+  // nullptr: quantize_gradient takes it.
+  const GradAbsMax* absmax = nullptr;
 };
 
 // Mean rounding errors of one quantization (SPEC section 4), in gradient units (times D).
