@@ -172,19 +172,6 @@ kernels::GradProblem problem_of(std::span<const T> g, int64_t tokens, int64_t ch
   return p;
 }
 
-// Pass 1 for the rows [t0, t1) of an f32 G (GradAbsMax): the kernel tensor_step runs, on them.
-GradAbsMax absmax_of_rows(std::span<const float> g, int64_t channels, std::span<const float> sx,
-                          std::span<const float> sw, int64_t t0, int64_t t1) {
-  kernels::GradProblem p;
-  p.g_f32 = g.data();
-  p.sx = sx.data();
-  p.sw = sw.data();
-  p.channels = channels;
-  GradAbsMax out;
-  out.value = kernels::active_kernels().grad_absmax(p, t0, t1, &out.nonfinite);
-  return out;
-}
-
 // Pass 1: the per-tensor step D = max |G'| / 127 over this process's rows, or over the group's
 // (one max all-reduce that also carries "some rank saw NaN/Inf", so that every rank skips the
 // step together; SPEC section 6). Throws on a non-finite G or an overflowing G'.
@@ -338,7 +325,14 @@ GradAbsMax grad_absmax_rows(std::span<const float> g, int64_t channels, std::spa
                 std::to_string(g.size()) + " values), sx (" + std::to_string(sx.size()) +
                 ") or sw (" + std::to_string(sw.size()) + ")");
   }
-  return absmax_of_rows(g, channels, sx, sw, t0, t1);
+  kernels::GradProblem p;  // what tensor_step's kernel reads of it
+  p.g_f32 = g.data();
+  p.sx = sx.data();
+  p.sw = sw.data();
+  p.channels = channels;
+  GradAbsMax out;
+  out.value = kernels::active_kernels().grad_absmax(p, t0, t1, &out.nonfinite);
+  return out;
 }
 
 }  // namespace s3r

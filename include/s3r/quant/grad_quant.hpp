@@ -18,12 +18,12 @@
 // fold_in(fold_in(key(seed), step), layer_index)). Token t is the global token index b*S + s
 // (config.first_token + the row).
 //
-// Implementation: two passes over G (absmax, unless G's writer took it; then quantize +
-// statistics), thresholds made in
-// registers from the Threefry words (no full-size random or threshold tensor is
-// written), OpenMP-threaded over fixed blocks of tokens. Codes and D are bit-identical for every ISA and
-// thread count; the statistics are bit-identical for every thread count and agree between the
-// reference and the vectorized tiers to a few f32 rounding errors (see tests/quant).
+// Implementation: two passes over G (absmax, unless G's writer took it: GradAbsMax; then
+// quantize + statistics), thresholds made in registers from the Threefry words (no full-size
+// random or threshold tensor is written), OpenMP-threaded over fixed blocks of tokens. Codes and
+// D are bit-identical for every ISA and thread count; the statistics are bit-identical for every
+// thread count and agree between the reference and the vectorized tiers to a few f32 rounding
+// errors (see tests/quant).
 #include <cstdint>
 #include <span>
 #include <string_view>
