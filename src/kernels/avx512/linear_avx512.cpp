@@ -84,10 +84,11 @@ template <bool kWa, bool kAcc, bool kStream>
 void dx_rows(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t t0, int64_t t1,
              int64_t k0, int64_t k1, const DxTerms& d) {
   // Sixteen rows' 1 / sx and D / sx at once (the same IEEE quotients and products as one row at
-  // a time), and the example of each row counted on rather than divided for: per row, a scalar
-  // division and an integer one cost as much as a block's 32 columns (AMX's 32 x 32 blocks).
+  // a time), and each row's example divided for only where a new example starts: per row, a
+  // scalar division and an integer one cost as much as a block's 32 columns (AMX's 32 x 32
+  // blocks).
   alignas(64) float inv[16], scale[16];
-  int64_t b = kWa ? t0 / d.S : 0, next = (b + 1) * d.S;  // row t's example, its end
+  int64_t b = -1, next = t0;  // row t's example and its end, found as t crosses into it
   for (int64_t g = t0; g < t1; g += 16) {
     const __mmask16 m = first_lanes(std::min<int64_t>(16, t1 - g));
     const __m512 iv = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, d.sx + g));
@@ -97,7 +98,10 @@ void dx_rows(float* dx, int64_t ldx, const int32_t* acc, int64_t ld_acc, int64_t
       const float* wa_b = nullptr;
       __m512 dt = _mm512_setzero_ps();
       if constexpr (kWa) {
-        while (t >= next) next = (++b + 1) * d.S;
+        if (t >= next) {
+          b = t / d.S;
+          next = (b + 1) * d.S;
+        }
         wa_b = d.wa + b * d.K;
         dt = _mm512_set1_ps(d.delta[t]);
       }
